@@ -1,0 +1,155 @@
+"""Typed config: the schema behind conf/ and the guards that explain bad values.
+
+YAML holds values; these dataclasses hold names and types. Registering them in Hydra's
+ConfigStore as `qknorm_schema` (the first entry of conf/config.yaml's defaults) makes a misspelt
+key fail at compose time. `to_config` converts once at the entry point; below it, code takes
+these dataclasses, never a DictConfig.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from qknorm.errors import UserError
+
+NORM_KINDS = ("none", "l2", "lp", "rms")
+GAMMA_INITS = ("qknorm", "sqrt_d", "calibrated")
+GAMMA_SHAPES = ("scalar", "head")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class ModelConfig:
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 64
+    dropout: float = 0.0
+    bias: bool = False
+
+
+@dataclass
+class NormConfig:
+    kind: str = "lp"
+    p: float = 2.0  # `inf` on the command line is math.inf
+    gamma_init: Any = "qknorm"  # qknorm | sqrt_d | calibrated | a number
+    gamma_learnable: bool = True
+    gamma_shape: str = "scalar"
+    p_learnable: bool = False
+    eps: float = 1e-6
+
+
+@dataclass
+class DataConfig:
+    path: Optional[str] = None
+    url: str = ""
+    sha256: str = ""
+    n_folds: int = 10
+    fold: int = 9
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    warmup_iters: int = 100
+    min_lr: float = 1e-4
+    grad_clip: float = 1.0
+
+
+@dataclass
+class TrainConfig:
+    max_iters: int = 2000
+    batch_size: int = 12
+    eval_interval: int = 250
+    eval_iters: int = 20
+    save_checkpoint: bool = False
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    norm: NormConfig = field(default_factory=NormConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = "default"
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    compile: bool = False
+    threads: Optional[int] = None
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="qknorm_schema", node=Config)
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """Resolve and convert the composed config once, then check it (raises UserError)."""
+    config = OmegaConf.to_object(cfg)
+    assert isinstance(config, Config), type(config)
+    validate(config)
+    return config
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    _check(value in allowed, f"{key}={value!r} is not one of {', '.join(allowed)}; pick one of those")
+
+
+def validate(config: Config) -> None:
+    """Every check that needs no data. Messages name the value and the fix."""
+    m, n, o, t, d = config.model, config.norm, config.optimizer, config.train, config.data
+    _check(m.n_embd % m.n_head == 0,
+           f"model.n_embd={m.n_embd} is not divisible by model.n_head={m.n_head}; "
+           f"pick n_embd as a multiple of n_head (e.g. n_embd={m.n_head * max(1, m.n_embd // m.n_head)})")
+    for key in ("n_layer", "n_head", "n_embd", "block_size"):
+        _check(getattr(m, key) >= 1, f"model.{key}={getattr(m, key)} must be >= 1")
+    _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
+
+    _choice("norm.kind", n.kind, NORM_KINDS)
+    if n.kind in ("l2", "lp"):
+        _check(not math.isnan(n.p), "norm.p=nan is not a number; use a float >= 1 or inf")
+        _check(n.p >= 1.0, f"norm.p={n.p} is below 1 (not a norm); use a float >= 1 or inf")
+        _check(n.kind != "l2" or n.p == 2.0,
+               f"norm=l2 fixes p=2 but norm.p={n.p}; use norm=lp norm.p={n.p} for other p")
+        _choice("norm.gamma_shape", n.gamma_shape, GAMMA_SHAPES)
+        if isinstance(n.gamma_init, str):
+            _choice("norm.gamma_init", n.gamma_init, GAMMA_INITS)
+        else:
+            _check(isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init) and n.gamma_init > 0,
+                   f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
+                   "or a positive number")
+    _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
+
+    _check(d.n_folds >= 2, f"data.n_folds={d.n_folds} must be >= 2 (one fold validates)")
+    _check(0 <= d.fold < d.n_folds,
+           f"data.fold={d.fold} is out of range for data.n_folds={d.n_folds}; use 0..{d.n_folds - 1}")
+
+    _check(o.lr > 0 and math.isfinite(o.lr), f"optimizer.lr={o.lr} must be a positive number")
+    _check(0 <= o.min_lr <= o.lr, f"optimizer.min_lr={o.min_lr} must be in [0, optimizer.lr={o.lr}]")
+    _check(o.weight_decay >= 0, f"optimizer.weight_decay={o.weight_decay} must be >= 0")
+    _check(o.warmup_iters >= 0, f"optimizer.warmup_iters={o.warmup_iters} must be >= 0")
+    _check(o.grad_clip >= 0, f"optimizer.grad_clip={o.grad_clip} must be >= 0 (0 disables clipping)")
+
+    for key in ("batch_size", "eval_interval", "eval_iters"):
+        _check(getattr(t, key) >= 1, f"train.{key}={getattr(t, key)} must be >= 1")
+    _check(t.max_iters >= 0, f"train.max_iters={t.max_iters} must be >= 0")
+
+    _choice("device", config.device, DEVICES)
+    _choice("dtype", config.dtype, DTYPES)
+    _check(config.threads is None or config.threads >= 1,
+           f"threads={config.threads} must be >= 1, or null for torch's default")

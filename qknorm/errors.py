@@ -1,0 +1,25 @@
+"""Exceptions that end a run, and how the command line reports them."""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """Bad input from the user: shown as one line naming the value and the fix, no traceback."""
+
+
+class RunDiverged(RuntimeError):
+    """The training loss became non-finite; final.json records status `diverged` and the step."""
+
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"loss became {loss} at step {step}; lower optimizer.lr or raise "
+                         "optimizer.warmup_iters")
+        self.step = step
+        self.loss = loss
+
+
+class RunPruned(RuntimeError):
+    """An Optuna pruner stopped the run early; final.json records status `pruned`."""
+
+    def __init__(self, step: int):
+        super().__init__(f"pruned at step {step}")
+        self.step = step

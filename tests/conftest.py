@@ -1,0 +1,32 @@
+"""Shared fixtures: every test runs on CPU, reads the corpus from QKNORM_DATA_DIR, writes to tmp."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+if not os.environ.get("QKNORM_DATA_DIR") and (SHARED_DATA / "tinyshakespeare").exists():
+    os.environ["QKNORM_DATA_DIR"] = str(SHARED_DATA)
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None):
+    """Run `python <args>` in cwd (a tmp dir): the real command line, not an import."""
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def cli(tmp_path):
+    def _run(*args: str, **kw):
+        return run_cli(list(args), tmp_path, **kw)
+
+    _run.cwd = tmp_path
+    return _run

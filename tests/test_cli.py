@@ -1,0 +1,32 @@
+"""Real command-line runs in temporary directories."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from qknorm import rundir
+
+
+def test_smoke_run_writes_metrics_and_final(cli):
+    r = cli("-m", "qknorm.train", "experiment=smoke")
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = (cli.cwd / "outputs" / "runs").iterdir()
+    final = rundir.read_final(run_dir)
+    assert final["status"] == "completed"
+    assert final["steps"] == 30
+    assert math.isfinite(final["val_loss"]) and final["val_loss"] < math.log(65)
+    rows = rundir.read_metrics(run_dir)
+    assert [row["step"] for row in rows] == [0, 10, 20, 30]
+    assert final["best_val_loss"] == min(row["val_loss"] for row in rows)
+    assert set(json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])) == {
+        "step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "gamma_mean", "p_mean"}
+
+
+def test_grid_multirun_writes_one_job_dir_per_p(cli):
+    r = cli("-m", "qknorm.train", "-m", "norm.p=2,4", "experiment=smoke")
+    assert r.returncode == 0, r.stderr
+    (sweep,) = (cli.cwd / "outputs" / "sweeps" / "smoke").iterdir()
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [j.name for j in jobs] == ["0", "1"]
+    assert [rundir.read_final(j)["p"] for j in jobs] == [2.0, 4.0]
