@@ -75,12 +75,25 @@ class TrainConfig:
 
 
 @dataclass
+class OptunaTrialConfig:
+    """Set by the qknorm_optuna sweeper on each job it launches; all null outside a study.
+
+    With these a job reopens its study and reports val loss at every eval (pruning).
+    """
+
+    study_name: Optional[str] = None
+    storage: Optional[str] = None
+    trial: Optional[int] = None
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     norm: NormConfig = field(default_factory=NormConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    optuna: OptunaTrialConfig = field(default_factory=OptunaTrialConfig)
     name: str = "default"
     seed: int = 0
     device: str = "auto"
