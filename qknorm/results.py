@@ -142,8 +142,10 @@ def collect(root: Path | str) -> Collection:
     configs = [read_config(d) or {} for d in run_dirs]
     rows = [read_run(d, root) for d in run_dirs]
     config_keys = list(dict.fromkeys(k for c in configs for k in c))
-    compared = [k for k in config_keys if k not in ALWAYS and not k.startswith(NOT_COMPARED)]
-    varying = _varying_keys(rows, compared)
+    # threads, device, dtype: final.json's column holds what the run really used
+    compared = [k for k in config_keys if k not in ALWAYS and k not in FINAL_FIELDS
+                and not k.startswith(NOT_COMPARED)]
+    varying = _varying_keys(configs, compared)
 
     collection = Collection(root, pd.DataFrame())
     trials = _trials(configs, collection.warnings)

@@ -1,0 +1,100 @@
+"""Run dirs written by hand, in the format qknorm.train writes (DESIGN.md section 5).
+
+The sweep of the results tests: p in {2, 4, inf} x data.fold in {0, 1, 2, 3}, seed 0, with
+losses whose means and stds are easy to write down. p=4 fold 3 diverged (its best_val_loss of
+0.5 would be the best of all if it were counted), p=inf fold 2 was killed (no final.json, a torn
+last line in metrics.jsonl).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import yaml
+
+from qknorm import rundir
+
+BEST = {  # best_val_loss of each completed run, by p then fold
+    2.0: {0: 1.0, 1: 1.2, 2: 1.4, 3: 1.6},  # mean 1.3, var 0.2/3
+    4.0: {0: 0.8, 1: 1.1, 2: 1.4},  # mean 1.1, std 0.3 (fold 3 diverged)
+    math.inf: {0: 1.5, 1: 1.5, 3: 1.8},  # mean 1.6, var 0.03 (fold 2 killed)
+}
+WALL = {2.0: [10.0, 12.0, 14.0, 16.0], 4.0: [20.0, 22.0, 24.0], math.inf: [30.0, 30.0, 33.0]}
+DIVERGED = (4.0, 3)
+KILLED = (math.inf, 2)
+P_VALUES = [2.0, 4.0, math.inf]
+FOLDS = [0, 1, 2, 3]
+
+
+def config(p: float, fold: int, kind: str = "lp", seed: int = 0, lr: float = 1e-3,
+           study: tuple[str, str, int] | None = None) -> dict:
+    name, storage, trial = study or (None, None, None)
+    return {
+        "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0,
+                  "bias": False},
+        "norm": {"kind": kind, "p": p, "gamma_init": "qknorm", "gamma_learnable": True,
+                 "gamma_shape": "scalar", "p_learnable": False, "eps": 1e-6},
+        "data": {"path": None, "n_folds": 10, "fold": fold},
+        "optimizer": {"lr": lr, "warmup_iters": 5},
+        "train": {"max_iters": 20, "eval_interval": 10},
+        "optuna": {"study_name": name, "storage": storage, "trial": trial},
+        "name": "synthetic", "seed": seed, "device": "cpu", "dtype": "float32", "threads": 1,
+    }
+
+
+def write_config(run_dir: Path, cfg: dict) -> None:
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    # PyYAML writes inf as .inf, as Hydra does
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (run_dir / ".hydra" / "overrides.yaml").write_text(
+        yaml.safe_dump([f"norm.p={cfg['norm']['p']}", f"data.fold={cfg['data']['fold']}"]))
+
+
+def write_curve(run_dir: Path, best: float, gamma: float, p: float) -> None:
+    for step, val in ((0, best + 2.0), (10, best + 0.5), (20, best)):
+        rundir.append_metrics(run_dir, {
+            "step": step, "train_loss": val - 0.05, "val_loss": val, "lr": 1e-3,
+            "elapsed_s": step / 10, "tokens_per_s": 1000.0, "gamma_mean": gamma + step / 100,
+            "p_mean": p})
+
+
+def final(status: str, best: float, wall: float, p: float, seed: int, fold: int, **extra) -> dict:
+    return {"status": status, "val_loss": best, "best_val_loss": best, "train_loss": best - 0.05,
+            "steps": 20, "wall_time_s": wall, "tokens_per_s": 1000.0, "n_params": 14465,
+            "p": p if not math.isnan(p) else None, "gamma": 10.0, "seed": seed, "fold": fold,
+            "git_sha": "abc", "torch_version": "2.13.0+cpu", "device": "cpu", "dtype": "float32",
+            "threads": 1, **extra}
+
+
+def make_sweep(root: Path) -> Path:
+    """The 12 job dirs 0..11 (p-major, then fold, as Hydra numbers a grid); returns root."""
+    job = 0
+    for p in P_VALUES:
+        walls = iter(WALL[p])
+        for fold in FOLDS:
+            run = root / str(job)
+            write_config(run, config(p, fold))
+            if (p, fold) == DIVERGED:
+                write_curve(run, 0.5, 10.0, p)
+                rundir.write_final(run, final("diverged", 0.5, 5.0, p, 0, fold, val_loss=math.nan,
+                                              error="loss became nan at step 15",
+                                              diverged_step=15))
+            elif (p, fold) == KILLED:
+                write_curve(run, 1.7, 10.0, p)
+                with open(run / rundir.METRICS_FILE, "a") as f:
+                    f.write('{"step": 30, "train_loss": 1.6, "val_lo')  # killed mid-write
+            else:
+                write_curve(run, BEST[p][fold], 10.0, p)
+                rundir.write_final(run, final("completed", BEST[p][fold], next(walls), p, 0, fold))
+            job += 1
+    return root
+
+
+def add_runs_without_p(root: Path, kind: str, losses: list[float], first_job: int) -> None:
+    """Completed runs of a kind without p (none, rms): the config still says p=2, as Hydra's."""
+    for i, loss in enumerate(losses):
+        run = root / str(first_job + i)
+        write_config(run, config(2.0, i, kind=kind))
+        write_curve(run, loss, math.nan, math.nan)
+        rundir.write_final(run, final("completed", loss, 9.0, math.nan, 0, i, gamma=None))

@@ -1,0 +1,146 @@
+"""qknorm.results and qknorm.stats on synthetic run dirs with known numbers (tests/synthetic_runs)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from qknorm import results, rundir, stats
+from qknorm.errors import UserError
+from synthetic_runs import BEST, DIVERGED, FOLDS, KILLED, P_VALUES, WALL, config, make_sweep, \
+    write_config
+
+# Student t 0.975 quantiles: df=2 in closed form, (2a-1)/sqrt(2a(1-a)) at a=0.975; df=3 from a table
+T975 = {2: 0.95 / math.sqrt(2 * 0.975 * 0.025), 3: 3.182446305284}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    return make_sweep(tmp_path / "sweep")
+
+
+def test_one_row_per_run_with_its_status(sweep):
+    runs = results.collect(sweep).runs
+    assert list(runs.columns) == (results.ALWAYS + results.FINAL_FIELDS + results.TAIL)
+    assert list(runs["run_dir"]) == [str(i) for i in range(12)]  # 10 after 9, not after 1
+    expected = [("completed" if (p, f) not in (DIVERGED, KILLED) else
+                 "diverged" if (p, f) == DIVERGED else "incomplete", p, f)
+                for p in P_VALUES for f in FOLDS]
+    assert list(zip(runs["status"], runs["norm.p"], runs["data.fold"])) == expected
+    killed = runs.iloc[10]
+    assert killed["status"] == "incomplete" and math.isnan(killed["best_val_loss"])
+    diverged = runs.iloc[7]
+    assert diverged["diverged_step"] == 15 and math.isnan(diverged["val_loss"])
+    assert diverged["error"] == "loss became nan at step 15"
+    assert runs["trial"].isna().all() and runs["trial_state"].isna().all()
+
+
+def test_results_csv_round_trip_keeps_inf_and_statuses(sweep):
+    runs = results.collect(sweep).runs
+    back = pd.read_csv(pd.io.common.StringIO(runs.to_csv(index=False)))
+    assert list(back["norm.p"]) == [p for p in P_VALUES for _ in FOLDS]  # "inf" reads as inf
+    assert list(back["status"]) == list(runs["status"])
+    assert back.loc[back["status"] == "completed", "best_val_loss"].tolist() == [
+        BEST[p][f] for p in P_VALUES for f in FOLDS if f in BEST[p]]
+
+
+def test_varying_config_keys_become_columns_constant_ones_do_not(tmp_path):
+    for i, lr in enumerate([1e-3, 3e-3]):
+        run = tmp_path / str(i)
+        write_config(run, config(2.0, 0, lr=lr))
+        rundir.write_final(run, {"status": "completed", "best_val_loss": 1.0})
+    runs = results.collect(tmp_path).runs
+    assert list(runs.columns[:5]) == ["optimizer.lr", "norm.kind", "norm.p", "seed", "data.fold"]
+    assert list(runs["optimizer.lr"]) == [1e-3, 3e-3]
+    assert results.swept_keys(runs) == ["optimizer.lr"]
+
+
+def test_kinds_without_p_have_nan_p(tmp_path):
+    write_config(tmp_path / "0", config(2.0, 0, kind="none"))
+    write_config(tmp_path / "1", config(2.0, 0, kind="l2"))
+    runs = results.collect(tmp_path).runs
+    assert math.isnan(runs["norm.p"].iloc[0]) and runs["norm.p"].iloc[1] == 2.0
+
+
+def test_per_p_mean_std_and_interval_equal_hand_computed(sweep):
+    runs = results.collect(sweep).runs
+    table = stats.group_summary(runs, ["best_val_loss", "wall_time_s"]).set_index("norm.p")
+    assert list(table.index) == P_VALUES
+    assert list(table["n"]) == [4, 3, 3]  # diverged and killed runs not counted
+    hand = {  # (mean, std, half-width of the 95% interval) written down from BEST and WALL
+        2.0: (1.3, math.sqrt(0.2 / 3), T975[3] * math.sqrt(0.2 / 3) / 2),
+        4.0: (1.1, 0.3, T975[2] * 0.3 / math.sqrt(3)),
+        math.inf: (1.6, math.sqrt(0.03), T975[2] * math.sqrt(0.03) / math.sqrt(3)),
+    }
+    for p, (mean, std, half) in hand.items():
+        row = table.loc[p]
+        assert row["best_val_loss_mean"] == pytest.approx(mean, abs=1e-12)
+        assert row["best_val_loss_std"] == pytest.approx(std, abs=1e-12)
+        assert row["best_val_loss_ci_low"] == pytest.approx(mean - half, abs=1e-11)
+        assert row["best_val_loss_ci_high"] == pytest.approx(mean + half, abs=1e-11)
+    # wall time of p=2: 10, 12, 14, 16 -> mean 13, variance 20/3
+    assert table.loc[2.0, "wall_time_s_mean"] == pytest.approx(13.0)
+    assert table.loc[2.0, "wall_time_s_std"] == pytest.approx(math.sqrt(20 / 3))
+    assert table.loc[4.0, "wall_time_s_mean"] == pytest.approx(np.mean(WALL[4.0]))
+
+
+def test_paired_delta_and_p_values_equal_scipy_on_the_same_numbers(sweep):
+    runs = results.collect(sweep).runs
+    paired = stats.paired_vs_baseline(runs, "best_val_loss", 2.0).set_index("norm.p")
+    assert list(paired.index) == [4.0, math.inf]  # the baseline is not compared with itself
+    for p, folds in ((4.0, [0, 1, 2]), (math.inf, [0, 1, 3])):  # folds both completed
+        x = [BEST[p][f] for f in folds]
+        base = [BEST[2.0][f] for f in folds]
+        d = np.subtract(x, base)
+        half = T975[2] * d.std(ddof=1) / math.sqrt(3)
+        row = paired.loc[p]
+        assert row["n_pairs"] == 3
+        assert row["delta_mean"] == pytest.approx(d.mean(), abs=1e-12)
+        assert row["delta_ci_low"] == pytest.approx(d.mean() - half, abs=1e-12)
+        assert row["delta_ci_high"] == pytest.approx(d.mean() + half, abs=1e-12)
+        assert row["t_pvalue"] == pytest.approx(sps.ttest_rel(x, base).pvalue, abs=1e-12)
+        assert row["wilcoxon_pvalue"] == pytest.approx(sps.wilcoxon(x, base).pvalue, abs=1e-12)
+    # p=4 deltas are -0.2, -0.1, 0 (zero dropped): 2 non-zero pairs cannot go below p=0.5
+    assert paired.loc[4.0, "delta_mean"] == pytest.approx(-0.1)
+    assert "Wilcoxon cannot go below p=0.5" in paired.loc[4.0, "note"]
+
+
+def test_too_few_pairs_is_said_not_raised():
+    one = stats.paired_test([1.0], [2.0])
+    assert one.n == 1 and one.mean == -1.0 and math.isnan(one.t_pvalue)
+    assert math.isnan(one.wilcoxon_pvalue) and "too few" in one.note
+    zeros = stats.paired_test([1.0, 2.0], [1.0, 2.0])
+    assert math.isnan(zeros.wilcoxon_pvalue) and "all differences are zero" in zeros.note
+    assert math.isnan(stats.t_interval([3.0])[2])  # one run: no std, no interval
+
+
+def test_best_p_and_excluded_counts(sweep):
+    runs = results.collect(sweep).runs
+    assert stats.excluded(runs) == {"diverged": 1, "incomplete": 1}
+    best = stats.best(stats.group_summary(runs, ["best_val_loss"]), "best_val_loss")
+    assert best["norm.p"].tolist() == [4.0]  # not the diverged run's 0.5
+    assert best["best_val_loss_mean"].iloc[0] == pytest.approx(1.1)
+
+
+def test_unknown_baseline_names_the_p_values_run(sweep):
+    runs = results.collect(sweep).runs
+    with pytest.raises(UserError, match=r"--baseline 3: no run used norm.p=3 .*2, 4, inf"):
+        stats.check_baseline(runs, 3.0)
+    stats.check_baseline(runs, math.inf)
+
+
+def test_no_runs_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no runs under"):
+        results.collect(tmp_path)
+
+
+def test_curves_skip_the_torn_line(sweep):
+    runs = results.collect(sweep).runs
+    curves = results.collect_curves(runs, sweep)
+    assert len(curves) == 12 * 3  # the killed run's torn 4th line is skipped
+    killed = curves[curves["run_dir"] == "10"]
+    assert killed["step"].tolist() == [0, 10, 20] and set(killed["status"]) == {"incomplete"}
