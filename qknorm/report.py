@@ -93,12 +93,17 @@ def load(root: Path, options: Options) -> results.Collection:
 # ---------------------------------------------------------------------------------------------
 # summary.md
 
-def _num(x: float, digits: int = 4) -> str:
+def _num(x: float) -> str:
+    """4 decimals for losses, fewer for seconds and tokens/s."""
     if x is None or pd.isna(x):
         return "-"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}f}" if abs(x) < 1000 else f"{x:.0f}"
+    return f"{x:.4f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _error(error) -> str:
+    return "" if pd.isna(error) else str(error).replace("|", "/")[:120]  # | would split the row
 
 
 def _pval(x: float) -> str:
@@ -179,8 +184,7 @@ def summarize(collection: results.Collection, options: Options) -> str:
 
     bad = runs[runs["status"] != "completed"]
     if len(bad):
-        rows = [[r.run_dir, r.status, str(r.error or "").replace("|", "/")[:120]]
-                for r in bad.itertuples()]
+        rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
         out += ["## Excluded runs", "", _table(["run_dir", "status", "error"], rows), ""]
     if collection.warnings:
         out += ["## Notes", ""] + [f"- {w}" for w in collection.warnings] + [""]

@@ -118,9 +118,10 @@ def paired_test(x, base) -> PairedTest:
         if n < 2:
             notes.append(f"{n} pair(s): too few for a test")
         else:
-            t_p = float(stats.ttest_rel(x, base).pvalue)
-            if not math.isfinite(t_p):
+            if np.ptp(d) <= 1e-12 * max(1.0, abs(mean)):  # rounding noise is not variance
                 notes.append("all differences equal: no t-test")
+            else:
+                t_p = float(stats.ttest_rel(x, base).pvalue)
             nonzero = int(np.count_nonzero(d))
             if nonzero == 0:
                 notes.append("all differences are zero: no Wilcoxon test")

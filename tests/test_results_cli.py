@@ -1,0 +1,179 @@
+"""scripts/report.py and scripts/plot_*.py through the real command line, in tmp dirs; the
+collector reading while a real multirun writes; a tiny Optuna study."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+
+import optuna
+import pandas as pd
+import pytest
+
+from qknorm import results, rundir, stats
+from synthetic_runs import config, final, make_sweep, write_config, write_curve
+
+from conftest import REPO
+
+REPORT = str(REPO / "scripts" / "report.py")
+PLOT = str(REPO / "scripts" / "plot_loss_vs_p.py")
+
+
+def assert_user_error(r, *words):
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--metric", "loss"], ["--metric loss is not a column", "best_val_loss"]),
+    (["--metric", "status"], ["--metric status is not a numeric column"]),
+    (["--baseline", "3"], ["--baseline 3: no run used norm.p=3", "2, 4, inf"]),
+    (["--baseline", "two"], ["--baseline 'two' is not a number"]),
+    (["--by", "optimizer.lr"], ["--by optimizer.lr is not a column"]),
+])
+def test_bad_option_is_one_line_and_writes_nothing(cli, args, words):
+    sweep = make_sweep(cli.cwd / "sweep")
+    before = sorted(p for p in sweep.rglob("*"))
+    assert_user_error(cli(REPORT, "sweep", *args), *words)
+    assert sorted(p for p in sweep.rglob("*")) == before  # no results.csv, no report/, no temp
+
+
+def test_dir_without_runs_and_bad_out(cli):
+    (cli.cwd / "empty").mkdir()
+    assert_user_error(cli(REPORT, "empty"), "no runs under empty")
+    make_sweep(cli.cwd / "sweep")
+    assert_user_error(cli(PLOT, "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
+    assert not (cli.cwd / "fig.gif").exists() and not (cli.cwd / "sweep" / "report").exists()
+
+
+def test_plot_script_writes_the_named_file(cli):
+    make_sweep(cli.cwd / "sweep")
+    r = cli(PLOT, "sweep", "--metric", "wall_time_s", "--baseline", "inf", "--logx",
+            "--out", "figs/time.pdf")
+    assert r.returncode == 0, r.stderr
+    assert (cli.cwd / "figs" / "time.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+# ---------------------------------------------------------------------------------------------
+# reading while a sweep writes (issue 6, item 4)
+
+def test_every_partial_state_is_listed_incomplete_and_never_counted(tmp_path):
+    cfg = config(2.0, 0)
+    write_config(tmp_path / "0", cfg)
+    rundir.write_final(tmp_path / "0", final("completed", 1.0, 1.0, 2.0, 0, 0))
+    (tmp_path / "1" / ".hydra").mkdir(parents=True)  # Hydra made the dir, nothing else yet
+    write_config(tmp_path / "2", cfg)
+    (tmp_path / "2" / ".hydra" / "config.yaml").write_text("model:\n  n_layer: 1\nnorm: {kind: l")
+    write_config(tmp_path / "3", cfg)
+    write_curve(tmp_path / "3", 1.5, 10.0, 2.0)
+    with open(tmp_path / "3" / rundir.METRICS_FILE, "a") as f:
+        f.write('{"step": 30, "val_')
+    write_config(tmp_path / "4", cfg)  # a temp file of an atomic write in flight
+    (tmp_path / "4" / "final.json.abc123").write_text('{"status": "compl')
+    write_config(tmp_path / "5", cfg)  # a final.json written by hand, torn
+    (tmp_path / "5" / rundir.FINAL_FILE).write_text('{"status": "completed", "best_val')
+    collection = results.collect(tmp_path)
+    runs = collection.runs
+    assert list(runs["status"]) == ["completed"] + ["incomplete"] * 5
+    assert stats.group_summary(runs, ["best_val_loss"])["n"].tolist() == [1]
+    assert stats.excluded(runs) == {"incomplete": 5}
+    assert any("without a readable .hydra/config.yaml" in w for w in collection.warnings)
+
+
+@pytest.mark.slow
+def test_collector_reads_a_live_multirun_then_report_cli_end_to_end(cli):
+    """Collect in a loop while a real multirun writes: never a crash, never a partial run counted."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "qknorm.train", "-m", "norm.p=2,4", "data.fold=0,1",
+         "experiment=smoke", "threads=1"], cwd=cli.cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    snapshots = []
+    while job.poll() is None:
+        if (cli.cwd / "outputs").exists():
+            try:
+                snapshots.append(results.collect(cli.cwd / "outputs").runs)
+            except results.UserError:  # no run dir yet
+                pass
+        time.sleep(0.05)
+    assert job.returncode == 0, job.stderr.read()
+    (sweep,) = (cli.cwd / "outputs" / "sweeps" / "smoke").iterdir()
+    end = results.collect(sweep).runs
+    assert list(end["status"]) == ["completed"] * 4
+    final_best = {f"sweeps/smoke/{sweep.name}/{r}": b for r, b in zip(end["run_dir"],
+                                                                         end["best_val_loss"])}
+    assert snapshots, "the collector never ran while the sweep wrote"
+    for snap in snapshots:  # whatever was counted then is exactly what the finished run says
+        done = stats.completed(snap)
+        assert all(done["best_val_loss"] == done["run_dir"].map(final_best))
+        assert snap["status"].isin(["completed", "incomplete"]).all()
+
+    r = cli(REPORT, str(sweep.relative_to(cli.cwd)))
+    assert r.returncode == 0, r.stderr
+    assert "4 runs, 4 completed" in r.stdout and "## Δ best_val_loss vs p=2" in r.stdout
+    table = pd.read_csv(sweep / "results.csv")
+    assert sorted(zip(table["norm.p"], table["data.fold"])) == [(2, 0), (2, 1), (4, 0), (4, 1)]
+    assert table["best_val_loss"].tolist() == end["best_val_loss"].tolist()
+    for name in ("loss_vs_p", "curves", "time_vs_p", "gamma_vs_p"):
+        assert (sweep / "report" / f"{name}.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna studies
+
+def make_study_runs(tmp_path):
+    """A study with trials 0, 1 COMPLETE and 2 PRUNED, and one job dir per trial."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="p_tpe", storage=storage)
+    states = {}
+    for number, p in enumerate([2.0, 4.0, 3.0]):
+        trial = study.ask({"norm.p": optuna.distributions.FloatDistribution(1.0, 8.0)})
+        assert trial.params["norm.p"] >= 1.0 and trial.number == number
+        run = tmp_path / "sweep" / str(number)
+        write_config(run, config(p, 0, study=("p_tpe", storage, number)))
+        write_curve(run, 1.0 + number / 10, 10.0, p)
+        if number < 2:
+            study.tell(trial, 1.0 + number / 10)
+            rundir.write_final(run, final("completed", 1.0 + number / 10, 5.0, p, 0, 0))
+            states[number] = "COMPLETE"
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            rundir.write_final(run, final("pruned", 1.3, 2.0, p, 0, 0, error="pruned at step 10"))
+            states[number] = "PRUNED"
+    return tmp_path / "sweep", states
+
+
+def test_study_runs_carry_trial_number_and_state(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sweep, states = make_study_runs(tmp_path)
+    runs = results.collect(sweep).runs
+    assert runs["trial"].tolist() == [0, 1, 2]
+    assert runs["trial_state"].tolist() == [states[i] for i in range(3)]
+    assert stats.excluded(runs) == {"pruned": 1}
+    assert "optuna.trial" not in runs.columns  # bookkeeping, not a swept key
+
+
+def test_missing_study_storage_is_a_note_and_never_creates_a_database(tmp_path):
+    run = tmp_path / "0"
+    write_config(run, config(2.0, 0, study=("gone", f"sqlite:///{tmp_path / 'no.db'}", 0)))
+    collection = results.collect(tmp_path)
+    assert collection.runs["trial"].tolist() == [0] and pd.isna(collection.runs["trial_state"][0])
+    assert "study 'gone'" in collection.warnings[0] and not (tmp_path / "no.db").exists()
+
+
+def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
+    sweep, _ = make_study_runs(cli.cwd)
+    r = cli(REPORT, "sweep", "--quiet")
+    assert r.returncode == 0, r.stderr
+    report = sweep / "report"
+    for kind in ("history", "importances", "slice"):
+        assert (report / f"optuna_p_tpe_{kind}.png").stat().st_size > 1000, kind
+        assert (report / f"optuna_p_tpe_{kind}.pdf").read_bytes()[:5] == b"%PDF-"
+    csv = pd.read_csv(sweep / "results.csv")
+    assert csv["trial_state"].tolist() == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert math.isclose(csv.loc[0, "norm.p"], 2.0)
