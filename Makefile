@@ -34,9 +34,9 @@ sweep: install  ## the default p sweep, then its report
 	$(BIN)/python -m qknorm.train -m norm.p=1,2,3,4,inf name=p_sweep train.max_iters=500 threads=1 hydra/launcher=joblib hydra.launcher.n_jobs=2
 	@$(MAKE) --no-print-directory report SWEEP=$$(ls -d outputs/sweeps/p_sweep/* | sort | tail -n 1)
 
-report: install  ## results.csv, summary.md and figures for SWEEP=DIR (default: the newest sweep)
+report: install  ## results.csv, summary.md, report/*.png|pdf for SWEEP=DIR (default: newest sweep); prints the table
 	@test -n "$(SWEEP)" || { echo "no sweep found under outputs/sweeps; pass SWEEP=DIR" >&2; exit 2; }
-	@echo "results of the sweep are in $(SWEEP)"
+	$(BIN)/python scripts/report.py "$(SWEEP)" $(ARGS)
 
 bench: install  ## speed benchmark (JSON to outputs/bench.json)
 	$(BIN)/python scripts/bench.py --out outputs/bench.json
