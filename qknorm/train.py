@@ -25,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from qknorm import rundir
+from qknorm import pruning, rundir
 from qknorm.config import Config, OptimizerConfig, register_configs, to_config
 from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.errors import RunDiverged, RunPruned, UserError
@@ -235,7 +235,8 @@ def main(cfg: DictConfig) -> float:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     single_run = HydraConfig.get().mode == RunMode.RUN
     try:
-        final = train(to_config(cfg), out_dir)
+        config = to_config(cfg)
+        final = train(config, out_dir, pruning.eval_hook(config.optuna))
     except (UserError, RunDiverged) as e:
         if not single_run:
             raise  # a multirun records the failed job and goes on
