@@ -16,6 +16,9 @@ class RunDiverged(RuntimeError):
         self.step = step
         self.loss = loss
 
+    def __reduce__(self):  # picklable: joblib/submitit send a job's exception back
+        return type(self), (self.step, self.loss)
+
 
 class RunPruned(RuntimeError):
     """An Optuna pruner stopped the run early; final.json records status `pruned`."""
@@ -23,3 +26,6 @@ class RunPruned(RuntimeError):
     def __init__(self, step: int):
         super().__init__(f"pruned at step {step}")
         self.step = step
+
+    def __reduce__(self):
+        return type(self), (self.step,)

@@ -85,7 +85,10 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
                                "status": attrs.get(STATUS_ATTR, "stale")}
         row.update(attrs.get(PARAMS_ATTR, {}))
-        values = t.values or [math.nan] * len(objectives)
+        # Only completed trials have objective values; Optuna keeps a pruned trial's last
+        # intermediate value and a penalised failure's fail_value, which are not results.
+        done = t.values is not None and attrs.get(STATUS_ATTR) == "completed"
+        values = t.values if done else [math.nan] * len(objectives)
         std = attrs.get("std")
         std = std if isinstance(std, list) else [std] * len(objectives)
         for name, value, s in zip(objectives, values, std):

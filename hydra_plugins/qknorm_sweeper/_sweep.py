@@ -242,11 +242,17 @@ class OptunaSweep:
                 continue
             jobs = [(trial, combo) for trial in batch for combo in plan.combinations]
             overrides = [self._job_overrides(trial, combo, plan, url) for trial, combo in jobs]
-            returns = self.launcher.launch(overrides, initial_job_idx=job_idx)
+            try:
+                returns = self.launcher.launch(overrides, initial_job_idx=job_idx)
+                results_of = [_job_result(r) for r in returns]
+            except Exception as e:  # a broken launcher fails this batch, not the study
+                log.exception("launcher failed")
+                results_of = [JobResult("failed", "?", error=f"launcher: {type(e).__name__}: "
+                                        f"{e}") for _ in jobs]
             job_idx += len(overrides)
             for trial in batch:
-                mine = [r for (t, _), r in zip(jobs, returns) if t is trial]
-                self._tell(study, trial, [_job_result(r) for r in mine], plan)
+                mine = [r for (t, _), r in zip(jobs, results_of) if t is trial]
+                self._tell(study, trial, mine, plan)
                 heartbeat.discard(trial._trial_id)
 
     def _ask(self, study: optuna.Study, plan: Plan, n: int,
