@@ -172,6 +172,8 @@ def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tupl
             entries[override.key_or_group] = arg.split("=", 1)[1]
         else:
             plain.append(arg)
+            # A fixed value on the command line beats a preset's sweep over the same key.
+            entries.pop(override.key_or_group, None)
     parsed = [parse_param(k, v) for k, v in entries.items()]
     space = SearchSpace(params=tuple(p for p in parsed if isinstance(p, Param)),
                         fixed=tuple(p for p in parsed if isinstance(p, str)))

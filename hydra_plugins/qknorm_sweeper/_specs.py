@@ -49,6 +49,7 @@ PRUNERS: dict[str, Callable[..., optuna.pruners.BasePruner]] = {
     "hyperband": optuna.pruners.HyperbandPruner,
     "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
     "percentile": optuna.pruners.PercentilePruner,
+    "threshold": optuna.pruners.ThresholdPruner,
 }
 
 

@@ -25,7 +25,7 @@ class QknormOptunaSweeperConf:
     n_jobs: int = 1
     # {name: tpe|gp|random|grid|cmaes|qmc|nsgaii, seed: int|null, ...sampler options}
     sampler: Dict[str, Any] = field(default_factory=lambda: {"name": "tpe", "seed": None})
-    # {name: none|median|hyperband|successive_halving|percentile, ...pruner options}
+    # {name: none|median|hyperband|successive_halving|percentile|threshold, ...pruner options}
     pruner: Dict[str, Any] = field(default_factory=lambda: {"name": "none"})
     # override key -> list of values: every trial runs every combination; its value is the mean.
     replicates: Dict[str, List[Any]] = field(default_factory=dict)
