@@ -46,6 +46,8 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
     study = optuna.load_study(study_name=cfg.study_name, storage=storage,
                               sampler=optuna.samplers.RandomSampler(),
                               pruner=optuna_specs.build_pruner(spec))
+    if len(study.directions) > 1:
+        return None  # Optuna neither stores intermediate values nor prunes multi-objective
     trial = optuna.Trial(study, trial_id)
     reporting = True
 

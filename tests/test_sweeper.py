@@ -304,4 +304,28 @@ def test_bad_input_leaves_an_existing_study_untouched(cli):
 def test_plugin_is_discovered_outside_the_repo(cli):
     r = cli("-m", "qknorm.train", "--info", "plugins")
     ok(r)
-    assert "hydra_plugins.qknorm_sweeper.sweeper.QknormOptunaSweeper" in r.stdout
+    sweepers = r.stdout.split("Sweeper:")[1].split(":")[0]
+    assert "QknormOptunaSweeper" in sweepers
+    assert "hydra_plugins.qknorm_sweeper.config" in r.stdout  # its config group was registered
+
+
+def test_surplus_ranks_slots_by_trial_number():
+    """The race two sweepers can run into, in one process: both saw room for one more trial
+    and both asked. Ranking slot-holding trials by number gives the later one up."""
+    from hydra_plugins.qknorm_sweeper._bookkeeping import Tally, surplus
+
+    study = optuna.create_study()
+    for _ in range(4):
+        t = study.ask()
+        t.set_user_attr("status", "completed")
+        study.tell(t, 1.0)
+    stale = study.ask()  # a killed sweeper's trial, failed and re-enqueued: holds no slot
+    study.tell(stale, state=TrialState.FAIL)
+    study.enqueue_trial({}, skip_if_exists=False)
+    retried = study._storage.get_all_trials(study._study_id)[-1]
+    study._storage.set_trial_system_attr(retried._trial_id, "failed_trial", stale.number)
+    a, b = study.ask(), study.ask()  # a pops the waiting retry; both are RUNNING
+    assert Tally.of(study) == Tally(finished=4, running=2, failed=0)
+    assert surplus(study, [a.number], n_trials=5) == set()
+    assert surplus(study, [b.number], n_trials=5) == {b.number}
+    assert surplus(study, [a.number, b.number], n_trials=6) == set()
