@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from qknorm.config import OptunaTrialConfig
 from qknorm.errors import RunPruned, UserError
@@ -56,8 +57,9 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
         if not reporting or not math.isfinite(row["val_loss"]):
             return  # a non-finite loss is the training loop's business (diverged)
         try:
-            if storage.get_trial(trial_id).user_attrs.get(optuna_specs.PRUNED_STEP_ATTR) is not None:
-                raise RunPruned(step)  # a sibling replicate was pruned: the trial is
+            siblings = storage.get_trial(trial_id).user_attrs
+            if siblings.get(optuna_specs.PRUNED_STEP_ATTR) is not None:
+                raise RunPruned(step)  # a sibling replicate was pruned: so is the trial
             trial.report(row["val_loss"], step)
             prune = trial.should_prune()
             if prune:

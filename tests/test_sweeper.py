@@ -171,7 +171,7 @@ def test_two_sweepers_on_one_sqlite_study_finish_with_exactly_n_trials(cli):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for seed in (0, 1)]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
+    for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     study = study_of(cli.cwd, "duo")
     real = counted(study)
@@ -224,7 +224,8 @@ def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli
             "train.eval_interval=50", "hydra.sweeper.study_name=kill", "hydra.sweeper.n_trials=3",
             "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
             "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
-            "hydra.sweeper.replicates={data.fold:[9]}", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2"]
+            "hydra.sweeper.replicates={data.fold:[9]}", "hydra.sweeper.heartbeat_interval=1",
+            "hydra.sweeper.grace_period=2"]
     proc = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     db = cli.cwd / "outputs" / "optuna.db"

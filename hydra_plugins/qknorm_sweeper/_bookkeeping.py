@@ -44,7 +44,7 @@ class Tally:
     failed: int
 
     @classmethod
-    def of(cls, study: optuna.Study) -> "Tally":
+    def of(cls, study: optuna.Study) -> Tally:
         trials = study.get_trials(deepcopy=False)
         retried = retried_numbers(trials)
         slots = [t for t in trials if holds_slot(t, retried)]
@@ -80,7 +80,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qknorm-heartbeat", daemon=True)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self._thread.start()
         return self
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -42,7 +43,7 @@ def _plain(value: Any) -> Any:
 def _entry(trial: FrozenTrial, objectives: Sequence[str]) -> dict[str, Any]:
     params = trial.user_attrs.get(PARAMS_ATTR, trial.params)
     return {"trial": trial.number, "params": {k: _plain(v) for k, v in params.items()},
-            "values": {o: _plain(v) for o, v in zip(objectives, trial.values)}}
+            "values": {o: _plain(v) for o, v in zip(objectives, trial.values, strict=True)}}
 
 
 def summary(study: optuna.Study, objectives: Sequence[str], n_trials: int,
@@ -91,7 +92,7 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         values = t.values if done else [math.nan] * len(objectives)
         std = attrs.get("std")
         std = std if isinstance(std, list) else [std] * len(objectives)
-        for name, value, s in zip(objectives, values, std):
+        for name, value, s in zip(objectives, values, std, strict=True):
             row[name] = value
             row[f"{name}_std"] = s
         row["n"] = attrs.get("n")

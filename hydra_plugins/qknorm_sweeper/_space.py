@@ -10,8 +10,9 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
@@ -187,5 +188,5 @@ def replicate_combinations(replicates: Mapping[str, Sequence[Any]]) -> list[list
             raise SweepError(f"hydra.sweeper.replicates.{key}={values!r} must be a non-empty "
                              f"list, e.g. replicates: {{{key}: [0, 1]}}")
     keys = list(replicates)
-    return [[f"{k}={format_value(v)}" for k, v in zip(keys, combo)]
+    return [[f"{k}={format_value(v)}" for k, v in zip(keys, combo, strict=True)]
             for combo in itertools.product(*(replicates[k] for k in keys))]

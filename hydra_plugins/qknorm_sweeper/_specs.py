@@ -9,8 +9,9 @@ under, whatever a later rerun configures, and job configs carry no pruner keys.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import optuna
 from sqlalchemy.engine import make_url
@@ -67,7 +68,8 @@ def _construct(kind: str, name: str, factory: Callable, options: dict) -> Any:
         return factory(**options)
     except (TypeError, ValueError) as e:
         raise SweepError(f"hydra.sweeper.{kind}={{name: {name}, {_fmt(options)}}} is not valid "
-                         f"for Optuna's {factory.__name__}: {e}; fix or remove that option") from None
+                         f"for Optuna's {factory.__name__}: {e}; fix or remove that option"
+                         ) from None
 
 
 def _fmt(options: dict) -> str:

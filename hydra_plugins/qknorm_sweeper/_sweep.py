@@ -1,4 +1,5 @@
-"""The sweep itself (imported lazily by sweeper.py): ask trials, launch their jobs through any Hydra launcher, tell results.
+"""The sweep itself (imported lazily by sweeper.py): ask trials, launch their jobs through any
+Hydra launcher, tell results.
 
 One batch at a time: ask up to n_jobs trials, turn each into one job per replicate
 combination (params + replicate values + optuna.* keys), launch them all, read every job's
@@ -12,9 +13,10 @@ import json
 import logging
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import optuna
 from hydra.core.plugins import Plugins
@@ -251,7 +253,7 @@ class OptunaSweep:
                                         f"{e}") for _ in jobs]
             job_idx += len(overrides)
             for trial in batch:
-                mine = [r for (t, _), r in zip(jobs, results_of) if t is trial]
+                mine = [r for (t, _), r in zip(jobs, results_of, strict=True) if t is trial]
                 self._tell(study, trial, mine, plan)
                 heartbeat.discard(trial._trial_id)
 
@@ -313,7 +315,7 @@ class OptunaSweep:
         else:
             trial.set_user_attr(STATUS_ATTR, "completed")
             study.tell(trial, values)
-            shown = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.objectives, values))
+            shown = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.objectives, values, strict=True))
             log.info("trial %d [%s] COMPLETE: %s (mean of %d)", trial.number, label, shown,
                      len(jobs))
 

@@ -3,6 +3,9 @@
 The keys follow hydra-optuna-sweeper where they mean the same thing, so its users feel at home.
 """
 
+# OmegaConf 2.3 reads typing.Optional/Dict/List in structured configs, not `X | None`.
+# ruff: noqa: UP006, UP007, UP035, UP045
+
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 

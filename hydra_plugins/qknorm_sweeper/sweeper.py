@@ -3,7 +3,7 @@
 (hydra_plugins/qknorm_sweeper/_sweep.py; underscored modules are not scanned)."""
 
 import sys
-from typing import Any, List
+from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -20,7 +20,7 @@ class QknormOptunaSweeper(Sweeper):
               config: DictConfig) -> None:
         self._sweep.setup(hydra_context, task_function, config)
 
-    def sweep(self, arguments: List[str]) -> None:
+    def sweep(self, arguments: list[str]) -> None:
         from hydra_plugins.qknorm_sweeper._errors import SweepError
 
         try:
