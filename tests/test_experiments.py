@@ -45,6 +45,7 @@ def test_paper_grid_is_the_papers_p_values_plus_inf():
 
     from .test_config import CONF
     for preset, folds in (("paper", 10), ("paper_cpu", 5)):
-        params = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())["hydra"]["sweeper"]["params"]
+        preset_yaml = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())
+        params = preset_yaml["hydra"]["sweeper"]["params"]
         assert [float(p) for p in params["norm.p"].split(",")] == P_GRID
         assert params["data.fold"] == f"range(0,{folds})"
