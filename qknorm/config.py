@@ -51,8 +51,8 @@ class NormConfig:
 @dataclass
 class DataConfig:
     path: Optional[str] = None
-    url: str = ""
-    sha256: str = ""
+    url: Optional[str] = None  # null: never download
+    sha256: Optional[str] = None  # null: do not check (a corpus of your own)
     n_folds: int = 10
     fold: int = 9
 

@@ -7,9 +7,12 @@ final.json (atomically) at the end, whatever the end was. `main` is the thin Hyd
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import os
+import pickle
 import sys
 import time
 import traceback
@@ -109,11 +112,12 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
         "git_sha": rundir.git_sha(), "torch_version": torch.__version__, "device": device.type,
         "dtype": cfg.dtype, "threads": torch.get_num_threads(),
     }
-    progress = Progress()
-    start = time.perf_counter()
+    resume = _resume_state(cfg, out_dir) if cfg.train.resume else None  # before any file
+    progress = Progress(**resume["progress"]) if resume else Progress()
+    start = time.perf_counter() - (resume["elapsed_s"] if resume else 0.0)
     status, error = "failed", None
     try:
-        _loop(cfg, model, splits, device, out_dir, progress, on_eval, start)
+        _loop(cfg, model, splits, device, out_dir, progress, on_eval, start, resume)
         status = "completed"
     except RunDiverged as e:
         status, error = "diverged", str(e)
@@ -140,7 +144,8 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
 
 
 def _loop(cfg: Config, model: GPT, splits: Splits, device: torch.device, out_dir: Path,
-          progress: Progress, on_eval: EvalHook | None, start: float) -> None:
+          progress: Progress, on_eval: EvalHook | None, start: float,
+          resume: dict[str, Any] | None = None) -> None:
     t, o = cfg.train, cfg.optimizer
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16"
                 else nullcontext())
@@ -151,20 +156,22 @@ def _loop(cfg: Config, model: GPT, splits: Splits, device: torch.device, out_dir
         "val": fixed_batches(splits.val, t.eval_iters, t.batch_size, device),
     }
     g = torch.Generator().manual_seed(cfg.seed)
+    first_step = _restore(resume, model, optimizer, g, out_dir) if resume else 0
     # First non-finite step, tracked on the device so the loop never waits for the loss.
     bad_step = torch.full((), -1, dtype=torch.long, device=device)
     tokens_per_step = t.batch_size * cfg.model.block_size
 
-    bar = tqdm(total=t.max_iters, disable=None, desc="train", unit="it", dynamic_ncols=True)
+    bar = tqdm(total=t.max_iters, initial=first_step, disable=None, desc="train", unit="it", dynamic_ncols=True)
     tick = time.perf_counter()
-    for step in range(t.max_iters + 1):
+    for step in range(first_step, t.max_iters + 1):
         lr = lr_at(step, o, t.max_iters)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        if step % t.eval_interval == 0 or step == t.max_iters:
+        resumed_here = resume is not None and step == first_step  # evaluated before the kill
+        if (step % t.eval_interval == 0 or step == t.max_iters) and not resumed_here:
             progress.train_time_s += time.perf_counter() - tick
             _evaluate(step, step_model, model, eval_batches, autocast, bad_step, out_dir, progress,
-                      optimizer, cfg, start, on_eval, bar)
+                      optimizer, cfg, start, on_eval, bar, g)
             tick = time.perf_counter()
         if step == t.max_iters:
             break
@@ -184,7 +191,7 @@ def _loop(cfg: Config, model: GPT, splits: Splits, device: torch.device, out_dir
 
 
 def _evaluate(step, step_model, model, eval_batches, autocast, bad_step, out_dir, progress,
-              optimizer, cfg: Config, start, on_eval, bar) -> None:
+              optimizer, cfg: Config, start, on_eval, bar, g) -> None:
     first_bad = int(bad_step.item())
     if first_bad >= 0:
         raise RunDiverged(first_bad, math.nan)
@@ -204,13 +211,72 @@ def _evaluate(step, step_model, model, eval_batches, autocast, bad_step, out_dir
     bar.set_postfix(val=f"{val_loss:.4f}", tok_s=f"{progress.tokens_per_s:.0f}")
     log.info("step %d: train %.4f val %.4f", step, train_loss, val_loss)
     if cfg.train.save_checkpoint:
-        rundir.save_checkpoint(out_dir, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-            "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
-            "best_val_loss": progress.best_val_loss,
-        })
+        _save_checkpoint(out_dir, model, optimizer, g, progress, cfg, start)
     if on_eval is not None:
         on_eval(step, row)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints: everything a killed run needs to continue bitwise where it stopped
+
+# Keys that may differ between a run and its resumption (they do not change what is computed)
+RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "threads", "compile", "name",
+                    "optuna.study_name", "optuna.storage", "optuna.trial")
+
+
+def _save_checkpoint(out_dir: Path, model: GPT, optimizer, g: torch.Generator,
+                     progress: Progress, cfg: Config, start: float) -> None:
+    rundir.save_checkpoint(out_dir, {
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": progress.step,
+        "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
+        "best_val_loss": progress.best_val_loss,
+        "progress": dataclasses.asdict(progress), "elapsed_s": time.perf_counter() - start,
+        "batch_rng": g.get_state(), "torch_rng": torch.get_rng_state(),  # batches, dropout
+    })
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _resume_state(cfg: Config, out_dir: Path) -> dict[str, Any]:
+    """The run dir's checkpoint, checked: it exists, is plain data, and matches this config."""
+    path = out_dir / rundir.CKPT_FILE
+    if not path.exists():
+        raise UserError(f"train.resume=true but there is no checkpoint at {path}; pass the "
+                        "interrupted run's dir as hydra.run.dir=<dir> (it must have run with "
+                        "train.save_checkpoint=true), or drop train.resume")
+    try:
+        state = rundir.load_checkpoint(out_dir)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{path} was not loaded: torch.load(weights_only=True) refused it "
+                        f"({first}); delete it and train from scratch") from e
+    saved, now = _flat(state["config"]), _flat(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    changed = [f"{k}={saved.get(k)!r}->{now.get(k)!r}" for k in sorted(set(saved) | set(now))
+               if k not in RESUME_FREE_KEYS and saved.get(k) != now.get(k)]
+    if changed:
+        raise UserError(f"train.resume=true but the config differs from the checkpoint's "
+                        f"({', '.join(changed)}); resume with the interrupted run's overrides")
+    return state
+
+
+def _restore(state: dict[str, Any], model: GPT, optimizer, g: torch.Generator,
+             out_dir: Path) -> int:
+    """Load the checkpoint into model, optimizer and RNGs; drop metrics rows logged after it."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    g.set_state(state["batch_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    step = int(state["step"])
+    rows = [r for r in rundir.read_metrics(out_dir) if r["step"] <= step]  # no duplicate evals
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    rundir.atomic_write_bytes(out_dir / rundir.METRICS_FILE, text.encode())
+    log.info("resumed from %s at step %d", out_dir / rundir.CKPT_FILE, step)
+    return step
 
 
 def _maybe_compile(model: GPT, enabled: bool) -> torch.nn.Module:
