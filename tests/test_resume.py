@@ -18,16 +18,15 @@ import torch
 
 from qknorm import rundir
 
-# 10 evals of a smoke model; a checkpoint at each. Long enough that a kill after the second
-# checkpoint lands mid-run, short enough for CI.
-RUN = ["experiment=smoke", "threads=1", "train.max_iters=400", "train.eval_interval=40",
+# 10 evals of a smoke model, a checkpoint at each: a kill after the third eval lands mid-run.
+RUN = ["experiment=smoke", "threads=1", "train.max_iters=200", "train.eval_interval=20",
        "train.save_checkpoint=true"]
 
 
 def _kill_after_evals(cwd, run_dir, n_evals: int) -> None:
     """Start the run, wait until n_evals eval rows were written, then kill -9 it.
 
-    The checkpoint of eval k is written before row k+1, so the kill leaves one of step >= 40 * (n_evals - 2).
+    The checkpoint of eval k is written before row k+1, so the kill leaves one of step >= 20 * (n_evals - 2).
     """
     proc = subprocess.Popen([sys.executable, "-m", "qknorm.train", *RUN, f"hydra.run.dir={run_dir}"],
                             cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -49,18 +48,18 @@ def test_killed_run_resumes_to_the_same_val_loss_bitwise(cli):
     _kill_after_evals(cli.cwd, "killed", n_evals=3)
     assert rundir.read_final(cli.cwd / "killed") is None  # really killed mid-run
     ckpt_step = rundir.load_checkpoint(cli.cwd / "killed")["step"]
-    assert 40 <= ckpt_step < 400
+    assert 20 <= ckpt_step < 200
 
     r = cli("-m", "qknorm.train", *RUN, "hydra.run.dir=killed", "train.resume=true")
     assert r.returncode == 0, r.stderr
     assert "resumed from" in (cli.cwd / "killed" / "train.log").read_text()
 
     want, got = rundir.read_metrics(cli.cwd / "ref"), rundir.read_metrics(cli.cwd / "killed")
-    assert [row["step"] for row in got] == list(range(0, 401, 40))  # no duplicated eval rows
+    assert [row["step"] for row in got] == list(range(0, 201, 20))  # no duplicated eval rows
     for key in ("val_loss", "train_loss", "lr", "gamma_mean"):
         assert [row[key] for row in got] == [row[key] for row in want], key  # bitwise
     final_ref, final = rundir.read_final(cli.cwd / "ref"), rundir.read_final(cli.cwd / "killed")
-    assert final["status"] == "completed" and final["steps"] == 400
+    assert final["status"] == "completed" and final["steps"] == 200
     for key in ("val_loss", "best_val_loss", "train_loss", "gamma", "p"):
         assert final[key] == final_ref[key], key
     # progress carried over: tokens_per_s counts every token, not only those after the resume
