@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -50,9 +50,9 @@ class NormConfig:
 
 @dataclass
 class DataConfig:
-    path: Optional[str] = None
-    url: Optional[str] = None  # null: never download
-    sha256: Optional[str] = None  # null: do not check (a corpus of your own)
+    path: str | None = None
+    url: str | None = None  # null: never download
+    sha256: str | None = None  # null: do not check (a corpus of your own)
     n_folds: int = 10
     fold: int = 9
 
@@ -85,9 +85,9 @@ class OptunaTrialConfig:
     With these a job reopens its study and reports val loss at every eval (pruning).
     """
 
-    study_name: Optional[str] = None
-    storage: Optional[str] = None
-    trial: Optional[int] = None
+    study_name: str | None = None
+    storage: str | None = None
+    trial: int | None = None
 
 
 @dataclass
@@ -103,7 +103,7 @@ class Config:
     device: str = "auto"
     dtype: str = "float32"
     compile: bool = False
-    threads: Optional[int] = None
+    threads: int | None = None
 
 
 def register_configs() -> None:
@@ -169,7 +169,8 @@ def validate(config: Config) -> None:
         if isinstance(n.gamma_init, str):
             _choice("norm.gamma_init", n.gamma_init, GAMMA_INITS)
         else:
-            _check(isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init) and n.gamma_init > 0,
+            number = isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init)
+            _check(number and n.gamma_init > 0,
                    f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
                    "or a positive number")
     _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
@@ -178,7 +179,8 @@ def validate(config: Config) -> None:
     _check(0 <= d.fold < d.n_folds,
            f"data.fold={d.fold} is out of range for data.n_folds={d.n_folds}; use 0..{d.n_folds - 1}")
 
-    _check(o.lr > 0 and math.isfinite(o.lr), f"optimizer.lr={o.lr} must be a positive number; use e.g. optimizer.lr=1e-3")
+    _check(o.lr > 0 and math.isfinite(o.lr),
+           f"optimizer.lr={o.lr} must be a positive number; use e.g. optimizer.lr=1e-3")
     _check(0 <= o.min_lr <= o.lr, f"optimizer.min_lr={o.min_lr} must be in [0, optimizer.lr={o.lr}]")
     _check(o.weight_decay >= 0, f"optimizer.weight_decay={o.weight_decay} must be >= 0")
     _check(o.warmup_iters >= 0, f"optimizer.warmup_iters={o.warmup_iters} must be >= 0")

@@ -16,10 +16,11 @@ import pickle
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import hydra
 import torch
@@ -161,7 +162,8 @@ def _loop(cfg: Config, model: GPT, splits: Splits, device: torch.device, out_dir
     bad_step = torch.full((), -1, dtype=torch.long, device=device)
     tokens_per_step = t.batch_size * cfg.model.block_size
 
-    bar = tqdm(total=t.max_iters, initial=first_step, disable=None, desc="train", unit="it", dynamic_ncols=True)
+    bar = tqdm(total=t.max_iters, initial=first_step, disable=None, desc="train", unit="it",
+               dynamic_ncols=True)
     tick = time.perf_counter()
     for step in range(first_step, t.max_iters + 1):
         lr = lr_at(step, o, t.max_iters)
