@@ -2,7 +2,8 @@
 
 `train(cfg, out_dir)` is the loop, nanoGPT-style: LR as a pure function of the step, fixed eval
 batches, forward/backward/clip/step in plain sight. It writes metrics.jsonl at every eval and
-final.json (atomically) at the end, whatever the end was. `main` is the thin Hydra entry point.
+final.json (atomically) at the end, whatever the end was. `task` is the thin Hydra task function;
+`main` wraps Hydra's command line so user mistakes print as one line (README: Failure handling).
 """
 
 from __future__ import annotations
