@@ -8,6 +8,7 @@ under, whatever a later rerun configures, and job configs carry no pruner keys.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -122,12 +123,19 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
             folder.mkdir(exist_ok=True)
     callback = (optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=None)
                 if heartbeat_interval else None)
-    try:
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period, heartbeat_stale_trial_callback=callback)
-    except Exception as e:  # SQLAlchemy/driver errors vary by backend; all mean the same here
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({first}); "
-                         "check the URL, the server and its driver (pip install "
-                         "'qknorm[postgres]' for PostgreSQL)") from None
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period, heartbeat_stale_trial_callback=callback)
+        except Exception as e:  # SQLAlchemy/driver errors vary by backend
+            # Two sweepers started at once on a new database both create its tables; the
+            # slower one sees "already exists". The tables are there now: open it again.
+            if "already exists" in str(e) and attempt < 4:
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({first}); "
+                             "check the URL, the server and its driver (pip install "
+                             "'qknorm[postgres]' for PostgreSQL)") from None
+    raise AssertionError("unreachable")
