@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -47,7 +47,7 @@ class NormConfig:
 
 @dataclass
 class DataConfig:
-    path: Optional[str] = None
+    path: str | None = None
     url: str = ""
     sha256: str = ""
     n_folds: int = 10
@@ -81,9 +81,9 @@ class OptunaTrialConfig:
     With these a job reopens its study and reports val loss at every eval (pruning).
     """
 
-    study_name: Optional[str] = None
-    storage: Optional[str] = None
-    trial: Optional[int] = None
+    study_name: str | None = None
+    storage: str | None = None
+    trial: int | None = None
 
 
 @dataclass
@@ -99,7 +99,7 @@ class Config:
     device: str = "auto"
     dtype: str = "float32"
     compile: bool = False
-    threads: Optional[int] = None
+    threads: int | None = None
 
 
 def register_configs() -> None:
@@ -143,7 +143,8 @@ def validate(config: Config) -> None:
         if isinstance(n.gamma_init, str):
             _choice("norm.gamma_init", n.gamma_init, GAMMA_INITS)
         else:
-            _check(isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init) and n.gamma_init > 0,
+            number = isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init)
+            _check(number and n.gamma_init > 0,
                    f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
                    "or a positive number")
     _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
