@@ -249,62 +249,80 @@ def bench_norm(shape: tuple[int, ...], ps=MICRO_PS, warmup: int = 20, rounds: in
 
 _PHASES = r"""
 import json, sys, time
-t0 = time.perf_counter()
+marks = [(time.perf_counter(), time.process_time())]
 import torch
 from qknorm import train as _train
-t1 = time.perf_counter()
+marks.append((time.perf_counter(), time.process_time()))
 from qknorm.bench import compose
 cfg = compose(sys.argv[1], sys.argv[2:])
-t2 = time.perf_counter()
+marks.append((time.perf_counter(), time.process_time()))
 from qknorm.data import load_splits
 splits = load_splits(cfg.data, cfg.model.block_size)
-t3 = time.perf_counter()
+marks.append((time.perf_counter(), time.process_time()))
 from qknorm.model import GPT
 model = GPT(cfg.model, cfg.norm, len(splits.vocab))
 opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99), "cpu")
-t4 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "compose_s": t2 - t1, "data_s": t3 - t2, "model_s": t4 - t3}))
+marks.append((time.perf_counter(), time.process_time()))
+out = {}
+for i, name in enumerate(("import", "compose", "data", "model")):
+    out[name + "_wall_s"] = marks[i + 1][0] - marks[i][0]
+    out[name + "_cpu_s"] = marks[i + 1][1] - marks[i][1]
+print(json.dumps(out))
 """
+
+
+def _timed_run(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd; (result, wall seconds, CPU seconds of the child: user + system)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return out, wall, cpu
 
 
 def bench_overhead(model: str = "cpu", extra: list[str] = (), threads: int | None = None,
                    repeats: int = 3) -> dict[str, Any]:
-    """What a job pays before its first step, in fresh processes (median of `repeats`).
+    """What a job pays before its first step, in fresh processes (quartiles over `repeats`).
 
-    phases: imports, compose, data load, model build, timed inside the process; process_s: the
-    whole process from the outside (interpreter start included); job_s: a real
-    `python -m qknorm.train model=<model> train.max_iters=0 train.eval_iters=1` from the outside
-    (adds Hydra's run dir and logging, one tiny eval and final.json).
+    Wall and CPU seconds for: each phase inside the process (imports, compose, data load, model
+    build); the whole probe process seen from outside (interpreter start included); and a real
+    `python -m qknorm.train model=<model> train.max_iters=0 train.eval_iters=1` (adds Hydra's run
+    dir and logging, one eval batch pair and final.json). On a loaded machine wall time is
+    inflated by waiting for a core; CPU time is what the job itself costs.
     """
+    import tempfile
+
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(CONF_DIR.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
     thread_args = [f"threads={threads}"] if threads else []
-    phases: dict[str, list[float]] = {}
-    process_s, job_s = [], []
-    import tempfile
+    samples: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        samples.setdefault(key, []).append(value)
+
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", _PHASES, model, *extra], env=env,
-                             capture_output=True, text=True, check=False)
-        process_s.append(time.perf_counter() - start)
-        if out.returncode != 0:
-            raise RuntimeError(f"overhead probe failed: {out.stderr.strip().splitlines()[-1:]}")
-        for key, value in json.loads(out.stdout.strip().splitlines()[-1]).items():
-            phases.setdefault(key, []).append(value)
+        out, wall, cpu = _timed_run([sys.executable, "-c", _PHASES, model, *extra], env=env)
+        phases = json.loads(out.stdout.strip().splitlines()[-1])
+        for key, value in phases.items():
+            add(key, value)
+        for kind in ("wall", "cpu"):
+            add(f"in_process_{kind}_s", sum(v for k, v in phases.items() if k.endswith(f"_{kind}_s")))
+        add("process_wall_s", wall)
+        add("process_cpu_s", cpu)
         with tempfile.TemporaryDirectory() as tmp:
-            start = time.perf_counter()
-            out = subprocess.run(
+            _, wall, cpu = _timed_run(
                 [sys.executable, "-m", "qknorm.train", f"model={model}", "train.max_iters=0",
                  "train.eval_iters=1", f"hydra.run.dir={tmp}/run", *thread_args, *extra],
-                env=env, cwd=tmp, capture_output=True, text=True, check=False)
-            job_s.append(time.perf_counter() - start)
-            if out.returncode != 0:
-                raise RuntimeError(f"overhead job failed: {out.stderr.strip().splitlines()[-1:]}")
-    result = {key: spread(values) for key, values in phases.items()}
-    result["in_process_total_s"] = spread([sum(vals) for vals in zip(*phases.values())])
-    result["process_s"] = spread(process_s)
-    result["job_s"] = spread(job_s)
-    return result
+                env=env, cwd=tmp)
+        add("job_wall_s", wall)
+        add("job_cpu_s", cpu)
+    return {key: spread(values) for key, values in samples.items()}
 
 
 # ---------------------------------------------------------------------------------------------

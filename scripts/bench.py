@@ -34,12 +34,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds over all variants")
     ap.add_argument("--steps", type=int, default=5, help="steps per variant per round")
     ap.add_argument("--micro-reps", type=int, default=50, help="norm calls per variant per round")
+    ap.add_argument("--micro-ps", default=",".join(str(p) for p in bench.MICRO_PS),
+                    help="comma-separated p values for the norm micro-benchmark (inf allowed)")
     ap.add_argument("--no-micro", action="store_true", help="skip the norm micro-benchmark")
     ap.add_argument("--no-overhead", action="store_true", help="skip the per-job overhead probe")
     ap.add_argument("--overhead-repeats", type=int, default=3)
     ap.add_argument("--out", default="outputs/bench.json", help="JSON file to write")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. train.batch_size=24")
     args = ap.parse_args(argv)
+    try:
+        args.micro_ps = [float(p) for p in args.micro_ps.split(",")]
+    except ValueError:
+        ap.error(f"--micro-ps={args.micro_ps!r} must be comma-separated numbers (or inf)")
+    if any(not p >= 1 for p in args.micro_ps):
+        ap.error(f"--micro-ps={args.micro_ps} must all be >= 1 (or inf)")
     for key in ("warmup", "rounds", "steps", "micro_reps", "overhead_repeats"):
         if getattr(args, key) < 1:
             ap.error(f"--{key.replace('_', '-')}={getattr(args, key)} must be >= 1")
@@ -67,7 +75,7 @@ def main(argv: list[str]) -> int:
         c = steps["config"]
         shape = (c["batch_size"], c["n_head"], c["block_size"], c["n_embd"] // c["n_head"])
         result["norm_micro"] = {"shape": list(shape),
-                                "rows": bench.bench_norm(shape, rounds=args.rounds,
+                                "rows": bench.bench_norm(shape, args.micro_ps, rounds=args.rounds,
                                                          reps=args.micro_reps)}
     if not args.no_overhead:
         result["overhead"] = bench.bench_overhead(args.model, args.overrides, args.threads,
@@ -93,8 +101,10 @@ def _print_table(result: dict) -> None:
         print(f"  {name:60s} {r['median']:.3f}  (IQR {r['q1']:.3f}-{r['q3']:.3f})")
     if "overhead" in result:
         o = result["overhead"]
-        print(f"per-job overhead: in-process {o['in_process_total_s']['median']:.2f} s, "
-              f"process {o['process_s']['median']:.2f} s, train job (0 steps) {o['job_s']['median']:.2f} s")
+        print("per-job overhead (median s, wall / CPU): "
+              + ", ".join(f"{k} {o[k + '_wall_s']['median']:.2f} / {o[k + '_cpu_s']['median']:.2f}"
+                          for k in ("import", "compose", "data", "model", "in_process", "process",
+                                    "job")))
 
 
 if __name__ == "__main__":
