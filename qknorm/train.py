@@ -145,6 +145,19 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
     return final
 
 
+def train_step(step_model: torch.nn.Module, model: GPT, optimizer: torch.optim.Optimizer,
+               x: torch.Tensor, y: torch.Tensor, autocast, grad_clip: float) -> torch.Tensor:
+    """One forward/backward/clip/step; returns the loss on the device (no host sync)."""
+    with autocast:
+        _, loss = step_model(x, y)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
 def _loop(cfg: Config, model: GPT, splits: Splits, device: torch.device, out_dir: Path,
           progress: Progress, on_eval: EvalHook | None, start: float,
           resume: dict[str, Any] | None = None) -> None:
@@ -179,13 +192,7 @@ def _loop(cfg: Config, model: GPT, splits: Splits, device: torch.device, out_dir
         if step == t.max_iters:
             break
         x, y = (b.to(device, non_blocking=True) for b in splits.train.sample(t.batch_size, g))
-        with autocast:
-            _, loss = step_model(x, y)
-        loss.backward()
-        if o.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = train_step(step_model, model, optimizer, x, y, autocast, o.grad_clip)
         bad_step = torch.where((bad_step < 0) & ~torch.isfinite(loss.detach()), step, bad_step)
         progress.step = step + 1
         progress.tokens += tokens_per_step
