@@ -130,8 +130,10 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
                 grace_period=grace_period, heartbeat_stale_trial_callback=callback)
         except Exception as e:  # SQLAlchemy/driver errors vary by backend
             # Two sweepers started at once on a new database both create its tables; the
-            # slower one sees "already exists". The tables are there now: open it again.
-            if "already exists" in str(e) and attempt < 4:
+            # slower one sees "already exists" (tables) or a UNIQUE failure (alembic's version
+            # row). The schema is there now: open it again.
+            racing = "already exists" in str(e) or "UNIQUE constraint failed" in str(e)
+            if racing and attempt < 4:
                 time.sleep(0.2 * (attempt + 1))
                 continue
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
