@@ -37,8 +37,8 @@ sweep: install  ## the default p sweep (8-point grid over p incl. inf, 2 jobs in
 	@$(MAKE) --no-print-directory report SWEEP=$$(ls -d outputs/sweeps/p_grid/* | sort | tail -n 1)
 
 report: install  ## results.csv, summary.md and figures for SWEEP=DIR (default: the newest sweep)
-	@test -n "$(SWEEP)" || { echo "no sweep found under outputs/sweeps; pass SWEEP=DIR" >&2; exit 2; }
-	@echo "results of the sweep are in $(SWEEP)"
+	@test -n "$(SWEEP)" || { echo "error: no sweep found under outputs/sweeps; pass SWEEP=DIR" >&2; exit 2; }
+	$(BIN)/python scripts/report.py $(SWEEP)
 
 bench: install  ## speed benchmark (JSON to outputs/bench.json)
 	$(BIN)/python scripts/bench.py --out outputs/bench.json

@@ -69,7 +69,8 @@ def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool]) -> 
 
 def compose(model: str, overrides: list[str]):
     """The typed Config exactly as `python -m qknorm.train model=<model> <overrides>` builds it."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 

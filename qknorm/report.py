@@ -1,0 +1,293 @@
+"""The report of a sweep (DESIGN.md section 7): results.csv, summary.md and report/ figures.
+
+`build_report` validates every input and renders every file in memory; `write_report` then
+writes them one by one atomically. A bad --metric, --by or --baseline therefore fails before
+anything is written, and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from qknorm import plots, results, rundir, stats
+from qknorm.errors import UserError
+
+DEFAULT_METRIC = "best_val_loss"
+TIME_METRIC = "wall_time_s"
+STATUS_MEANING = {
+    "diverged": "loss became non-finite",
+    "pruned": "stopped early by the Optuna pruner",
+    "failed": "raised an error",
+    "incomplete": "no final.json: killed, or still running",
+}
+
+
+@dataclass
+class Options:
+    metric: str = DEFAULT_METRIC
+    baseline: float | None = 2.0
+    by: list[str] = field(default_factory=list)
+    logx: bool = False
+    formats: tuple[str, ...] = ("png", "pdf")
+
+
+@dataclass
+class Report:
+    runs: pd.DataFrame
+    summary: str
+    files: dict[str, bytes]  # path relative to the report root -> contents
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: every check before anything is computed or written
+
+def parse_p(text: str) -> float | None:
+    """'2' -> 2.0, 'inf' -> inf, 'none' -> None (no baseline)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"--baseline {text!r} is not a number; pass a p that was run, e.g. "
+                        "--baseline 2 or --baseline inf, or --baseline none") from None
+    if math.isnan(value):
+        raise UserError("--baseline nan is not a p; pass a p that was run, e.g. --baseline 2")
+    return value
+
+
+def check_columns(runs: pd.DataFrame, metric: str, by: list[str]) -> None:
+    numeric = [c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c])
+               and c not in ("trial",)]
+    if metric not in runs.columns or metric not in numeric:
+        what = "is not a numeric column" if metric in runs.columns else "is not a column"
+        raise UserError(f"--metric {metric} {what} of results.csv; use one of: "
+                        f"{', '.join(numeric)}")
+    for key in by:
+        if key not in runs.columns:
+            swept = results.swept_keys(runs)
+            raise UserError(f"--by {key} is not a column of results.csv; use a key that varies "
+                            f"across the runs: {', '.join(swept) or 'none does'}")
+
+
+def load(root: Path, options: Options) -> results.Collection:
+    """Collect the runs and check the options against them (UserError on any bad value)."""
+    collection = results.collect(root)
+    check_columns(collection.runs, options.metric, options.by)
+    if options.baseline is not None:
+        stats.check_baseline(collection.runs, options.baseline)
+    return collection
+
+
+# ---------------------------------------------------------------------------------------------
+# summary.md
+
+def _num(x: float, digits: int = 4) -> str:
+    if x is None or pd.isna(x):
+        return "-"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}f}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _pval(x: float) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.3g}"
+
+
+def _group_label(row: pd.Series, keys: list[str]) -> list[str]:
+    out = []
+    for key in keys:
+        value = row[key]
+        out.append(stats.format_p(value) if key == "norm.p" else str(value))
+    return out
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _per_group_table(summary: pd.DataFrame, keys: list[str], metric: str) -> str:
+    rows = []
+    for _, r in summary.iterrows():
+        rows.append(_group_label(r, keys) + [
+            str(int(r["n"])), _num(r[f"{metric}_mean"]), _num(r[f"{metric}_std"]),
+            f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}]"])
+    return _table(keys + ["n", "mean", "std", "95% t-interval"], rows)
+
+
+def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
+    rows = []
+    for _, r in paired.iterrows():
+        rows.append(_group_label(r, keys) + [
+            str(int(r["n_pairs"])), _num(r["delta_mean"]),
+            f"[{_num(r['delta_ci_low'])}, {_num(r['delta_ci_high'])}]",
+            _pval(r["t_pvalue"]), _pval(r["wilcoxon_pvalue"]), r["note"] or ""])
+    return _table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "paired t p",
+                          "Wilcoxon p", "note"], rows)
+
+
+def summarize(collection: results.Collection, options: Options) -> str:
+    runs, metric = collection.runs, options.metric
+    keys = stats.group_keys(runs, options.by)
+    n_done = int((runs["status"] == "completed").sum())
+    excluded = stats.excluded(runs)
+    out = [f"# Results: {collection.root.as_posix()}", ""]
+    line = f"{len(runs)} runs, {n_done} completed (only completed runs count in statistics)"
+    if excluded:
+        line += "; excluded: " + ", ".join(f"{n} {s} ({STATUS_MEANING[s]})"
+                                           for s, n in excluded.items())
+    out += [line + ".", ""]
+    for m in dict.fromkeys([metric, TIME_METRIC]):
+        table = stats.group_summary(runs, [m], options.by)
+        out += [f"## {m} per p", "", _per_group_table(table, keys, m) if len(table)
+                else "no completed runs", ""]
+
+    if options.baseline is not None:
+        b = stats.format_p(options.baseline)
+        paired = stats.paired_vs_baseline(runs, metric, options.baseline, options.by)
+        out += [f"## Δ {metric} vs p={b} (group − baseline), paired by (seed, data.fold)", "",
+                "Negative Δ: lower than the baseline. p-values: paired t-test "
+                "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
+                "two-sided.", ""]
+        out += [_delta_table(paired, keys) if len(paired) else
+                "no completed group to compare with the baseline", ""]
+
+    summary = stats.group_summary(runs, [metric], options.by)
+    best = stats.best(summary, metric, options.by)
+    out += [f"## Best (lowest mean {metric})", ""]
+    if not len(best):
+        out += ["no completed runs", ""]
+    for _, r in best.iterrows():
+        label = ", ".join(f"{k}={v}" for k, v in zip(keys, _group_label(r, keys)))
+        out += [f"- {label}: mean {_num(r[f'{metric}_mean'])}, 95% t-interval "
+                f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}], "
+                f"n={int(r['n'])}"]
+    out.append("")
+
+    bad = runs[runs["status"] != "completed"]
+    if len(bad):
+        rows = [[r.run_dir, r.status, str(r.error or "").replace("|", "/")[:120]]
+                for r in bad.itertuples()]
+        out += ["## Excluded runs", "", _table(["run_dir", "status", "error"], rows), ""]
+    if collection.warnings:
+        out += ["## Notes", ""] + [f"- {w}" for w in collection.warnings] + [""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole report
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def figures(collection: results.Collection, options: Options) -> dict[str, object]:
+    runs = collection.runs
+    curves = results.collect_curves(runs, collection.root)
+    figs: dict[str, object] = {
+        "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx),
+        "curves": plots.curves(curves),
+        "time_vs_p": plots.time_vs_p(runs, options.logx),
+        "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),
+    }
+    for name, storage in results.studies_of(runs, collection.root):
+        study = _open_study(name, storage, collection.warnings)
+        if study is None:
+            continue
+        study_figs, notes = plots.optuna_figures(study)
+        collection.warnings.extend(notes)
+        for kind, fig in study_figs.items():
+            figs[f"optuna_{_safe(name)}_{kind}"] = fig
+    return figs
+
+
+def _open_study(name: str, storage: str, notes: list[str]):
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        return None  # results.collect already noted it; never create an empty database
+    import optuna
+
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except Exception as e:  # noted once by results.collect as well; the report goes on
+        notes.append(f"study {name!r}: no Optuna plots ({type(e).__name__}: {e})")
+        return None
+
+
+def build_report(root: Path | str, options: Options | None = None) -> Report:
+    """Everything in memory: validated runs, summary.md text, results.csv and figure bytes."""
+    options = options or Options()
+    collection = load(Path(root), options)
+    files: dict[str, bytes] = {}
+    for name, fig in figures(collection, options).items():
+        for fmt in options.formats:
+            files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
+        plots.close(fig)
+    summary = summarize(collection, options)
+    files = {"results.csv": collection.runs.to_csv(index=False).encode(),
+             "summary.md": summary.encode(), **files}
+    return Report(collection.runs, summary, files)
+
+
+def write_report(root: Path | str, report: Report) -> list[Path]:
+    written = []
+    for rel, data in report.files.items():
+        path = Path(root) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rundir.atomic_write_bytes(path, data)
+        written.append(path)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# command-line plumbing shared by scripts/report.py and scripts/plot_*.py
+
+def arg_parser(description: str, figure: bool = False) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("dir", type=Path, help="a sweep dir (outputs/sweeps/<name>/<stamp>), a "
+                        "run dir, or outputs/ for every run")
+    parser.add_argument("--metric", default=DEFAULT_METRIC,
+                        help="results.csv column to analyse (default: best_val_loss)")
+    parser.add_argument("--baseline", default="2", help="p every other p is compared with, "
+                        "paired by (seed, data.fold); 'none' for no comparison (default: 2)")
+    parser.add_argument("--by", nargs="*", default=[], metavar="KEY",
+                        help="other swept keys to group by, e.g. optimizer.lr")
+    parser.add_argument("--logx", action="store_true", help="log-scale the p axis")
+    if figure:
+        parser.add_argument("--out", type=Path, default=None,
+                            help="output file; its suffix (.png, .pdf, .svg) picks the format")
+    return parser
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    return Options(metric=args.metric, baseline=parse_p(args.baseline), by=list(args.by),
+                   logx=args.logx)
+
+
+def run_cli(main: Callable[[], None]) -> None:
+    """User errors: one line on stderr and exit 2, no traceback."""
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def save_figure(fig, out: Path) -> Path:
+    fmt = out.suffix.lstrip(".").lower()
+    if fmt not in ("png", "pdf", "svg"):
+        raise UserError(f"--out {out}: unknown figure format {out.suffix!r}; end it in .png, "
+                        ".pdf or .svg")
+    data = plots.render(fig, fmt)
+    plots.close(fig)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rundir.atomic_write_bytes(out, data)
+    return out

@@ -1,0 +1,248 @@
+"""Collect run dirs into one DataFrame (DESIGN.md section 7): one row per run, results.csv's rows.
+
+A run dir is any directory holding Hydra's `.hydra/` (single runs, grid multiruns, Optuna jobs).
+Reading is safe while a sweep writes: final.json is written atomically, a torn last line of
+metrics.jsonl is skipped (qknorm.rundir), and a run without a readable final.json is `incomplete`:
+it is listed, never counted (only `completed` runs reach qknorm.stats).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from qknorm import rundir
+from qknorm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+INCOMPLETE = "incomplete"  # no final.json yet: killed, or still running
+ALWAYS = ["norm.kind", "norm.p", "seed", "data.fold"]  # in every table, varying or not
+KINDS_WITHOUT_P = ("none", "rms")  # their config still carries a p; it means nothing there
+# final.json fields in results.csv's order. seed and fold are the config's seed and data.fold
+# (one name per idea); final.json's `p` is the model's p at the end, which differs from norm.p
+# only when it is learned, so it is `p_final` here.
+FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "wall_time_s",
+                "tokens_per_s", "n_params", "p_final", "gamma", "diverged_step", "error",
+                "git_sha", "torch_version", "device", "dtype", "threads"]
+FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
+                "p_final", "gamma", "norm.p"}
+TAIL = ["run_dir", "trial", "trial_state"]
+NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
+
+
+@dataclass
+class Collection:
+    """The runs under one directory, and what could not be read (said in the summary)."""
+
+    root: Path
+    runs: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+
+def to_float(value: Any) -> float:
+    """final.json writes inf/nan as strings and absent values as null: all become floats."""
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """Every directory under root (root included) that holds `.hydra/`, sorted naturally."""
+    found = []
+    # os.walk ignores directories that vanish mid-walk (temp files of a sweep that is writing).
+    for dirpath, dirnames, _ in os.walk(root):
+        if ".hydra" in dirnames:
+            found.append(Path(dirpath))
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "report"]
+    return sorted(found, key=_natural_key)
+
+
+def _natural_key(path: Path) -> list:
+    # job dirs are 0, 1, ..., 10: sort them as numbers, not strings
+    return [int(part) if part.isdigit() else part for part in path.parts]
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def read_config(run_dir: Path) -> dict[str, Any] | None:
+    """The composed config, flattened; None while Hydra has not finished writing it."""
+    path = run_dir / ".hydra" / "config.yaml"
+    try:
+        tree = yaml.safe_load(path.read_text())  # YAML's .inf is float('inf'), as in OmegaConf
+    except (OSError, yaml.YAMLError):
+        return None
+    return _flatten(tree) if isinstance(tree, dict) else None
+
+
+def read_run(run_dir: Path, root: Path) -> dict[str, Any]:
+    """One results row: flattened config, then final.json's fields (or status incomplete)."""
+    row: dict[str, Any] = dict(read_config(run_dir) or {})
+    if row.get("norm.kind") in KINDS_WITHOUT_P:
+        row["norm.p"] = math.nan
+    try:
+        final = rundir.read_final(run_dir)
+    except (OSError, ValueError):  # not ours to write half a file, but never crash on one
+        final = None
+    if final is None or final.get("status") not in rundir.STATUSES:
+        final = {"status": INCOMPLETE}
+    final = dict(final)
+    final["p_final"] = final.pop("p", None)
+    for key in FINAL_FIELDS:
+        value = final.get(key)
+        row[key] = to_float(value) if key in FLOAT_FIELDS else value
+    row["run_dir"] = run_dir.relative_to(root).as_posix() or "."
+    return row
+
+
+def _varying_keys(rows: list[dict[str, Any]], config_keys: list[str]) -> list[str]:
+    def same(a: Any, b: Any) -> bool:
+        both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+        return both_nan or a == b
+
+    varying = []
+    for key in config_keys:
+        values = [row.get(key) for row in rows]
+        if any(not same(v, values[0]) for v in values[1:]):
+            varying.append(key)
+    return varying
+
+
+def collect(root: Path | str) -> Collection:
+    """All runs under root as a DataFrame in results.csv's column order. UserError if none."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"{root} is not a directory; pass a sweep dir (outputs/sweeps/<name>/"
+                        "<stamp>) or outputs/")
+    run_dirs = find_run_dirs(root)
+    if not run_dirs:
+        raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
+                        "dir (outputs/sweeps/<name>/<stamp>) or outputs/")
+    configs = [read_config(d) or {} for d in run_dirs]
+    rows = [read_run(d, root) for d in run_dirs]
+    config_keys = list(dict.fromkeys(k for c in configs for k in c))
+    compared = [k for k in config_keys if k not in ALWAYS and not k.startswith(NOT_COMPARED)]
+    varying = _varying_keys(rows, compared)
+
+    collection = Collection(root, pd.DataFrame())
+    trials = _trials(configs, collection.warnings)
+    for row, (trial, state) in zip(rows, trials):
+        row["trial"], row["trial_state"] = trial, state
+    columns = varying + ALWAYS + FINAL_FIELDS + TAIL
+    df = pd.DataFrame(rows).reindex(columns=columns)
+    df["trial"] = df["trial"].astype("Int64")
+    for key in ("steps", "n_params", "diverged_step", "threads", "seed", "data.fold"):
+        df[key] = pd.to_numeric(df[key], errors="coerce").astype("Int64")
+    for key in FLOAT_FIELDS:
+        df[key] = pd.to_numeric(df[key], errors="coerce").astype(float)
+    collection.runs = df
+    unreadable = sum(1 for c in configs if not c)
+    if unreadable:
+        collection.warnings.append(f"{unreadable} run dir(s) without a readable .hydra/config.yaml "
+                                   "(job starting, or its config was removed): listed as incomplete")
+    return collection
+
+
+def swept_keys(runs: pd.DataFrame) -> list[str]:
+    """The config keys that vary across the runs: results.csv's columns before norm.kind."""
+    columns = list(runs.columns)
+    return columns[: columns.index("norm.kind")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna studies: the trial number comes from the job's config, its state from the study.
+
+def _trials(configs: list[dict[str, Any]], notes: list[str]) -> list[tuple[Any, Any]]:
+    studies: dict[tuple[str, str], Any] = {}
+    out = []
+    for config in configs:
+        name, storage, number = (config.get(f"optuna.{k}") for k in ("study_name", "storage",
+                                                                       "trial"))
+        if name is None or storage is None or number is None:
+            out.append((None, None))
+            continue
+        key = (name, storage)
+        if key not in studies:
+            studies[key] = _load_trial_states(name, storage, notes)
+        out.append((int(number), studies[key].get(int(number)) if studies[key] else None))
+    return out
+
+
+def _load_trial_states(name: str, storage: str, notes: list[str]) -> dict[int, str] | None:
+    """{trial number: state name} of a study, or None (with a note) when it cannot be opened."""
+    if storage.startswith("sqlite:///"):
+        # SQLAlchemy creates a missing SQLite file on connect: check first, never create one.
+        path = Path(storage.removeprefix("sqlite:///"))
+        if not path.exists():
+            notes.append(f"study {name!r}: storage {storage} not found from {Path.cwd()}; trial "
+                         "states are empty (run the report from the directory the sweep ran in)")
+            return None
+    try:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study = optuna.load_study(study_name=name, storage=storage)
+        return {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+    except Exception as e:  # any storage error: the table still stands without trial states
+        notes.append(f"study {name!r} at {storage} could not be opened ({type(e).__name__}: {e}); "
+                     "trial states are empty")
+        return None
+
+
+def studies_of(df: pd.DataFrame, root: Path) -> list[tuple[str, str]]:
+    """(study_name, storage) of every study the runs came from, in first-seen order."""
+    seen: dict[tuple[str, str], None] = {}
+    for run in df.loc[df["trial"].notna(), "run_dir"]:
+        config = read_config(root / run) or {}
+        name, storage = config.get("optuna.study_name"), config.get("optuna.storage")
+        if name and storage:
+            seen[(name, storage)] = None
+    return list(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# curves: metrics.jsonl of every run, long format, for the val-loss-vs-step figure
+
+CURVE_KEYS = ["step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "gamma_mean",
+              "p_mean"]
+
+
+def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
+    """One row per (run, eval): run_dir, norm.kind, norm.p, status and metrics.jsonl's keys."""
+    root = Path(root)
+    frames = []
+    for run in runs.itertuples(index=False):
+        rows = rundir.read_metrics(root / run.run_dir)
+        if not rows:
+            continue
+        frame = pd.DataFrame([{k: to_float(r.get(k)) for k in CURVE_KEYS} for r in rows])
+        frame.insert(0, "run_dir", run.run_dir)
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["run_dir", *CURVE_KEYS, "norm.kind", "norm.p", "status"])
+    curves = pd.concat(frames, ignore_index=True)
+    keys = runs[["run_dir", "norm.kind", "norm.p", "status"]]
+    return curves.merge(keys, on="run_dir", how="left")
