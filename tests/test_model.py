@@ -64,37 +64,35 @@ def test_overfits_one_batch(name):
     assert loss.item() < 0.1
 
 
+def textbook_attention(attn, x: torch.Tensor, logits) -> torch.Tensor:
+    """softmax(logits(q, k)) v with an explicit causal mask, through attn's own projections."""
+    B, T, C = x.shape
+    q, k, v = attn.c_attn(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+    scores = logits(q, k).masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -math.inf)
+    y = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+    return attn.c_proj(y)
+
+
 def test_norm_none_equals_textbook_attention():
-    model = make_model(NORMS["none"]).eval()
-    attn = model.transformer.h[0].attn
+    attn = make_model(NORMS["none"]).eval().transformer.h[0].attn
     x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        got = attn(x)
-        q, k, v = attn.c_attn(x).split(32, dim=2)
-        q, k, v = (t.view(2, 16, 2, 16).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(16)
-        scores = scores.masked_fill(torch.triu(torch.ones(16, 16, dtype=torch.bool), 1), -math.inf)
-        y = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(2, 16, 32)
-        want = attn.c_proj(y)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        want = textbook_attention(attn, x, lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(16))
+        torch.testing.assert_close(attn(x), want, rtol=1e-5, atol=1e-6)
 
 
 def test_lp_attention_equals_gamma_times_normalized_dot_product():
-    norm = NormConfig(kind="lp", p=3.0, gamma_init=5.0)
-    model = make_model(norm).eval()
-    attn = model.transformer.h[0].attn
+    attn = make_model(NormConfig(kind="lp", p=3.0, gamma_init=5.0)).eval().transformer.h[0].attn
     x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        got = attn(x)
-        q, k, v = attn.c_attn(x).split(32, dim=2)
-        q, k, v = (t.view(1, 16, 2, 16).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+
+    def lp_logits(q, k):  # gamma * q_hat . k_hat, no 1/sqrt(d)
         q = q / torch.linalg.vector_norm(q, 3.0, dim=-1, keepdim=True)
         k = k / torch.linalg.vector_norm(k, 3.0, dim=-1, keepdim=True)
-        scores = 5.0 * (q @ k.transpose(-2, -1))  # gamma replaces 1/sqrt(d)
-        scores = scores.masked_fill(torch.triu(torch.ones(16, 16, dtype=torch.bool), 1), -math.inf)
-        y = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(1, 16, 32)
-        want = attn.c_proj(y)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        return 5.0 * (q @ k.transpose(-2, -1))
+
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), textbook_attention(attn, x, lp_logits), rtol=1e-5, atol=1e-6)
 
 
 def test_weight_tying_and_param_count():
