@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
@@ -237,8 +238,8 @@ def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli
                 continue
             try:
                 states = [t.state for t in study_of(cli.cwd, "kill").get_trials()]
-            except KeyError:  # study not created yet
-                continue
+            except (KeyError, sqlalchemy.exc.SQLAlchemyError):
+                continue  # study not created yet, or its schema is being created right now
             if states.count(TrialState.COMPLETE) >= 1 and TrialState.RUNNING in states:
                 break
         else:
