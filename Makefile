@@ -30,12 +30,14 @@ test: install  ## run the test suite
 train: install  ## one training run with defaults (pass ARGS="norm.p=4 ...")
 	$(BIN)/python -m qknorm.train $(ARGS)
 
-sweep: install  ## the default p sweep, then its report
-	$(BIN)/python -m qknorm.train -m norm.p=1,2,3,4,inf name=p_sweep train.max_iters=500 threads=1 hydra/launcher=joblib hydra.launcher.n_jobs=2
-	@$(MAKE) --no-print-directory report SWEEP=$$(ls -d outputs/sweeps/p_sweep/* | sort | tail -n 1)
+# A fresh study per run (named after its sweep dir's time stamp); `search=p_grid` alone resumes.
+sweep: install  ## the default p sweep (8-point grid over p incl. inf, 2 jobs in parallel), then its report
+	$(BIN)/python -m qknorm.train search=p_grid hydra/launcher=parallel train.max_iters=500 \
+		'hydra.sweeper.study_name=p_grid_$${now:%Y-%m-%d_%H-%M-%S}'
+	@$(MAKE) --no-print-directory report SWEEP=$$(ls -d outputs/sweeps/p_grid/* | sort | tail -n 1)
 
-report: install  ## results.csv, summary.md, report/*.png|pdf for SWEEP=DIR (default: newest sweep); prints the table
-	@test -n "$(SWEEP)" || { echo "no sweep found under outputs/sweeps; pass SWEEP=DIR" >&2; exit 2; }
+report: install  ## results.csv, summary.md and figures for SWEEP=DIR (default: the newest sweep)
+	@test -n "$(SWEEP)" || { echo "error: no sweep found under outputs/sweeps; pass SWEEP=DIR" >&2; exit 2; }
 	$(BIN)/python scripts/report.py "$(SWEEP)" $(ARGS)
 
 bench: install  ## speed benchmark (JSON to outputs/bench.json)

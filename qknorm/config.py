@@ -8,14 +8,17 @@ these dataclasses, never a DictConfig.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from qknorm.errors import UserError
+from qknorm.errors import UserError, one_line
 
 NORM_KINDS = ("none", "l2", "lp", "rms")
 GAMMA_INITS = ("qknorm", "sqrt_d", "calibrated")
@@ -47,9 +50,9 @@ class NormConfig:
 
 @dataclass
 class DataConfig:
-    path: Optional[str] = None
-    url: str = ""
-    sha256: str = ""
+    path: str | None = None
+    url: str | None = None  # null: never download
+    sha256: str | None = None  # null: do not check (a corpus of your own)
     n_folds: int = 10
     fold: int = 9
 
@@ -72,6 +75,7 @@ class TrainConfig:
     eval_interval: int = 250
     eval_iters: int = 20
     save_checkpoint: bool = False
+    resume: bool = False  # continue from the run dir's ckpt.pt (same hydra.run.dir)
 
 
 @dataclass
@@ -81,9 +85,9 @@ class OptunaTrialConfig:
     With these a job reopens its study and reports val loss at every eval (pruning).
     """
 
-    study_name: Optional[str] = None
-    storage: Optional[str] = None
-    trial: Optional[int] = None
+    study_name: str | None = None
+    storage: str | None = None
+    trial: int | None = None
 
 
 @dataclass
@@ -99,7 +103,7 @@ class Config:
     device: str = "auto"
     dtype: str = "float32"
     compile: bool = False
-    threads: Optional[int] = None
+    threads: int | None = None
 
 
 def register_configs() -> None:
@@ -108,10 +112,32 @@ def register_configs() -> None:
 
 def to_config(cfg: DictConfig) -> Config:
     """Resolve and convert the composed config once, then check it (raises UserError)."""
-    config = OmegaConf.to_object(cfg)
+    for key in _unknown_keys(cfg):
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        near = difflib.get_close_matches(leaf, [k for k in node if f"{parent}.{k}".lstrip(".") != key], 1)
+        hint = f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
+        raise UserError(f"{key} is not a config key (added with +); {hint}"
+                        "`python -m qknorm.train --cfg job` lists every key and its value")
+    try:
+        config = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:  # e.g. `+model.n_layers=2` slipped past composition
+        raise UserError(one_line(e)) from e
     assert isinstance(config, Config), type(config)
     validate(config)
     return config
+
+
+def _unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """Keys added with `+key=value` that the schema lacks: to_object would silently drop them."""
+    schema = OmegaConf.get_type(node)
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    unknown = [prefix + str(k) for k in node if names is not None and k not in names]
+    for k in node:
+        child = node._get_node(k)
+        if isinstance(child, DictConfig) and not child._is_none():
+            unknown += _unknown_keys(child, f"{prefix}{k}.")
+    return unknown
 
 
 def _check(ok: bool, message: str) -> None:
@@ -143,7 +169,8 @@ def validate(config: Config) -> None:
         if isinstance(n.gamma_init, str):
             _choice("norm.gamma_init", n.gamma_init, GAMMA_INITS)
         else:
-            _check(isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init) and n.gamma_init > 0,
+            number = isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init)
+            _check(number and n.gamma_init > 0,
                    f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
                    "or a positive number")
     _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
@@ -152,7 +179,8 @@ def validate(config: Config) -> None:
     _check(0 <= d.fold < d.n_folds,
            f"data.fold={d.fold} is out of range for data.n_folds={d.n_folds}; use 0..{d.n_folds - 1}")
 
-    _check(o.lr > 0 and math.isfinite(o.lr), f"optimizer.lr={o.lr} must be a positive number")
+    _check(o.lr > 0 and math.isfinite(o.lr),
+           f"optimizer.lr={o.lr} must be a positive number; use e.g. optimizer.lr=1e-3")
     _check(0 <= o.min_lr <= o.lr, f"optimizer.min_lr={o.min_lr} must be in [0, optimizer.lr={o.lr}]")
     _check(o.weight_decay >= 0, f"optimizer.weight_decay={o.weight_decay} must be >= 0")
     _check(o.warmup_iters >= 0, f"optimizer.warmup_iters={o.warmup_iters} must be >= 0")

@@ -1,6 +1,26 @@
-"""Exceptions that end a run, and how the command line reports them."""
+"""Exceptions that end a run, and how the command line reports them.
+
+`one_line(exc)` turns a user mistake (ours, or one Hydra/OmegaConf found while composing the
+config) into the single console line the user sees: the bad value and the fix, no traceback.
+"""
 
 from __future__ import annotations
+
+import difflib
+
+from hydra.errors import (
+    ConfigCompositionException,
+    MissingConfigException,
+    OverrideParseException,
+)
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+    ValidationError,
+)
+
+LIST_KEYS = "`python -m qknorm.train --cfg job` lists every key and its value"
 
 
 class UserError(ValueError):
@@ -16,6 +36,9 @@ class RunDiverged(RuntimeError):
         self.step = step
         self.loss = loss
 
+    def __reduce__(self):  # picklable for launchers that run jobs in other processes (joblib)
+        return type(self), (self.step, self.loss), self.__dict__
+
 
 class RunPruned(RuntimeError):
     """An Optuna pruner stopped the run early; final.json records status `pruned`."""
@@ -23,3 +46,61 @@ class RunPruned(RuntimeError):
     def __init__(self, step: int):
         super().__init__(f"pruned at step {step}")
         self.step = step
+
+    def __reduce__(self):
+        return type(self), (self.step,), self.__dict__
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# OmegaConf's names for the types a value failed to convert to -> what to type instead
+_TYPE_HINTS = {"Float": "a number (or inf)", "Integer": "a whole number",
+               "Boolean": "true or false", "String": "a string"}
+
+
+def _compose_error(e: ConfigCompositionException) -> str:
+    cause = e.__cause__
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # an unknown key
+        key = cause.full_key
+        near = []
+        if cause.parent_node is not None and cause.key is not None:
+            near = difflib.get_close_matches(str(cause.key), [str(k) for k in cause.parent_node], 1)
+        prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        hint = f"did you mean {prefix}{near[0]}? " if near else ""
+        return f"{key} is not a config key; {hint}{LIST_KEYS}"
+    if isinstance(cause, ValidationError):  # a value of the wrong type: norm.p=abc
+        wanted = next((hint for name, hint in _TYPE_HINTS.items()
+                       if f"converted to {name}" in cause.msg), "a value of the right type")
+        return (f"{cause.full_key}={cause.value} is not valid ({_first_line(cause.msg)}); "
+                f"give {cause.full_key} {wanted}")
+    message = str(e)
+    if message.startswith("Ambiguous value for argument"):
+        override = message.split("'")[1]
+        return (f"{override} lists several values; add -m to sweep over them, or quote the "
+                "value to pass one string")
+    parts = [_first_line(message)]
+    if isinstance(cause, OmegaConfBaseException):
+        parts.append(_first_line(str(cause)))
+    return "; ".join(p for p in parts if p) + f"; {LIST_KEYS}"
+
+
+def one_line(e: BaseException) -> str | None:
+    """The console line for a user mistake, or None when e is not one (then it is a bug: trace)."""
+    if isinstance(e, (UserError, RunDiverged)):
+        return str(e)
+    if isinstance(e, MissingConfigException) and e.options and e.missing_cfg_file:
+        group, _, name = e.missing_cfg_file.rpartition("/")
+        return f"{group}={name} is not an option of {group}; pick one of {', '.join(e.options)}"
+    if isinstance(e, MissingConfigException):
+        return _first_line(str(e))
+    if isinstance(e, ConfigCompositionException):
+        return _compose_error(e)
+    if isinstance(e, OverrideParseException):
+        return (f"cannot parse the override: {_first_line(str(e))}; write key=value "
+                "(Hydra's override grammar: hydra.cc/docs/advanced/override_grammar/basic)")
+    if isinstance(e, OmegaConfBaseException):
+        key = getattr(e, "full_key", None)
+        return f"{key}: {_first_line(str(e))}" if key else _first_line(str(e))
+    return None

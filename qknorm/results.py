@@ -237,11 +237,11 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     root = Path(root)
     frames = []
     for run in runs.itertuples(index=False):
-        rows = rundir.read_metrics(root / getattr(run, "run_dir"))
+        rows = rundir.read_metrics(root / run.run_dir)
         if not rows:
             continue
         frame = pd.DataFrame([{k: to_float(r.get(k)) for k in CURVE_KEYS} for r in rows])
-        frame.insert(0, "run_dir", getattr(run, "run_dir"))
+        frame.insert(0, "run_dir", run.run_dir)
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=["run_dir", *CURVE_KEYS, "norm.kind", "norm.p", "status"])

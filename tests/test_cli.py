@@ -7,6 +7,8 @@ import math
 
 from qknorm import rundir
 
+from .conftest import REPO
+
 
 def test_smoke_run_writes_metrics_and_final(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke")
@@ -30,3 +32,24 @@ def test_grid_multirun_writes_one_job_dir_per_p(cli):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
     assert [j.name for j in jobs] == ["0", "1"]
     assert [rundir.read_final(j)["p"] for j in jobs] == [2.0, 4.0]
+
+
+def test_sample_from_a_checkpointed_run(cli):
+    r = cli("-m", "qknorm.train", "experiment=smoke", "train.save_checkpoint=true", "threads=1",
+            "hydra.run.dir=outputs/runs/ckpt")
+    assert r.returncode == 0, r.stderr
+    script = str(REPO / "scripts" / "sample.py")
+    r = cli(script, "outputs/runs/ckpt", "--start", "ROMEO:", "--tokens", "40", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.rstrip("\n")
+    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 40
+    again = cli(script, "outputs/runs/ckpt", "--start", "ROMEO:", "--tokens", "40", "--seed", "3")
+    assert again.stdout == r.stdout  # seeded: the same text twice
+
+
+def test_sample_without_checkpoint_is_one_clear_line(cli):
+    (cli.cwd / "empty").mkdir()
+    r = cli(str(REPO / "scripts" / "sample.py"), "empty")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: no ckpt.pt in empty; train with train.save_checkpoint=true"]

@@ -9,7 +9,8 @@ import pytest
 
 from qknorm import plots, results
 from qknorm.report import Options, build_report, write_report
-from synthetic_runs import BEST, add_runs_without_p, make_sweep
+
+from .synthetic_runs import BEST, add_runs_without_p, make_sweep
 
 FIGURES = ["loss_vs_p", "curves", "time_vs_p", "gamma_vs_p"]
 

@@ -11,8 +11,8 @@ from scipy import stats as sps
 
 from qknorm import results, rundir, stats
 from qknorm.errors import UserError
-from synthetic_runs import BEST, DIVERGED, FOLDS, KILLED, P_VALUES, WALL, config, make_sweep, \
-    write_config
+
+from .synthetic_runs import BEST, DIVERGED, FOLDS, KILLED, P_VALUES, WALL, config, make_sweep, write_config
 
 # Student t 0.975 quantiles: df=2 in closed form, (2a-1)/sqrt(2a(1-a)) at a=0.975; df=3 from a table
 T975 = {2: 0.95 / math.sqrt(2 * 0.975 * 0.025), 3: 3.182446305284}

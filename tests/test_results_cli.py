@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from qknorm import results, rundir, stats
-from synthetic_runs import config, final, make_sweep, write_config, write_curve
 
-from conftest import REPO
+from .conftest import REPO
+from .synthetic_runs import config, final, make_sweep, write_config, write_curve
 
 REPORT = str(REPO / "scripts" / "report.py")
 PLOT = str(REPO / "scripts" / "plot_loss_vs_p.py")

@@ -1,0 +1,113 @@
+"""What a sweep leaves in its sweep dir: optimization_results.yaml and trials.csv."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS
+
+RESULTS_FILE = "optimization_results.yaml"
+TRIALS_FILE = "trials.csv"
+PARAMS_ATTR = "params"  # trial user attr: config key -> value the jobs got (norm.p: inf)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe Python scalars (numpy floats and the like become float)."""
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _entry(trial: FrozenTrial, objectives: Sequence[str]) -> dict[str, Any]:
+    params = trial.user_attrs.get(PARAMS_ATTR, trial.params)
+    return {"trial": trial.number, "params": {k: _plain(v) for k, v in params.items()},
+            "values": {o: _plain(v) for o, v in zip(objectives, trial.values, strict=True)}}
+
+
+def summary(study: optuna.Study, objectives: Sequence[str], n_trials: int,
+            storage_label: str) -> dict[str, Any]:
+    trials = [t for t in study.get_trials(deepcopy=False)
+              if t.user_attrs.get(STATUS_ATTR) != SURPLUS]
+    states = {s.name: sum(t.state == s for t in trials) for s in TrialState if
+              any(t.state == s for t in trials)}
+    out: dict[str, Any] = {
+        "name": "qknorm_optuna", "study_name": study.study_name, "storage": storage_label,
+        "directions": [d.name.lower() for d in study.directions],
+        "objectives": list(objectives), "n_trials": n_trials, "states": states,
+    }
+    # A penalised failure is COMPLETE for Optuna but never the best: keep only real results.
+    done = [t for t in trials if t.state == TrialState.COMPLETE
+            and t.user_attrs.get(STATUS_ATTR) == "completed"]
+    if len(study.directions) == 1:
+        if done:
+            sign = 1 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1
+            best = min(done, key=lambda t: sign * t.value)
+            entry = _entry(best, objectives)
+            out.update(best_trial=best.number, best_params=entry["params"],
+                       best_value=_plain(best.value))
+        else:
+            out.update(best_trial=None, best_params=None, best_value=None)
+    else:
+        pareto = {t.number for t in study.best_trials}
+        out["pareto_front"] = [_entry(t, objectives) for t in done if t.number in pareto]
+    return out
+
+
+def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame:
+    """One row per trial: number, state, status, the config values it ran (norm.p), the
+    objective means and their std over replicates, n and the job dirs."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        if attrs.get(STATUS_ATTR) == SURPLUS:
+            continue
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
+                               "status": attrs.get(STATUS_ATTR, "stale")}
+        row.update(attrs.get(PARAMS_ATTR, {}))
+        # Only completed trials have objective values; Optuna keeps a pruned trial's last
+        # intermediate value and a penalised failure's fail_value, which are not results.
+        done = t.values is not None and attrs.get(STATUS_ATTR) == "completed"
+        values = t.values if done else [math.nan] * len(objectives)
+        std = attrs.get("std")
+        std = std if isinstance(std, list) else [std] * len(objectives)
+        for name, value, s in zip(objectives, values, std, strict=True):
+            row[name] = value
+            row[f"{name}_std"] = s
+        row["n"] = attrs.get("n")
+        row["duration_s"] = t.duration.total_seconds() if t.duration else math.nan
+        row["jobs"] = ";".join(attrs.get("jobs", []))
+        row["error"] = attrs.get("error", "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write(study: optuna.Study, sweep_dir: Path, objectives: Sequence[str], n_trials: int,
+          storage_label: str) -> tuple[Path, Path]:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    results, trials = sweep_dir / RESULTS_FILE, sweep_dir / TRIALS_FILE
+    _atomic_write(results, yaml.safe_dump(summary(study, objectives, n_trials, storage_label),
+                                          sort_keys=False))
+    _atomic_write(trials, trials_frame(study, objectives).to_csv(index=False))
+    return results, trials

@@ -1,0 +1,192 @@
+"""The search space: Hydra sweep grammar -> Optuna distributions, and trial params -> overrides.
+
+A param key written `1/KEY` searches the reciprocal of KEY: the job gets KEY=1/x, and x = 0
+gives KEY=inf. That is how a continuous search over p reaches p = inf (`1/norm.p:
+interval(0, 1)` covers p in [1, inf]).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from hydra_plugins.qknorm_sweeper._errors import SweepError
+
+RECIPROCAL = "1/"
+_PLAIN = re.compile(r"^[A-Za-z0-9_.\-/:+]+$")
+
+
+def format_value(value: Any) -> str:
+    """A value as Hydra's override grammar reads it back (inf stays inf, strings are quoted
+    when they hold characters the grammar would interpret)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)  # inf, -inf, nan
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    if _PLAIN.match(text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # Optuna's param name: the key as written, e.g. norm.p or 1/norm.p
+    key: str  # the config key the job gets, e.g. norm.p
+    distribution: BaseDistribution
+    grid: tuple | None  # the values a grid sampler walks; None for intervals
+
+    @property
+    def reciprocal(self) -> bool:
+        return self.name.startswith(RECIPROCAL)
+
+    def value(self, sampled: Any) -> Any:
+        """What the job's config gets for a sampled value."""
+        if not self.reciprocal:
+            return sampled
+        return math.inf if sampled == 0 else 1.0 / sampled
+
+    def examples(self) -> list[Any]:
+        """Config values to check at composition time: every choice, or both ends."""
+        if self.grid is not None:
+            return [self.value(v) for v in self.grid]
+        d = self.distribution
+        return [self.value(d.low), self.value(d.high)]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: tuple[Param, ...]
+    fixed: tuple[str, ...]  # overrides every job gets (params given as plain values)
+
+    @property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return {p.name: p.distribution for p in self.params}
+
+    @property
+    def grid(self) -> dict[str, tuple] | None:
+        if any(p.grid is None for p in self.params):
+            return None
+        return {p.name: p.grid for p in self.params}
+
+    @property
+    def grid_size(self) -> int | None:
+        grid = self.grid
+        return None if grid is None else math.prod(len(v) for v in grid.values())
+
+    def values(self, trial_params: Mapping[str, Any]) -> dict[str, Any]:
+        """Config key -> value for one trial (1/norm.p=0.25 becomes norm.p=4.0)."""
+        return {p.key: p.value(trial_params[p.name]) for p in self.params}
+
+    def overrides(self, trial_params: Mapping[str, Any]) -> list[str]:
+        return [*self.fixed,
+                *(f"{k}={format_value(v)}" for k, v in self.values(trial_params).items())]
+
+
+def _where(section: str, key: str, text: Any) -> str:
+    return f"hydra.sweeper.{section}.{key}={text}"
+
+
+def parse_param(key: str, text: Any) -> Param | str:
+    """A Param for a sweep expression, or the override string for a fixed value."""
+    reciprocal = key.startswith(RECIPROCAL)
+    bare = key[len(RECIPROCAL):] if reciprocal else key
+    if not bare:
+        raise SweepError(f"hydra.sweeper.params has an empty key {key!r}; name a config key")
+    if not isinstance(text, str):
+        text = format_value(text)
+    try:
+        override = OverridesParser.create().parse_override(f"{bare}={text}")
+    except Exception as e:
+        raise SweepError(f"{_where('params', key, text)} is not Hydra sweep grammar ({e}); "
+                         "use interval(a, b), tag(log, interval(a, b)), range(a, b) or "
+                         "choice(a, b, ...)") from None
+    value = override.value()
+    if not override.is_sweep_override():
+        if reciprocal:
+            raise SweepError(f"{_where('params', key, text)}: a 1/ key needs a sweep; write "
+                             f"{bare}={text} for a fixed value")
+        return f"{bare}={format_value(value)}"
+    distribution, grid = _distribution(key, text, value)
+    if reciprocal:
+        values = grid if grid is not None else (distribution.low, distribution.high)
+        if any(not isinstance(v, (int, float)) or v < 0 for v in values):
+            raise SweepError(f"{_where('params', key, text)}: a reciprocal search needs numbers "
+                             ">= 0 (0 means inf); fix the range")
+    return Param(name=key, key=bare, distribution=distribution, grid=grid)
+
+
+def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tuple | None]:
+    if isinstance(value, IntervalSweep):
+        low, high, tags = value.start, value.end, value.tags
+        if not low < high:
+            raise SweepError(f"{_where('params', key, text)}: low {low:g} must be below "
+                             f"high {high:g}; swap them or widen the interval")
+        log = "log" in tags
+        if log and low <= 0:
+            raise SweepError(f"{_where('params', key, text)}: a log interval needs low > 0; "
+                             "raise low or drop tag(log)")
+        if "int" in tags:
+            return IntDistribution(int(low), int(high), log=log), None
+        return FloatDistribution(float(low), float(high), log=log), None
+    if isinstance(value, RangeSweep):
+        items = [v for v in value.range()]
+        if not items:
+            raise SweepError(f"{_where('params', key, text)} is empty; check start < stop")
+        return CategoricalDistribution(items), tuple(items)
+    if isinstance(value, ChoiceSweep):
+        items = list(value.list)
+        if len(set(map(repr, items))) != len(items):
+            raise SweepError(f"{_where('params', key, text)} repeats a value; list each once")
+        return CategoricalDistribution(items), tuple(items)
+    raise SweepError(f"{_where('params', key, text)}: this sweep is not supported; use "
+                     "interval, tag(log, interval), range or choice")
+
+
+def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tuple[SearchSpace,
+                                                                                  list[str]]:
+    """The space from hydra.sweeper.params plus any sweep on the command line (which wins).
+    Returns the space and the plain command-line overrides every job gets."""
+    entries: dict[str, Any] = dict(params)
+    plain: list[str] = []
+    parser = OverridesParser.create()
+    for arg in cli_arguments:
+        override = parser.parse_override(arg)
+        if override.is_sweep_override():
+            entries[override.key_or_group] = arg.split("=", 1)[1]
+        else:
+            plain.append(arg)
+            # A fixed value on the command line beats a preset's sweep over the same key.
+            entries.pop(override.key_or_group, None)
+    parsed = [parse_param(k, v) for k, v in entries.items()]
+    space = SearchSpace(params=tuple(p for p in parsed if isinstance(p, Param)),
+                        fixed=tuple(p for p in parsed if isinstance(p, str)))
+    return space, plain
+
+
+def replicate_combinations(replicates: Mapping[str, Sequence[Any]]) -> list[list[str]]:
+    """Every combination of the replicate values, as override lists ([[]] for none)."""
+    for key, values in replicates.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise SweepError(f"hydra.sweeper.replicates.{key}={values!r} must be a non-empty "
+                             f"list, e.g. replicates: {{{key}: [0, 1]}}")
+    keys = list(replicates)
+    return [[f"{k}={format_value(v)}" for k, v in zip(keys, combo, strict=True)]
+            for combo in itertools.product(*(replicates[k] for k in keys))]

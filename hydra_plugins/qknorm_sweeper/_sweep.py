@@ -1,0 +1,367 @@
+"""The sweep itself (imported lazily by sweeper.py): ask trials, launch their jobs through any
+Hydra launcher, tell results.
+
+One batch at a time: ask up to n_jobs trials, turn each into one job per replicate
+combination (params + replicate values + optuna.* keys), launch them all, read every job's
+final.json (status and objective fields) and tell COMPLETE / PRUNED / FAIL. Everything the user
+can get wrong is checked before the study is created or touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from optuna.trial import TrialState
+
+from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
+from hydra_plugins.qknorm_sweeper import _results as results
+from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
+from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, Heartbeat, Tally
+from hydra_plugins.qknorm_sweeper._errors import SweepError
+from hydra_plugins.qknorm_sweeper._space import (
+    SearchSpace,
+    format_value,
+    parse_space,
+    replicate_combinations,
+)
+
+log = logging.getLogger(__name__)
+
+FINAL_FILE = "final.json"  # DESIGN.md section 5: what every job writes, however it ended
+DIRECTIONS = ("minimize", "maximize")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+@dataclass
+class JobResult:
+    status: str  # completed | pruned | diverged | failed
+    run_dir: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class Plan:
+    """Everything checked: what a sweep will do, before it touches a study."""
+
+    space: SearchSpace
+    base_overrides: list[str]
+    combinations: list[list[str]]
+    directions: list[str]
+    n_trials: int
+    sampler: optuna.samplers.BaseSampler
+    pruner: optuna.pruners.BasePruner
+    pruner_spec: dict[str, Any]
+    fail_values: list[float] | None
+
+
+class OptunaSweep:
+    """The sweeper's state and logic; QknormOptunaSweeper (sweeper.py) delegates here."""
+
+    def __init__(self, study_name: str, storage: str, direction: Any, objectives: Sequence[str],
+                 n_trials: int | None, n_jobs: int, sampler: Any, pruner: Any, replicates: Any,
+                 max_failure_rate: float, fail_value: Any, heartbeat_interval: int,
+                 grace_period: int | None, params: Any) -> None:
+        self.study_name = study_name
+        self.storage = storage
+        self.direction = _plain(direction)
+        self.objectives = list(_plain(objectives))
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.sampler_spec = dict(_plain(sampler) or {})
+        self.pruner_spec = dict(_plain(pruner) or {"name": "none"})
+        self.replicates = dict(_plain(replicates) or {})
+        self.max_failure_rate = max_failure_rate
+        self.fail_value = _plain(fail_value)
+        self.heartbeat_interval = heartbeat_interval
+        self.grace_period = grace_period
+        self.params = dict(_plain(params) or {})
+
+    def setup(self, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def _plan(self, arguments: list[str]) -> Plan:
+        if not self.objectives:
+            raise SweepError("hydra.sweeper.objectives is empty; name final.json fields, "
+                             "e.g. [best_val_loss]")
+        directions = self.direction if isinstance(self.direction, list) else [self.direction]
+        if len(directions) != len(self.objectives) or any(d not in DIRECTIONS
+                                                          for d in directions):
+            raise SweepError(f"hydra.sweeper.direction={self.direction!r} must give one of "
+                             f"{'/'.join(DIRECTIONS)} per objective {self.objectives}; e.g. "
+                             f"direction: {['minimize'] * len(self.objectives)}")
+        if not 0.0 <= self.max_failure_rate <= 1.0:
+            raise SweepError(f"hydra.sweeper.max_failure_rate={self.max_failure_rate} must be "
+                             "in [0, 1]")
+        if self.n_jobs < 1:
+            raise SweepError(f"hydra.sweeper.n_jobs={self.n_jobs} must be >= 1")
+        if self.heartbeat_interval < 1:
+            raise SweepError(f"hydra.sweeper.heartbeat_interval={self.heartbeat_interval} "
+                             "must be >= 1 second")
+        space, base = parse_space(self.params, arguments)
+        if not space.params:
+            raise SweepError("hydra.sweeper.params has nothing to search; add e.g. "
+                             "norm.p: interval(1.0, 8.0)")
+        combinations = replicate_combinations(self.replicates)
+        pruner = optuna_specs.build_pruner(self.pruner_spec)
+        if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
+            raise SweepError(f"hydra.sweeper.pruner.name={self.pruner_spec.get('name')}: "
+                             "Optuna cannot prune multi-objective studies; use pruner: "
+                             "{name: none}")
+        sampler = optuna_specs.build_sampler(self.sampler_spec, space.grid)
+        n_trials = self._n_trials(space)
+        self._check_keys(space, base, combinations)
+        return Plan(space=space, base_overrides=base, combinations=combinations,
+                    directions=directions, n_trials=n_trials, sampler=sampler, pruner=pruner,
+                    pruner_spec=self.pruner_spec, fail_values=self._fail_values())
+
+    def _n_trials(self, space: SearchSpace) -> int:
+        grid_size = space.grid_size if self.sampler_spec.get("name") == "grid" else None
+        if self.n_trials is None:
+            if grid_size is None:
+                raise SweepError("hydra.sweeper.n_trials=null is only for the grid sampler; "
+                                 "set a number of trials")
+            return grid_size
+        if self.n_trials < 1:
+            raise SweepError(f"hydra.sweeper.n_trials={self.n_trials} must be >= 1")
+        if grid_size is not None and self.n_trials > grid_size:
+            raise SweepError(f"hydra.sweeper.n_trials={self.n_trials} exceeds the grid's "
+                             f"{grid_size} points; set n_trials<={grid_size} or null")
+        return self.n_trials
+
+    def _fail_values(self) -> list[float] | None:
+        if self.fail_value is None:
+            return None
+        values = self.fail_value if isinstance(self.fail_value, list) else [self.fail_value]
+        if len(values) != len(self.objectives) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            raise SweepError(f"hydra.sweeper.fail_value={self.fail_value!r} must be one finite "
+                             f"number per objective {self.objectives}, or null to tell FAIL")
+        return [float(v) for v in values]
+
+    def _check_keys(self, space: SearchSpace, base: list[str],
+                    combinations: list[list[str]]) -> None:
+        """Compose the job config with every param value and replicate value, so a key that is
+        not in the config (or a value of the wrong type) fails now, not in job 37."""
+        job_keys = [f"optuna.study_name={format_value(self.study_name)}",
+                    "optuna.storage=x", "optuna.trial=0"]
+        self._compose(base + job_keys, "the task config",
+                      "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
+        for p in space.params:
+            for value in p.examples():
+                override = f"{p.key}={format_value(value)}"
+                self._compose(base + [override], f"hydra.sweeper.params.{p.name}",
+                              f"{override} does not fit the config; check the key's spelling "
+                              "and type")
+        for fixed in space.fixed:
+            self._compose(base + [fixed], f"hydra.sweeper.params ({fixed})",
+                          "check the key's spelling and type")
+        for key, values in self.replicates.items():
+            for value in values:
+                override = f"{key}={format_value(value)}"
+                self._compose(base + [override], f"hydra.sweeper.replicates.{key}",
+                              f"{override} does not fit the config; check the key's spelling "
+                              "and type")
+
+    def _compose(self, overrides: list[str], where: str, fix: str) -> None:
+        try:
+            self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        except Exception as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            reason = " ".join(lines[:2]) if lines else type(e).__name__
+            raise SweepError(f"{where}: {reason} -- {fix}") from None
+
+    # -- the sweep ------------------------------------------------------------------------
+
+    def sweep(self, arguments: list[str]) -> None:
+        plan = self._plan(list(arguments))
+        url = optuna_specs.absolute_url(self.storage, Path.cwd())
+        storage = optuna_specs.open_storage(url, self.heartbeat_interval, self.grace_period)
+        study = optuna.create_study(study_name=self.study_name, storage=storage,
+                                    sampler=plan.sampler, pruner=plan.pruner,
+                                    directions=plan.directions, load_if_exists=True)
+        have = [d.name.lower() for d in study.directions]
+        if have != plan.directions:
+            raise SweepError(f"study {self.study_name!r} in {self.storage} was created with "
+                             f"direction {have}, not {plan.directions}; use another "
+                             "hydra.sweeper.study_name")
+        log.info("study %s in %s: n_trials=%d, %d job(s) per trial", self.study_name,
+                 self.storage, plan.n_trials, len(plan.combinations))
+        stop_message = None
+        with Heartbeat(storage, self.heartbeat_interval) as heartbeat:
+            stop_message = self._run(study, plan, url, heartbeat)
+        paths = results.write(study, self.sweep_dir, self.objectives, plan.n_trials,
+                              self.storage)
+        tally = Tally.of(study)
+        print(f"study {self.study_name}: {tally.finished}/{plan.n_trials} trials finished "
+              f"({tally.failed} failed)")
+        print(f"optimization results: {paths[0]}")
+        print(f"trials: {paths[1]}")
+        if stop_message:
+            raise SweepError(stop_message, exit_code=1)
+
+    def _run(self, study: optuna.Study, plan: Plan, url: str, heartbeat: Heartbeat) -> str | None:
+        allowed_failures = math.floor(self.max_failure_rate * plan.n_trials)
+        job_idx = 0
+        while True:
+            optuna.storages.fail_stale_trials(study)  # killed sweepers' trials: FAIL + retry
+            tally = Tally.of(study)
+            if tally.failed > allowed_failures:
+                return (f"{tally.failed} trials of study {self.study_name} "
+                        f"failed, more than max_failure_rate={self.max_failure_rate} x "
+                        f"n_trials={plan.n_trials} allows ({allowed_failures}); see the "
+                        "errors in trials.csv, fix their cause or raise "
+                        "hydra.sweeper.max_failure_rate")
+            room = plan.n_trials - tally.finished - tally.running
+            if room <= 0:
+                return None
+            batch = self._ask(study, plan, min(self.n_jobs, room), heartbeat)
+            if not batch:
+                continue
+            jobs = [(trial, combo) for trial in batch for combo in plan.combinations]
+            overrides = [self._job_overrides(trial, combo, plan, url) for trial, combo in jobs]
+            try:
+                returns = self.launcher.launch(overrides, initial_job_idx=job_idx)
+                results_of = [_job_result(r) for r in returns]
+            except Exception as e:  # a broken launcher fails this batch, not the study
+                log.exception("launcher failed")
+                results_of = [JobResult("failed", "?", error=f"launcher: {type(e).__name__}: "
+                                        f"{e}") for _ in jobs]
+            job_idx += len(overrides)
+            for trial in batch:
+                mine = [r for (t, _), r in zip(jobs, results_of, strict=True) if t is trial]
+                self._tell(study, trial, mine, plan)
+                heartbeat.discard(trial._trial_id)
+
+    def _ask(self, study: optuna.Study, plan: Plan, n: int,
+             heartbeat: Heartbeat) -> list[optuna.Trial]:
+        batch = []
+        for _ in range(n):
+            trial = study.ask(plan.space.distributions)
+            heartbeat.add(trial._trial_id)
+            trial.set_user_attr(optuna_specs.PRUNER_ATTR, plan.pruner_spec)
+            trial.set_user_attr(results.PARAMS_ATTR, plan.space.values(trial.params))
+            batch.append(trial)
+        extra = bookkeeping.surplus(study, [t.number for t in batch], plan.n_trials)
+        for trial in [t for t in batch if t.number in extra]:
+            # Another sweeper took the last slots first: give this one up before it runs.
+            trial.set_user_attr(STATUS_ATTR, bookkeeping.SURPLUS)
+            study.tell(trial, state=TrialState.FAIL)
+            heartbeat.discard(trial._trial_id)
+            log.info("trial %d not run: another sweeper filled the study's n_trials=%d",
+                     trial.number, plan.n_trials)
+        return [t for t in batch if t.number not in extra]
+
+    def _job_overrides(self, trial: optuna.Trial, combo: list[str], plan: Plan,
+                       url: str) -> list[str]:
+        rep = "_".join(o.split("=", 1)[1] for o in combo)
+        subdir = f"trial{trial.number}" + (f"_{rep}" if rep else "")
+        return [
+            *plan.base_overrides, *plan.space.overrides(trial.params), *combo,
+            f"optuna.study_name={format_value(self.study_name)}",
+            f"optuna.storage={format_value(url)}", f"optuna.trial={trial.number}",
+            # Named by trial number: unique even when several sweepers share one sweep dir.
+            f"hydra.sweep.subdir={format_value(subdir)}",
+        ]
+
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+              plan: Plan) -> None:
+        trial.set_user_attr("jobs", [j.run_dir for j in jobs])
+        trial.set_user_attr("n", len(jobs))
+        label = " ".join(plan.space.overrides(trial.params)[len(plan.space.fixed):])
+        bad = [j for j in jobs if j.status not in ("completed", "pruned")]
+        values, error = None, ""
+        if not bad and not any(j.status == "pruned" for j in jobs):
+            values, error = _mean_values(jobs, self.objectives, trial)
+        if bad or error:
+            error = error or f"job {bad[0].status} ({bad[0].run_dir}): {bad[0].error}"
+            trial.set_user_attr(STATUS_ATTR, "failed")
+            trial.set_user_attr("error", error)
+            if plan.fail_values is not None:
+                study.tell(trial, plan.fail_values)
+                log.warning("trial %d [%s] FAILED, told fail_value %s: %s", trial.number, label,
+                            plan.fail_values, error)
+            else:
+                study.tell(trial, state=TrialState.FAIL)
+                log.warning("trial %d [%s] FAILED: %s", trial.number, label, error)
+        elif values is None:
+            trial.set_user_attr(STATUS_ATTR, "pruned")
+            study.tell(trial, state=TrialState.PRUNED)
+            log.info("trial %d [%s] PRUNED", trial.number, label)
+        else:
+            trial.set_user_attr(STATUS_ATTR, "completed")
+            study.tell(trial, values)
+            shown = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.objectives, values, strict=True))
+            log.info("trial %d [%s] COMPLETE: %s (mean of %d)", trial.number, label, shown,
+                     len(jobs))
+
+
+def _mean_values(jobs: list[JobResult], objectives: list[str],
+                 trial: optuna.Trial) -> tuple[list[float] | None, str]:
+    """Mean of each objective over the replicate jobs; mean/std/n go into user attrs."""
+    means, stds = [], []
+    for name in objectives:
+        try:
+            xs = [float(j.fields[name]) for j in jobs]
+        except (KeyError, TypeError, ValueError):
+            return None, (f"final.json of {jobs[0].run_dir} has no number {name!r}; "
+                          "hydra.sweeper.objectives must name final.json fields")
+        if not all(math.isfinite(x) for x in xs):
+            return None, f"{name} is not finite in {[j.run_dir for j in jobs]}"
+        means.append(statistics.fmean(xs))
+        stds.append(statistics.stdev(xs) if len(xs) > 1 else 0.0)
+    single = len(objectives) == 1
+    trial.set_user_attr("mean", means[0] if single else means)
+    trial.set_user_attr("std", stds[0] if single else stds)  # sample std (n - 1)
+    return means, ""
+
+
+def _job_result(ret: JobReturn) -> JobResult:
+    """A job's outcome from its final.json; a job that wrote none failed before training, and
+    a task that writes none but returns a number (not qknorm.train) is scored on that."""
+    run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else "?"
+    path = Path(run_dir) / FINAL_FILE
+    if path.exists():
+        try:
+            final = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            return JobResult("failed", run_dir, error=f"unreadable {path}: {e}")
+        error = final.get("error", "")
+        if ret.status == JobStatus.FAILED and not error:
+            error = _exception_line(ret)
+        return JobResult(final.get("status", "failed"), run_dir, final, error)
+    if ret.status == JobStatus.COMPLETED:
+        value = ret._return_value
+        if isinstance(value, (int, float)):
+            return JobResult("completed", run_dir, {"best_val_loss": value, "value": value})
+        return JobResult("failed", run_dir, error=f"no {FINAL_FILE} and no number returned")
+    return JobResult("failed", run_dir, error=_exception_line(ret))
+
+
+def _exception_line(ret: JobReturn) -> str:
+    e = ret._return_value
+    return f"{type(e).__name__}: {e}" if isinstance(e, BaseException) else "job failed"

@@ -1,0 +1,339 @@
+"""Speed measurements: training-step time per variant, the norm alone per p, per-job overhead.
+
+Step times of all variants are measured in one process, interleaved (A B C A B C ...) after a
+warm-up, so that load from other processes falls on every variant alike; each round gives one
+time per variant, and ratios are taken per round (variant / reference in the same round) before
+their median. `scripts/bench.py` is the command line; everything here returns plain dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from qknorm.errors import UserError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+# name -> (Hydra overrides, force the general Lp path). l2 is Lp at p=2 with its rsqrt fast path;
+# lp_p2_general is the same maths through max-scaling and pow, to show what the fast path buys.
+NORMS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "none": (("norm=none",), False),
+    "l2": (("norm=l2",), False),
+    "lp_p1": (("norm=lp", "norm.p=1"), False),
+    "lp_p2_general": (("norm=lp", "norm.p=2"), True),
+    "lp_p3.5": (("norm=lp", "norm.p=3.5"), False),
+    "lp_p4": (("norm=lp", "norm.p=4"), False),
+    "lp_pinf": (("norm=lp", "norm.p=inf"), False),
+    "rms": (("norm=rms",), False),
+}
+DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
+MICRO_PS = (1.0, 2.0, 3.0, 3.5, 4.0, 8.0, math.inf)
+
+# (numerator, denominator) pairs of norm names, per dtype and mode, reported as step-time ratios.
+NORM_RATIOS = (("lp_p4", "l2"), ("lp_pinf", "l2"), ("l2", "none"), ("lp_p4", "lp_p2_general"),
+               ("lp_p2_general", "l2"), ("lp_p1", "l2"), ("lp_p3.5", "l2"), ("rms", "none"))
+
+
+@dataclass(frozen=True)
+class Variant:
+    norm: str
+    dtype: str = "float32"
+    compile: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.norm}-{DTYPES[self.dtype]}-{'compiled' if self.compile else 'eager'}"
+
+
+def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool]) -> list[Variant]:
+    for n in norms:
+        if n not in NORMS:
+            raise UserError(f"unknown norm variant {n!r}; pick from {', '.join(NORMS)}")
+    for d in dtypes:
+        if d not in DTYPES:
+            raise UserError(f"unknown dtype {d!r}; pick from {', '.join(DTYPES)}")
+    return [Variant(n, d, c) for c in compile_modes for d in dtypes for n in norms]
+
+
+def compose(model: str, overrides: list[str]):
+    """The typed Config exactly as `python -m qknorm.train model=<model> <overrides>` builds it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from qknorm.config import register_configs, to_config
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return to_config(hydra_compose("config", overrides=[f"model={model}", *overrides]))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UserError(f"cannot compose model={model} {' '.join(overrides)}: "
+                        f"{str(e).splitlines()[0]}") from e
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles and IQR (the spread we quote), plus n."""
+    if len(values) < 2:
+        v = values[0] if values else math.nan
+        return {"median": v, "q1": v, "q3": v, "iqr": 0.0, "n": len(values)}
+    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return {"median": med, "q1": q1, "q3": q3, "iqr": q3 - q1, "n": len(values)}
+
+
+# ---------------------------------------------------------------------------------------------
+# training-step benchmark
+
+
+class _Runner:
+    """One variant's model, optimizer and batches, stepping exactly as qknorm.train's loop does."""
+
+    def __init__(self, variant: Variant, model: str, extra: list[str], splits_cache: dict):
+        from qknorm.data import load_splits
+        from qknorm.model import GPT
+        from qknorm.train import _maybe_compile, resolve_device
+
+        overrides, general = NORMS[variant.norm]
+        cfg = compose(model, [*overrides, f"dtype={variant.dtype}", *extra])
+        self.cfg, self.variant = cfg, variant
+        self.device = resolve_device(cfg.device)
+        key = (cfg.data.fold, cfg.model.block_size)
+        if key not in splits_cache:
+            splits_cache[key] = load_splits(cfg.data, cfg.model.block_size)
+        self.splits = splits_cache[key]
+        torch.manual_seed(cfg.seed)
+        self.model = GPT(cfg.model, cfg.norm, len(self.splits.vocab)).to(self.device)
+        for norm in self.model.lp_norms():
+            norm._general_path = general
+        o = cfg.optimizer
+        self.optimizer = self.model.configure_optimizer(o.lr, o.weight_decay, (o.beta1, o.beta2),
+                                                        self.device.type)
+        self.step_model = _maybe_compile(self.model, variant.compile)
+        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16)
+                         if cfg.dtype == "bfloat16" else nullcontext())
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.tokens_per_step = cfg.train.batch_size * cfg.model.block_size
+
+    def steps(self, n: int) -> float:
+        """Run n training steps; seconds per step (synchronized at the end only)."""
+        from qknorm.train import lr_at, train_step
+
+        o, t = self.cfg.optimizer, self.cfg.train
+        start = time.perf_counter()
+        for _ in range(n):
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr_at(t.max_iters // 2, o, t.max_iters)
+            x, y = (b.to(self.device, non_blocking=True)
+                    for b in self.splits.train.sample(t.batch_size, self.generator))
+            loss = train_step(self.step_model, self.model, self.optimizer, x, y, self.autocast,
+                              o.grad_clip)
+        loss.item()  # wait for the device once, after the n steps
+        return (time.perf_counter() - start) / n
+
+
+def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str] = (),
+                warmup: int = 10, rounds: int = 15, steps: int = 5) -> dict[str, Any]:
+    """Interleaved step times for every variant; per-variant medians and per-round ratios."""
+    splits_cache: dict = {}
+    runners, compile_s = [], {}
+    for v in variant_list:
+        t0 = time.perf_counter()
+        runner = _Runner(v, model, list(extra), splits_cache)
+        runner.steps(max(1, warmup))  # compiles here when compile=true
+        compile_s[v.name] = time.perf_counter() - t0
+        runners.append(runner)
+    times: dict[str, list[float]] = {v.name: [] for v in variant_list}
+    for _ in range(rounds):
+        for runner in runners:
+            times[runner.variant.name].append(runner.steps(steps))
+    cfg = runners[0].cfg
+    rows = []
+    for runner in runners:
+        v, ts = runner.variant, times[runner.variant.name]
+        rows.append({
+            "name": v.name, "norm": v.norm, "dtype": v.dtype, "compile": v.compile,
+            "general_lp_path": NORMS[v.norm][1],
+            "step_ms": spread([1e3 * t for t in ts]),
+            "tokens_per_s": spread([runner.tokens_per_step / t for t in ts]),
+            "setup_s": compile_s[v.name],
+        })
+    return {
+        "config": {"model": model, "overrides": list(extra), "n_layer": cfg.model.n_layer,
+                   "n_head": cfg.model.n_head, "n_embd": cfg.model.n_embd,
+                   "block_size": cfg.model.block_size, "batch_size": cfg.train.batch_size,
+                   "device": runners[0].device.type},
+        "warmup_steps": warmup, "rounds": rounds, "steps_per_round": steps,
+        "variants": rows, "ratios": _ratios(variant_list, times),
+    }
+
+
+def _ratios(variant_list: list[Variant], times: dict[str, list[float]]) -> dict[str, dict]:
+    """Step-time ratios taken round by round (same moment, same load), then summarized."""
+    by_name = {v.name: v for v in variant_list}
+    pairs = []
+    for v in variant_list:
+        for num, den in NORM_RATIOS:
+            if v.norm == num:
+                pairs.append((v, Variant(den, v.dtype, v.compile)))
+        if v.dtype == "bfloat16":
+            pairs.append((v, Variant(v.norm, "float32", v.compile)))
+        if v.compile:
+            pairs.append((v, Variant(v.norm, v.dtype, False)))
+    out = {}
+    for a, b in pairs:
+        if b.name in by_name:
+            out[f"{a.name} / {b.name}"] = spread([x / y for x, y in zip(times[a.name], times[b.name])])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the norm alone
+
+
+def bench_norm(shape: tuple[int, ...], ps=MICRO_PS, warmup: int = 20, rounds: int = 15,
+               reps: int = 50) -> list[dict[str, Any]]:
+    """Forward + backward of lp_normalize on q and k of `shape` (B, nh, T, hs), per p, interleaved.
+
+    Every p also runs through the general path (max-scaling and pow, no fast path), so the table
+    shows what each fast path buys. Times are per (q, k) pair, in microseconds.
+    """
+    from qknorm.norms import _lp_normalize_general, lp_normalize
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(shape, generator=g, requires_grad=True)
+    k = torch.randn(shape, generator=g, requires_grad=True)
+    grad = torch.randn(shape, generator=g)
+
+    def timer(fn, p):
+        def run(n):
+            start = time.perf_counter()
+            for _ in range(n):
+                out_q, out_k = fn(q, p) * 3.0, fn(k, p)
+                torch.autograd.backward((out_q, out_k), (grad, grad))
+            return (time.perf_counter() - start) / n
+        return run
+
+    cases = [(p, "fast", timer(lp_normalize, p)) for p in ps]
+    cases += [(p, "general", timer(_lp_normalize_general, p)) for p in ps]
+    for _, _, run in cases:
+        run(warmup)
+    times = {(p, path): [] for p, path, _ in cases}
+    for _ in range(rounds):
+        for p, path, run in cases:
+            times[(p, path)].append(run(reps))
+    ref = times[(2.0, "fast")] if (2.0, "fast") in times else None
+    rows = []
+    for p, path, _ in cases:
+        ts = times[(p, path)]
+        row = {"p": "inf" if math.isinf(p) else p, "path": path, "us": spread([1e6 * t for t in ts])}
+        if ref is not None:
+            row["ratio_vs_p2_fast"] = spread([a / b for a, b in zip(ts, ref)])
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# per-job overhead
+
+_PHASES = r"""
+import json, sys, time
+marks = [(time.perf_counter(), time.process_time())]
+import torch
+from qknorm import train as _train
+marks.append((time.perf_counter(), time.process_time()))
+from qknorm.bench import compose
+cfg = compose(sys.argv[1], sys.argv[2:])
+marks.append((time.perf_counter(), time.process_time()))
+from qknorm.data import load_splits
+splits = load_splits(cfg.data, cfg.model.block_size)
+marks.append((time.perf_counter(), time.process_time()))
+from qknorm.model import GPT
+model = GPT(cfg.model, cfg.norm, len(splits.vocab))
+opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99), "cpu")
+marks.append((time.perf_counter(), time.process_time()))
+out = {}
+for i, name in enumerate(("import", "compose", "data", "model")):
+    out[name + "_wall_s"] = marks[i + 1][0] - marks[i][0]
+    out[name + "_cpu_s"] = marks[i + 1][1] - marks[i][1]
+print(json.dumps(out))
+"""
+
+
+def _timed_run(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd; (result, wall seconds, CPU seconds of the child: user + system)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return out, wall, cpu
+
+
+def bench_overhead(model: str = "cpu", extra: list[str] = (), threads: int | None = None,
+                   repeats: int = 3) -> dict[str, Any]:
+    """What a job pays before its first step, in fresh processes (quartiles over `repeats`).
+
+    Wall and CPU seconds for: each phase inside the process (imports, compose, data load, model
+    build); the whole probe process seen from outside (interpreter start included); and a real
+    `python -m qknorm.train model=<model> train.max_iters=0 train.eval_iters=1` (adds Hydra's run
+    dir and logging, one eval batch pair and final.json). On a loaded machine wall time is
+    inflated by waiting for a core; CPU time is what the job itself costs.
+    """
+    import tempfile
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(CONF_DIR.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    thread_args = [f"threads={threads}"] if threads else []
+    samples: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        samples.setdefault(key, []).append(value)
+
+    for _ in range(repeats):
+        out, wall, cpu = _timed_run([sys.executable, "-c", _PHASES, model, *extra], env=env)
+        phases = json.loads(out.stdout.strip().splitlines()[-1])
+        for key, value in phases.items():
+            add(key, value)
+        for kind in ("wall", "cpu"):
+            add(f"in_process_{kind}_s", sum(v for k, v in phases.items() if k.endswith(f"_{kind}_s")))
+        add("process_wall_s", wall)
+        add("process_cpu_s", cpu)
+        with tempfile.TemporaryDirectory() as tmp:
+            _, wall, cpu = _timed_run(
+                [sys.executable, "-m", "qknorm.train", f"model={model}", "train.max_iters=0",
+                 "train.eval_iters=1", f"hydra.run.dir={tmp}/run", *thread_args, *extra],
+                env=env, cwd=tmp)
+        add("job_wall_s", wall)
+        add("job_cpu_s", cpu)
+    return {key: spread(values) for key, values in samples.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def environment(threads: int) -> dict[str, Any]:
+    return {
+        "torch_version": torch.__version__, "python": sys.version.split()[0],
+        "threads": threads, "cpu_count": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }

@@ -1,0 +1,115 @@
+"""Speed benchmark: step time and tokens/s per variant (interleaved), the norm alone, job overhead.
+
+    python scripts/bench.py --model cpu --threads 2 --out docs/bench_cpu.json
+    python scripts/bench.py --model cpu --compile --norms none,l2,lp_p4 --out docs/bench_compile.json
+
+Writes one JSON file (see qknorm/bench.py for what each number means) and prints a short table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+
+from qknorm import bench  # noqa: E402
+from qknorm.errors import UserError  # noqa: E402
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="cpu", help="model config group: tiny | cpu | paper")
+    ap.add_argument("--norms", default=",".join(bench.NORMS),
+                    help=f"comma-separated, from: {', '.join(bench.NORMS)}")
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated: float32,bfloat16")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile'd variants (about a minute of compiling each)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--warmup", type=int, default=10, help="steps per variant before timing")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds over all variants")
+    ap.add_argument("--steps", type=int, default=5, help="steps per variant per round")
+    ap.add_argument("--micro-reps", type=int, default=50, help="norm calls per variant per round")
+    ap.add_argument("--micro-ps", default=",".join(str(p) for p in bench.MICRO_PS),
+                    help="comma-separated p values for the norm micro-benchmark (inf allowed)")
+    ap.add_argument("--no-micro", action="store_true", help="skip the norm micro-benchmark")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the per-job overhead probe")
+    ap.add_argument("--overhead-repeats", type=int, default=3)
+    ap.add_argument("--out", default="outputs/bench.json", help="JSON file to write")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. train.batch_size=24")
+    args = ap.parse_args(argv)
+    try:
+        args.micro_ps = [float(p) for p in args.micro_ps.split(",")]
+    except ValueError:
+        ap.error(f"--micro-ps={args.micro_ps!r} must be comma-separated numbers (or inf)")
+    if any(not p >= 1 for p in args.micro_ps):
+        ap.error(f"--micro-ps={args.micro_ps} must all be >= 1 (or inf)")
+    for key in ("warmup", "rounds", "steps", "micro_reps", "overhead_repeats"):
+        if getattr(args, key) < 1:
+            ap.error(f"--{key.replace('_', '-')}={getattr(args, key)} must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads={args.threads} must be >= 1")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    import torch
+
+    variant_list = bench.variants(args.norms.split(","), args.dtypes.split(","),
+                                  [False, True] if args.compile else [False])
+    result = {"command": "python scripts/bench.py " + shlex.join(argv),
+              "environment": bench.environment(torch.get_num_threads())}
+    steps = bench.bench_steps(variant_list, args.model, args.overrides, warmup=args.warmup,
+                              rounds=args.rounds, steps=args.steps)
+    result.update(steps)
+    if not args.no_micro:
+        c = steps["config"]
+        shape = (c["batch_size"], c["n_head"], c["block_size"], c["n_embd"] // c["n_head"])
+        result["norm_micro"] = {"shape": list(shape),
+                                "rows": bench.bench_norm(shape, args.micro_ps, rounds=args.rounds,
+                                                         reps=args.micro_reps)}
+    if not args.no_overhead:
+        result["overhead"] = bench.bench_overhead(args.model, args.overrides, args.threads,
+                                                  repeats=args.overhead_repeats)
+    result["environment"]["load_avg_1m_end"] = os.getloadavg()[0]
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, out)
+    _print_table(result)
+    print(f"wrote {out}")
+    return 0
+
+
+def _print_table(result: dict) -> None:
+    print(f"{'variant':32s} {'ms/step':>9s} {'IQR':>7s} {'tokens/s':>9s}")
+    for row in result["variants"]:
+        s, t = row["step_ms"], row["tokens_per_s"]
+        print(f"{row['name']:32s} {s['median']:9.1f} {s['iqr']:7.1f} {t['median']:9.0f}")
+    for name, r in result["ratios"].items():
+        print(f"  {name:60s} {r['median']:.3f}  (IQR {r['q1']:.3f}-{r['q3']:.3f})")
+    if "overhead" in result:
+        o = result["overhead"]
+        print("per-job overhead (median s, wall / CPU): "
+              + ", ".join(f"{k} {o[k + '_wall_s']['median']:.2f} / {o[k + '_cpu_s']['median']:.2f}"
+                          for k in ("import", "compose", "data", "model", "in_process", "process",
+                                    "job")))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

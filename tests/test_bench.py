@@ -1,0 +1,108 @@
+"""scripts/bench.py through its command line on the tiny model: the JSON's schema, not its speed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from qknorm import bench
+from qknorm.norms import _lp_normalize_general, lp_normalize
+
+REPO = Path(__file__).resolve().parents[1]
+SPREAD_KEYS = {"median", "q1", "q3", "iqr", "n"}
+
+
+def _check_spread(s: dict, n: int) -> None:
+    assert set(s) == SPREAD_KEYS
+    assert s["n"] == n
+    assert s["q1"] <= s["median"] <= s["q3"]
+    assert s["iqr"] == pytest.approx(s["q3"] - s["q1"])
+
+
+def test_bench_cli_writes_json_with_every_section(cli):
+    out = cli.cwd / "b.json"
+    r = cli(str(REPO / "scripts" / "bench.py"), "--model", "tiny", "--threads", "1",
+            "--norms", "none,lp_p4,lp_p2_general", "--dtypes", "float32",
+            "--warmup", "1", "--rounds", "3", "--steps", "1", "--micro-reps", "1",
+            "--micro-ps", "2,inf",
+            "--overhead-repeats", "1", "--out", str(out), "train.batch_size=4", timeout=900)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["command"].startswith("python scripts/bench.py --model tiny")
+    assert d["environment"]["threads"] == 1
+    assert d["config"] == {"model": "tiny", "overrides": ["train.batch_size=4"], "n_layer": 1,
+                           "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 4,
+                           "device": d["config"]["device"]}
+    assert (d["rounds"], d["steps_per_round"], d["warmup_steps"]) == (3, 1, 1)
+
+    names = [v["name"] for v in d["variants"]]
+    assert names == ["none-fp32-eager", "lp_p4-fp32-eager", "lp_p2_general-fp32-eager"]
+    for v in d["variants"]:
+        _check_spread(v["step_ms"], 3)
+        _check_spread(v["tokens_per_s"], 3)
+        # tokens/s and ms/step describe the same rounds (4 x 32 tokens per step); with 3 rounds
+        # the median is one round's value
+        assert v["tokens_per_s"]["median"] == pytest.approx(4 * 32 / (v["step_ms"]["median"] / 1e3))
+        assert v["general_lp_path"] == (v["norm"] == "lp_p2_general")
+
+    ratios = d["ratios"]
+    # the pairs whose both sides were measured, no others
+    assert set(ratios) == {"lp_p4-fp32-eager / lp_p2_general-fp32-eager"}
+    _check_spread(ratios["lp_p4-fp32-eager / lp_p2_general-fp32-eager"], 3)
+
+    micro = d["norm_micro"]
+    assert micro["shape"] == [4, 2, 32, 16]
+    assert [(row["p"], row["path"]) for row in micro["rows"]] == [
+        (2.0, "fast"), ("inf", "fast"), (2.0, "general"), ("inf", "general")]
+    p2 = next(r for r in micro["rows"] if r["p"] == 2.0 and r["path"] == "fast")
+    assert p2["ratio_vs_p2_fast"]["median"] == 1.0
+
+    for phase in ("import", "compose", "data", "model", "in_process", "process", "job"):
+        for kind in ("wall", "cpu"):
+            _check_spread(d["overhead"][f"{phase}_{kind}_s"], 1)
+            assert d["overhead"][f"{phase}_{kind}_s"]["median"] >= 0
+
+
+def test_bench_cli_rejects_unknown_variant(cli):
+    r = cli(str(REPO / "scripts" / "bench.py"), "--model", "tiny", "--norms", "l3",
+            "--out", str(cli.cwd / "b.json"))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: unknown norm variant 'l3'; pick from " + ", ".join(bench.NORMS)]
+    assert not (cli.cwd / "b.json").exists()
+
+
+def test_ratios_are_taken_round_by_round():
+    vs = bench.variants(["none", "l2", "lp_p4"], ["float32", "bfloat16"], [False])
+    times = {v.name: [1.0, 2.0, 4.0] for v in vs}
+    times["l2-fp32-eager"] = [1.0, 4.0, 2.0]  # slow in round 2, fast in round 3
+    times["lp_p4-bf16-eager"] = [0.5, 1.0, 2.0]
+    r = bench._ratios(vs, times)
+    assert set(r) == {
+        "l2-fp32-eager / none-fp32-eager", "l2-bf16-eager / none-bf16-eager",
+        "lp_p4-fp32-eager / l2-fp32-eager", "lp_p4-bf16-eager / l2-bf16-eager",
+        "none-bf16-eager / none-fp32-eager", "l2-bf16-eager / l2-fp32-eager",
+        "lp_p4-bf16-eager / lp_p4-fp32-eager"}
+    # per round 1/1, 4/2, 2/4 -> median 1.0 (a ratio of medians would say 2/2 = 1.0 by luck only)
+    assert r["l2-fp32-eager / none-fp32-eager"]["median"] == 1.0
+    assert r["lp_p4-fp32-eager / l2-fp32-eager"] == {"median": 1.0, "q1": 0.75, "q3": 1.5,
+                                                      "iqr": 0.75, "n": 3}
+    assert r["lp_p4-bf16-eager / lp_p4-fp32-eager"]["median"] == 0.5
+
+
+def test_spread_quartiles_are_exact():
+    s = bench.spread([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert s == {"median": 3.0, "q1": 2.0, "q3": 4.0, "iqr": 2.0, "n": 5}
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, 3.5, 4.0, 8.0, math.inf])
+def test_general_path_matches_fast_path(p):
+    """The bench's 'general' variants compute the same function as lp_normalize."""
+    x = torch.randn(3, 4, 8, 16, generator=torch.Generator().manual_seed(0))
+    ref = x.double() / torch.linalg.vector_norm(x.double(), ord=p, dim=-1, keepdim=True)
+    torch.testing.assert_close(lp_normalize(x, p).double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(_lp_normalize_general(x, p).double(), ref, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,87 @@
+"""Every option of every config group and every preset composes into a valid typed Config."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from qknorm.config import Config, register_configs, to_config
+from qknorm.errors import UserError
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+GROUPS = ["model", "norm", "data", "optimizer", "train", "experiment", "search"]
+OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
+
+register_configs()
+
+
+def compose_config(*overrides: str) -> Config:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return to_config(compose("config", overrides=list(overrides)))
+
+
+def test_defaults_are_design_defaults():
+    cfg = compose_config()
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size) == (4, 4, 128, 64)
+    assert (cfg.norm.kind, cfg.norm.p, cfg.norm.gamma_init) == ("lp", 2.0, "qknorm")
+    assert (cfg.data.n_folds, cfg.data.fold) == (10, 9)
+    assert (cfg.seed, cfg.device, cfg.dtype, cfg.compile, cfg.threads) == (0, "auto", "float32", False, None)
+
+
+@pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes(group, option):
+    cfg = compose_config(f"{group}={option}")
+    assert isinstance(cfg, Config)
+
+
+def test_groups_have_the_design_options():
+    names = {g: {o for gg, o in OPTIONS if gg == g} for g in GROUPS}
+    assert names["model"] == {"tiny", "cpu", "paper"}
+    assert names["norm"] == {"none", "l2", "lp", "rms"}
+    assert {"smoke"} <= names["experiment"]
+
+
+@pytest.mark.parametrize("override,key,value", [
+    ("norm.p=inf", "p", math.inf),
+    ("norm.p=3.5", "p", 3.5),
+    ("norm.gamma_init=calibrated", "gamma_init", "calibrated"),
+    ("norm.gamma_init=4.0", "gamma_init", 4.0),
+    ("norm.gamma_shape=head", "gamma_shape", "head"),
+    ("norm.p_learnable=true", "p_learnable", True),
+])
+def test_norm_overrides(override, key, value):
+    assert getattr(compose_config(override).norm, key) == value
+
+
+def test_model_paper_is_nanogpt_gpu_recipe():
+    m = compose_config("model=paper").model
+    assert (m.n_layer, m.n_head, m.n_embd, m.block_size, m.dropout) == (6, 6, 384, 256, 0.2)
+
+
+def test_unknown_key_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException, match="n_layers"):
+        compose_config("model.n_layers=2")
+
+
+def test_wrong_type_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException, match="norm.p"):
+        compose_config("norm.p=abc")
+
+
+@pytest.mark.parametrize("override,message", [
+    ("norm.p=0.5", "norm.p=0.5 is below 1"),
+    ("norm.p=nan", "norm.p=nan"),
+    ("norm.kind=foo", "norm.kind='foo'"),
+    ("model.n_embd=30", "model.n_embd=30 is not divisible by model.n_head=4"),
+    ("optimizer.lr=-1", "optimizer.lr=-1.0"),
+    ("data.fold=10", "data.fold=10 is out of range"),
+    ("norm.gamma_init=hot", "norm.gamma_init='hot'"),
+    ("norm=l2 norm.p=4", "norm=l2 fixes p=2"),
+])
+def test_guards_name_the_value_and_the_fix(override, message):
+    with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):
+        compose_config(*override.split())

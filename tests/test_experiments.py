@@ -1,0 +1,51 @@
+"""The paper presets: their protocol values, and a few real steps of each on the tiny model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from qknorm import rundir
+
+from .test_config import compose_config
+
+P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
+
+
+def test_paper_preset_is_nanogpt_gpu_recipe_with_10_folds():
+    cfg = compose_config("experiment=paper")
+    assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size) == (6, 6, 384, 256)
+    assert (cfg.train.max_iters, cfg.train.batch_size, cfg.data.n_folds) == (5000, 64, 10)
+    assert (cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.beta2) == (1e-3, 1e-4, 0.99)
+
+
+def test_paper_cpu_preset_is_cpu_recipe_with_5_folds():
+    cfg = compose_config("experiment=paper_cpu")
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size) == (4, 128, 64)
+    assert (cfg.data.n_folds, cfg.threads, cfg.name) == (5, 1, "paper_cpu_qknorm")
+    assert compose_config("experiment=paper_cpu", "norm.gamma_init=calibrated").name == "paper_cpu_calibrated"
+
+
+@pytest.mark.parametrize("preset", ["paper", "paper_cpu"])
+def test_preset_runs_a_few_steps_on_the_tiny_model(cli, preset):
+    # The command-line sweep (2 p x 1 fold) replaces the preset's 8 p x n_folds grid.
+    r = cli("-m", "qknorm.train", f"experiment={preset}", "model=tiny", "norm.p=2,inf", "data.fold=0",
+            "train.max_iters=3", "train.eval_interval=3", "train.eval_iters=1", "train.batch_size=2",
+            "threads=1")
+    assert r.returncode == 0, r.stderr
+    finals = [rundir.read_final(d) for d in sorted((cli.cwd / "outputs" / "sweeps").glob("*/*/[0-9]*"))]
+    assert [(f["status"], f["steps"], f["fold"]) for f in finals] == [("completed", 3, 0)] * 2
+    assert sorted(float(f["p"]) for f in finals) == [2.0, math.inf]
+    assert finals[0]["n_params"] < 20_000  # the tiny model, not the preset's
+
+
+def test_paper_grid_is_the_papers_p_values_plus_inf():
+    import yaml  # the sweep grid lives in the preset's hydra.sweeper.params
+
+    from .test_config import CONF
+    for preset, folds in (("paper", 10), ("paper_cpu", 5)):
+        preset_yaml = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())
+        params = preset_yaml["hydra"]["sweeper"]["params"]
+        assert [float(p) for p in params["norm.p"].split(",")] == P_GRID
+        assert params["data.fold"] == f"range(0,{folds})"

@@ -1,0 +1,154 @@
+"""Bad input, divergence and multirun failures through the real command line (issue 6).
+
+Every user mistake must end as: exit code 2, ONE stderr line naming the value and the fix, no
+traceback on the console, and no final.json anywhere (nothing a report would count).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from qknorm import rundir
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = ["experiment=smoke", "threads=1", "train.max_iters=10"]
+TINY = "hello world, this is a tiny corpus.\n" * 30  # 1080 chars: a val split of 108 tokens
+
+# (id, overrides, [substrings the one line must contain], composed: Hydra rejects it before a
+# run dir exists; otherwise the job starts, refuses, and logs the trace in its train.log)
+BAD_INPUTS = [
+    ("p_below_1", ["norm.p=0.5"], ["norm.p=0.5", "use a float >= 1 or inf"], False),
+    ("p_nan", ["norm.p=nan"], ["norm.p=nan", "use a float >= 1 or inf"], False),
+    ("p_string", ["norm.p=abc"], ["norm.p=abc", "give norm.p a number (or inf)"], True),
+    ("norm_group", ["norm=foo"], ["norm=foo", "pick one of l2, lp, none, rms"], True),
+    ("norm_kind", ["norm.kind=foo"], ["norm.kind='foo'", "none, l2, lp, rms"], False),
+    ("unknown_key", ["model.n_layers=2"],
+     ["model.n_layers is not a config key", "did you mean model.n_layer?"], True),
+    ("appended_key", ["+model.n_layers=2"],
+     ["model.n_layers is not a config key", "did you mean model.n_layer?"], False),
+    ("n_embd_n_head", ["model.n_embd=33", "model.n_head=2"],
+     ["model.n_embd=33", "model.n_head=2", "multiple of n_head"], False),
+    ("negative_lr", ["optimizer.lr=-1"], ["optimizer.lr=-1.0", "optimizer.lr=1e-3"], False),
+    ("fold_range", ["data.fold=10"], ["data.fold=10", "use 0..9"], False),
+    ("block_vs_val", ["data.path=tiny.txt", "data.sha256=null", "model.block_size=200"],
+     ["model.block_size=200", "108 tokens", "lower model.block_size or data.n_folds"], False),
+    ("missing_offline", ["data.path=nodata/input.txt", "data.url=http://127.0.0.1:9/x"],
+     ["nodata/input.txt", "http://127.0.0.1:9/x", "put the file there"], False),
+    ("checksum", ["data.path=tiny.txt", f"data.sha256={'0' * 64}"],
+     ["checksum mismatch for tiny.txt", "data.sha256=null"], False),
+    ("empty_corpus", ["data.path=empty.txt", "data.sha256=null"],
+     ["empty.txt is empty", "non-empty text file"], False),
+    ("non_utf8", ["data.path=latin1.txt", "data.sha256=null"],
+     ["latin1.txt is not UTF-8", "give a UTF-8 text file"], False),
+    ("sweep_without_m", ["norm.p=1,2"], ["norm.p=1,2", "add -m"], True),
+]
+
+
+def _write_corpora(cwd: Path) -> None:
+    (cwd / "tiny.txt").write_text(TINY)
+    (cwd / "empty.txt").write_text("")
+    (cwd / "latin1.txt").write_bytes("caf\xe9 na\xefve\n".encode("latin-1") * 50)
+
+
+def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in r.stderr + r.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("overrides, needles, composed",
+                         [case[1:] for case in BAD_INPUTS], ids=[case[0] for case in BAD_INPUTS])
+def test_bad_input_is_one_line_and_writes_no_result(cli, overrides, needles, composed):
+    _write_corpora(cli.cwd)
+    r = cli("-m", "qknorm.train", *SMOKE, *overrides)
+    assert_one_line_error(r, *needles)
+    assert not list(cli.cwd.rglob(rundir.FINAL_FILE))
+    assert not list(cli.cwd.rglob(rundir.METRICS_FILE))
+    runs = list((cli.cwd / "outputs" / "runs").glob("*")) if not composed else []
+    if composed:  # rejected while composing: no run dir at all
+        assert not (cli.cwd / "outputs").exists()
+    else:  # the job refused before training; the full trace is in its log, not on the console
+        (run_dir,) = runs
+        log = (run_dir / "train.log").read_text()
+        assert "Traceback" in log and "UserError" in log
+
+
+def test_multirun_validates_every_job_before_any_starts(cli):
+    r = cli("-m", "qknorm.train", "-m", *SMOKE, "norm.p=2,0.5")
+    line = assert_one_line_error(r, "norm.p=0.5", "multirun job #1", "no job was started")
+    assert "use a float >= 1" in line
+    assert not (cli.cwd / "outputs").exists()  # job #0 (p=2, valid) never ran either
+
+
+def test_hydra_commands_still_work(cli):
+    r = cli("-m", "qknorm.train", "experiment=smoke", "norm.p=3", "--cfg", "job")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^  p: 3\.0$", r.stdout, re.M) and "resume: false" in r.stdout
+    r = cli("-m", "qknorm.train", "--info", "defaults")
+    assert r.returncode == 0, r.stderr
+    assert "norm/lp" in r.stdout
+    assert not (cli.cwd / "outputs").exists()
+
+
+def test_hydra_full_error_still_gives_the_trace(cli):
+    r = cli("-m", "qknorm.train", "norm.p=abc", env={"HYDRA_FULL_ERROR": "1"})
+    assert r.returncode != 0
+    assert "Traceback" in r.stderr and "ConfigCompositionException" in r.stderr
+
+
+# --- divergence -------------------------------------------------------------------------------
+
+DIVERGE = ["optimizer.lr=1e6", "optimizer.min_lr=0"]  # NaN at step 2 of the smoke model (checked)
+
+
+def test_diverged_run_is_recorded_with_its_step(cli):
+    r = cli("-m", "qknorm.train", *SMOKE, *DIVERGE)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("diverged: loss became nan at step"), r.stderr
+    assert "lower optimizer.lr" in lines[0] and "Traceback" not in r.stderr + r.stdout
+    (run_dir,) = (cli.cwd / "outputs" / "runs").iterdir()
+    final = rundir.read_final(run_dir)
+    assert final["status"] == "diverged"
+    assert final["diverged_step"] == 2  # AdamW at lr=1e6: step 0 and 1 finite, step 2 NaN
+    assert f"step {final['diverged_step']}" in lines[0] and final["error"] in lines[0]
+    assert "Traceback" in (run_dir / "train.log").read_text()
+
+
+def test_diverged_job_does_not_stop_the_multirun(cli):
+    r = cli("-m", "qknorm.train", "-m", *SMOKE, "optimizer.min_lr=0",
+            "optimizer.lr=1e-3,1e6,2e-3")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    summary = r.stderr.strip().splitlines()[-1]
+    assert summary.startswith("error: multirun finished with failed jobs (2 completed, 1 diverged)")
+    assert "loss became nan at step 2" in summary
+    (sweep,) = (cli.cwd / "outputs" / "sweeps" / "smoke").iterdir()
+    statuses = {j.name: rundir.read_final(j)["status"] for j in sweep.iterdir() if j.is_dir()}
+    assert statuses == {"0": "completed", "1": "diverged", "2": "completed"}  # job 2 ran after 1
+
+
+# --- safety -----------------------------------------------------------------------------------
+
+UNSAFE = re.compile(r"(?<![\w.])(eval|exec)\(|shell\s*=\s*True|os\.system\(|os\.popen\(")
+
+
+def test_no_config_value_reaches_eval_or_a_shell():
+    sources = [p for d in ("qknorm", "scripts", "hydra_plugins") for p in (REPO / d).rglob("*.py")]
+    assert any(p.name == "train.py" for p in sources)
+    offenders = [f"{p.relative_to(REPO)}:{n}" for p in sources
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if UNSAFE.search(line)]
+    assert offenders == []
+
+
+def test_unsafe_pattern_catches_what_it_should():
+    assert UNSAFE.search("eval(cfg.x)") and UNSAFE.search("subprocess.run(c, shell=True)")
+    assert UNSAFE.search("os.system(cmd)") and not UNSAFE.search("model.eval()")

@@ -1,0 +1,112 @@
+"""GPT properties: causality, loss at init, overfitting one batch, plain attention = textbook."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qknorm.config import ModelConfig, NormConfig
+from qknorm.model import GPT
+
+TINY = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16)
+NORMS = {
+    "none": NormConfig(kind="none"),
+    "l2": NormConfig(kind="l2", p=2.0),
+    "lp4": NormConfig(kind="lp", p=4.0),
+    "lp_inf": NormConfig(kind="lp", p=math.inf),
+    "lp_calibrated": NormConfig(kind="lp", p=1.0, gamma_init="calibrated"),
+    "lp_learned_p": NormConfig(kind="lp", p=3.0, p_learnable=True, gamma_shape="head"),
+    "rms": NormConfig(kind="rms"),
+}
+
+
+def make_model(norm: NormConfig, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(TINY, norm, vocab_size=65)
+
+
+@pytest.mark.parametrize("norm", NORMS.values(), ids=NORMS.keys())
+def test_causality(norm):
+    model = make_model(norm).eval()
+    idx = torch.randint(65, (2, 16), generator=torch.Generator().manual_seed(1))
+    changed = idx.clone()
+    changed[:, 9] = (changed[:, 9] + 1) % 65
+    with torch.no_grad():
+        a, _ = model(idx, idx)  # passing targets returns logits at every position
+        b, _ = model(changed, changed)
+    torch.testing.assert_close(a[:, :9], b[:, :9], rtol=0, atol=0)
+    assert not torch.allclose(a[:, 9:], b[:, 9:])
+
+
+@pytest.mark.parametrize("norm", NORMS.values(), ids=NORMS.keys())
+def test_loss_at_init_is_ln_vocab(norm):
+    model = make_model(norm)
+    g = torch.Generator().manual_seed(2)
+    idx, targets = torch.randint(65, (2, 8, 16), generator=g)  # targets independent of inputs
+    _, loss = model(idx, targets)
+    assert loss.item() == pytest.approx(math.log(65), abs=0.1)
+
+
+@pytest.mark.parametrize("name", ["none", "lp4", "rms"])
+def test_overfits_one_batch(name):
+    model = make_model(NORMS[name])
+    idx = torch.randint(65, (4, 17), generator=torch.Generator().manual_seed(3))
+    x, y = idx[:, :-1], idx[:, 1:]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(150):
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.1
+
+
+def textbook_attention(attn, x: torch.Tensor, logits) -> torch.Tensor:
+    """softmax(logits(q, k)) v with an explicit causal mask, through attn's own projections."""
+    B, T, C = x.shape
+    q, k, v = attn.c_attn(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+    scores = logits(q, k).masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -math.inf)
+    y = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+    return attn.c_proj(y)
+
+
+def test_norm_none_equals_textbook_attention():
+    attn = make_model(NORMS["none"]).eval().transformer.h[0].attn
+    x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = textbook_attention(attn, x, lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(16))
+        torch.testing.assert_close(attn(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_lp_attention_equals_gamma_times_normalized_dot_product():
+    attn = make_model(NormConfig(kind="lp", p=3.0, gamma_init=5.0)).eval().transformer.h[0].attn
+    x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(5))
+
+    def lp_logits(q, k):  # gamma * q_hat . k_hat, no 1/sqrt(d)
+        q = q / torch.linalg.vector_norm(q, 3.0, dim=-1, keepdim=True)
+        k = k / torch.linalg.vector_norm(k, 3.0, dim=-1, keepdim=True)
+        return 5.0 * (q @ k.transpose(-2, -1))
+
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), textbook_attention(attn, x, lp_logits), rtol=1e-5, atol=1e-6)
+
+
+def test_weight_tying_and_param_count():
+    model = make_model(NORMS["l2"])
+    assert model.lm_head.weight is model.transformer.wte.weight
+    # 2 blocks x (attn 4*32*32 + mlp 8*32*32 + 2 LN weights + gamma) + ln_f + wte 65*32
+    expected = 2 * (4 * 32 * 32 + 8 * 32 * 32 + 2 * 32 + 1) + 32 + 65 * 32
+    assert model.n_params() == expected
+
+
+def test_gamma_and_p_do_not_decay():
+    model = make_model(NORMS["lp_learned_p"])
+    opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99), "cpu")
+    decayed = {id(p) for p in opt.param_groups[0]["params"]}
+    for norm in model.lp_norms():
+        assert id(norm.gamma) not in decayed and id(norm.p_theta) not in decayed
+    assert id(model.lm_head.weight) in decayed

@@ -1,0 +1,333 @@
+"""The qknorm_optuna sweeper through the real command line, on the smoke model in tmp dirs.
+
+Each test reads the study back from its SQLite storage and the jobs' final.json / metrics.jsonl,
+and checks numbers against each other (a trial's value is the mean of its jobs' best_val_loss).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy.exc
+import yaml
+from optuna.trial import TrialState
+
+from qknorm import rundir
+
+pytestmark = pytest.mark.slow
+
+# Seconds per job: the smoke model, one thread, 20 steps, an eval every 10.
+FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
+
+
+def study_of(cwd: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{cwd}/outputs/optuna.db")
+
+
+def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Trials that count toward n_trials (the sweeper's `status` user attr)."""
+    return [t for t in study.get_trials()
+            if t.user_attrs.get("status") in ("completed", "pruned", "failed")]
+
+
+def job_config(run_dir: str) -> dict:
+    return yaml.safe_load((Path(run_dir) / ".hydra" / "config.yaml").read_text())
+
+
+def sweep_dirs(cwd: Path, name: str) -> list[Path]:
+    return sorted((cwd / "outputs" / "sweeps" / name).iterdir())
+
+
+def ok(r: subprocess.CompletedProcess) -> None:
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):
+    args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.study_name=t",
+            "hydra.sweeper.n_trials=6", "hydra.sweeper.pruner.name=none",
+            "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
+            "hydra.sweeper.replicates={data.fold:[0,1]}"]
+    ok(cli(*args))
+    trials = study_of(cli.cwd, "t").get_trials()
+    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    for t in trials:
+        jobs = t.user_attrs["jobs"]
+        assert sorted(job_config(j)["data"]["fold"] for j in jobs) == [0, 1]
+        assert {job_config(j)["optuna"]["trial"] for j in jobs} == {t.number}
+        losses = [rundir.read_final(Path(j))["best_val_loss"] for j in jobs]
+        assert t.value == pytest.approx(statistics.fmean(losses), rel=1e-12)
+        assert t.user_attrs["std"] == pytest.approx(statistics.stdev(losses), rel=1e-9)
+        assert t.user_attrs["n"] == 2
+        # 1/norm.p was searched; the jobs got its reciprocal (0 would be inf).
+        inv = t.params["1/norm.p"]
+        expected_p = math.inf if inv == 0 else 1 / inv
+        assert all(job_config(j)["norm"]["p"] == pytest.approx(expected_p) for j in jobs)
+    (first,) = sweep_dirs(cli.cwd, "p_tpe")
+    results = yaml.safe_load((first / "optimization_results.yaml").read_text())
+    best = min(trials, key=lambda t: t.value)
+    assert (results["best_trial"], results["best_value"]) == (best.number, best.value)
+    assert (first / "trials.csv").read_text().count("\n") == 7  # header + 6 trials
+
+    time.sleep(1.1)  # a new sweep dir (stamped to the second)
+    ok(cli(*args))  # the study is complete: nothing runs
+    assert len(study_of(cli.cwd, "t").get_trials()) == 6
+    time.sleep(1.1)
+    ok(cli(*args, "hydra.sweeper.n_trials=8"))
+    trials = study_of(cli.cwd, "t").get_trials()
+    assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials)
+    second, third = sweep_dirs(cli.cwd, "p_tpe")[1:]
+    assert not list(second.glob("trial[0-9]*")), "the rerun of a finished study launched jobs"
+    assert sorted(p.name for p in third.glob("trial[0-9]*")) == [
+        "trial6_0", "trial6_1", "trial7_0", "trial7_1"]
+
+
+@pytest.mark.parametrize("launcher", ["basic", "parallel"])
+def test_pruned_trials_stop_their_jobs_early(cli, launcher):
+    # A tiny lr keeps val loss near ln(65) = 4.17 at step 10; lr 1e-2 is well below 4.1 by then.
+    # The threshold pruner makes which trials are pruned independent of the trial order.
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=30",
+            f"hydra/launcher={launcher}", "hydra.sweeper.study_name=prune",
+            "norm.p=2.0", "optimizer.lr=choice(0.01,0.00000001,0.00000002)",
+            "optimizer.warmup_iters=0", "optimizer.min_lr=0",
+            "hydra.sweeper.pruner.name=threshold", "+hydra.sweeper.pruner.upper=4.1",
+            "+hydra.sweeper.pruner.n_warmup_steps=10")
+    ok(r)
+    trials = study_of(cli.cwd, "prune").get_trials()
+    states = {t.params["optimizer.lr"]: t.state for t in trials}
+    assert states == {0.01: TrialState.COMPLETE, 1e-8: TrialState.PRUNED,
+                      2e-8: TrialState.PRUNED}
+    for t in trials:
+        (job,) = t.user_attrs["jobs"]
+        steps = [row["step"] for row in rundir.read_metrics(Path(job))]
+        final = rundir.read_final(Path(job))
+        if t.state == TrialState.PRUNED:
+            assert final["status"] == "pruned" and steps == [0, 10]
+            assert t.intermediate_values[10] == pytest.approx(
+                rundir.read_metrics(Path(job))[-1]["val_loss"])
+        else:
+            assert final["status"] == "completed" and steps == [0, 10, 20, 30]
+
+
+def test_raising_and_diverging_jobs_fail_their_trials_and_the_sweep_goes_on(cli):
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "hydra.sweeper.study_name=f",
+            "norm.p=2.0", "optimizer.lr=choice(0.001,1000000.0)", "data.fold=choice(0,12)",
+            "hydra.sweeper.max_failure_rate=0.75")
+    ok(r)
+    trials = study_of(cli.cwd, "f").get_trials()
+    by = {(t.params["optimizer.lr"], t.params["data.fold"]): t for t in trials}
+    assert len(trials) == 4
+    assert by[(0.001, 0)].state == TrialState.COMPLETE
+    diverged = by[(1e6, 0)]
+    assert diverged.state == TrialState.FAIL and "diverged" in diverged.user_attrs["error"]
+    final = rundir.read_final(Path(diverged.user_attrs["jobs"][0]))
+    assert final["status"] == "diverged" and final["diverged_step"] >= 0
+    for lr in (0.001, 1e6):  # fold 12 of 10: the job raises before training
+        raised = by[(lr, 12)]
+        assert raised.state == TrialState.FAIL
+        assert "data.fold=12" in raised.user_attrs["error"]
+    assert "Traceback" not in r.stderr
+
+
+def test_fail_value_is_told_instead_of_fail(cli):
+    ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "hydra.sweeper.study_name=pen",
+           "norm.p=2.0", "optimizer.lr=choice(0.001,1000000.0)", "hydra.sweeper.fail_value=10.0",
+           "hydra.sweeper.max_failure_rate=0.5"))
+    trials = {t.params["optimizer.lr"]: t for t in study_of(cli.cwd, "pen").get_trials()}
+    assert trials[1e6].state == TrialState.COMPLETE and trials[1e6].value == 10.0
+    assert trials[1e6].user_attrs["status"] == "failed"
+    assert trials[0.001].value < 10.0 and trials[0.001].user_attrs["status"] == "completed"
+    (sweep,) = sweep_dirs(cli.cwd, "p_grid")
+    results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert results["best_value"] == trials[0.001].value
+
+
+def test_sweep_stops_when_failures_exceed_max_failure_rate(cli):
+    # Every job raises (fold out of range). 0.25 x 4 trials allows 1 failure: stop after 2.
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "hydra.sweeper.study_name=stop",
+            "norm.p=2.0", "data.fold=choice(10,11,12,13)", "hydra.sweeper.n_jobs=1",
+            "hydra.sweeper.max_failure_rate=0.25")
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("stopped: 2 trials of study stop failed") and "max_failure_rate" in last
+    assert "Traceback" not in r.stderr
+    trials = study_of(cli.cwd, "stop").get_trials()
+    assert len(trials) == 2 and all(t.state == TrialState.FAIL for t in trials)
+
+
+def test_two_sweepers_on_one_sqlite_study_finish_with_exactly_n_trials(cli):
+    cmd = [sys.executable, "-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=10",
+           "hydra.sweeper.study_name=duo", "hydra.sweeper.n_trials=7", "hydra.sweeper.n_jobs=2",
+           "hydra.sweeper.pruner.name=none", "~hydra.sweeper.pruner.n_startup_trials",
+           "~hydra.sweeper.pruner.n_warmup_steps", "hydra.sweeper.replicates={data.fold:[9]}"]
+    procs = [subprocess.Popen(cmd + [f"hydra.sweeper.sampler.seed={seed}"], cwd=cli.cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in (0, 1)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    study = study_of(cli.cwd, "duo")
+    real = counted(study)
+    assert len(real) == 7 and all(t.state == TrialState.COMPLETE for t in real)
+    jobs = [j for t in real for j in t.user_attrs["jobs"]]
+    assert len(jobs) == len(set(jobs)) == 7  # no trial ran twice, none shares a job dir
+    surplus = [t for t in study.get_trials() if t.user_attrs.get("status") == "surplus"]
+    assert all("jobs" not in t.user_attrs for t in surplus)  # given up before launching
+    job_dirs = [p for d in (cli.cwd / "outputs" / "sweeps" / "p_tpe").iterdir()
+                for p in d.glob("trial[0-9]*")]
+    assert len(job_dirs) == 7
+
+
+def test_grid_over_p_reaches_inf(cli):
+    ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10",
+           "hydra.sweeper.study_name=g"))
+    trials = study_of(cli.cwd, "g").get_trials()
+    assert sorted(t.params["norm.p"] for t in trials) == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0,
+                                                          math.inf]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    (inf_trial,) = [t for t in trials if t.params["norm.p"] == math.inf]
+    final = rundir.read_final(Path(inf_trial.user_attrs["jobs"][0]))
+    assert float(final["p"]) == math.inf and final["best_val_loss"] == inf_trial.value
+    (sweep,) = sweep_dirs(cli.cwd, "p_grid")
+    csv = (sweep / "trials.csv").read_text()
+    assert ",inf," in csv and csv.count("\n") == 9
+
+
+def test_multi_objective_study_writes_the_pareto_front(cli):
+    r = cli("-m", "qknorm.train", "search=p_pareto", *FAST, "train.max_iters=10",
+            "hydra.sweeper.study_name=mo", "hydra.sweeper.n_trials=4")
+    ok(r)
+    study = study_of(cli.cwd, "mo")
+    for t in study.get_trials():
+        final = rundir.read_final(Path(t.user_attrs["jobs"][0]))
+        assert t.values == [final["best_val_loss"], final["wall_time_s"]]
+    (sweep,) = sweep_dirs(cli.cwd, "p_pareto")
+    results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    front = {e["trial"]: e for e in results["pareto_front"]}
+    assert set(front) == {t.number for t in study.best_trials}
+    for t in study.best_trials:
+        assert front[t.number]["values"] == {"best_val_loss": t.values[0],
+                                             "wall_time_s": t.values[1]}
+    assert "optimization results: " in r.stdout and "trials: " in r.stdout
+
+
+def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli):
+    # Slow enough jobs (200 steps) that the kill lands while one runs; heartbeats every second.
+    args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=200",
+            "train.eval_interval=50", "hydra.sweeper.study_name=kill", "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
+            "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
+            "hydra.sweeper.replicates={data.fold:[9]}", "hydra.sweeper.heartbeat_interval=1",
+            "hydra.sweeper.grace_period=2"]
+    proc = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    db = cli.cwd / "outputs" / "optuna.db"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            if not db.exists():
+                continue
+            try:
+                states = [t.state for t in study_of(cli.cwd, "kill").get_trials()]
+            except (KeyError, sqlalchemy.exc.SQLAlchemyError):
+                continue  # study not created yet, or its schema is being created right now
+            if states.count(TrialState.COMPLETE) >= 1 and TrialState.RUNNING in states:
+                break
+        else:
+            pytest.fail("the sweep never had a finished and a running trial")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = {t.number: t for t in study_of(cli.cwd, "kill").get_trials()}
+    done_before = {n: t for n, t in before.items() if t.state == TrialState.COMPLETE}
+    (killed,) = [t for t in before.values() if t.state == TrialState.RUNNING]
+    time.sleep(3.5)  # past the grace period: the killed trial's heartbeat is stale
+
+    ok(cli(*args))
+    trials = study_of(cli.cwd, "kill").get_trials()
+    after = {t.number: t for t in trials}
+    for n, t in done_before.items():  # kept as they were, not rerun
+        assert after[n].state == TrialState.COMPLETE and after[n].value == t.value
+        assert after[n].user_attrs["jobs"] == t.user_attrs["jobs"]
+    assert after[killed.number].state == TrialState.FAIL
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retry) == 1 and retry[0].params == killed.params
+    assert retry[0].state == TrialState.COMPLETE
+    real = counted(study_of(cli.cwd, "kill"))
+    assert len(real) == 3 and all(t.state == TrialState.COMPLETE for t in real)
+    new_dir = sweep_dirs(cli.cwd, "p_tpe")[-1]
+    rerun_jobs = {p.name for p in new_dir.glob("trial[0-9]*")}
+    assert all(f"trial{n}_9" not in rerun_jobs for n in done_before)
+    assert f"trial{retry[0].number}_9" in rerun_jobs
+
+
+BAD_INPUTS = [
+    (["hydra.sweeper.sampler.name=bayes"], "hydra.sweeper.sampler.name='bayes' is not one of"),
+    (["hydra.sweeper.pruner.name=early"], "hydra.sweeper.pruner.name='early' is not one of"),
+    (["hydra.sweeper.storage=notadb://x/y"], "hydra.sweeper.storage='notadb://x/y' cannot be"),
+    (["hydra.sweeper.storage=sqlite:///no/such/dir/optuna.db"], "does not exist"),
+    (["norm.p=interval(4.0,1.0)"], "low 4 must be below high 1"),
+    (["norm.q=interval(1.0,4.0)"], "hydra.sweeper.params.norm.q"),
+    (["++hydra.sweeper.replicates={data.foldd:[0,1]}"], "hydra.sweeper.replicates.data.foldd"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_INPUTS,
+                         ids=["sampler", "pruner", "url", "sqlite-dir", "interval", "param-key",
+                              "replicate-key"])
+def test_bad_sweeper_input_is_one_line_before_anything_runs(cli, overrides, message):
+    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, *overrides)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not (cli.cwd / "outputs" / "optuna.db").exists()  # no study created or touched
+    assert not list((cli.cwd / "outputs").glob("sweeps/*/*/trial[0-9]*"))  # no job started
+
+
+def test_bad_input_leaves_an_existing_study_untouched(cli):
+    ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10",
+           "hydra.sweeper.study_name=keep", "norm.p=choice(2.0,inf)"))
+    before = [(t.number, t.state, t.value) for t in study_of(cli.cwd, "keep").get_trials()]
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "hydra.sweeper.study_name=keep",
+            "norm.p=choice(2.0,inf)", "hydra.sweeper.n_trials=3")
+    assert r.returncode == 2 and "exceeds the grid's 2 points" in r.stderr
+    assert [(t.number, t.state, t.value) for t in study_of(cli.cwd, "keep").get_trials()] == before
+
+
+def test_plugin_is_discovered_outside_the_repo(cli):
+    r = cli("-m", "qknorm.train", "--info", "plugins")
+    ok(r)
+    sweepers = r.stdout.split("Sweeper:")[1].split(":")[0]
+    assert "QknormOptunaSweeper" in sweepers
+    assert "hydra_plugins.qknorm_sweeper.config" in r.stdout  # its config group was registered
+
+
+def test_surplus_ranks_slots_by_trial_number():
+    """The race two sweepers can run into, in one process: both saw room for one more trial
+    and both asked. Ranking slot-holding trials by number gives the later one up."""
+    from hydra_plugins.qknorm_sweeper._bookkeeping import Tally, surplus
+
+    study = optuna.create_study()
+    for _ in range(4):
+        t = study.ask()
+        t.set_user_attr("status", "completed")
+        study.tell(t, 1.0)
+    stale = study.ask()  # a killed sweeper's trial, failed and re-enqueued: holds no slot
+    study.tell(stale, state=TrialState.FAIL)
+    study.enqueue_trial({}, skip_if_exists=False)
+    retried = study._storage.get_all_trials(study._study_id)[-1]
+    study._storage.set_trial_system_attr(retried._trial_id, "failed_trial", stale.number)
+    a, b = study.ask(), study.ask()  # a pops the waiting retry; both are RUNNING
+    assert Tally.of(study) == Tally(finished=4, running=2, failed=0)
+    assert surplus(study, [a.number], n_trials=5) == set()
+    assert surplus(study, [b.number], n_trials=5) == {b.number}
+    assert surplus(study, [a.number, b.number], n_trials=6) == set()
