@@ -134,15 +134,15 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     axis = PAxis.of(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna(), logx)
     xs = np.array([axis.x(p) for p in runs["norm.p"]], dtype=float)
     ax.scatter(xs, runs[metric].to_numpy(dtype=float), s=22, color=RUN_COLOR, alpha=0.65,
-               edgecolors="none", zorder=3, gid=RUN_GID, label=f"one run ({len(runs)} completed)")
+               edgecolors="none", zorder=5, gid=RUN_GID, label=f"one run ({len(runs)} completed)")
 
     means = _group_means(runs, metric)
     fin = means[np.isfinite(means["p"])]
     if len(means):  # mean and its interval at every p, inf included
         xm = np.array([axis.x(p) for p in means["p"]])
         yerr = np.vstack([means["mean"] - means["low"], means["high"] - means["mean"]])
-        ax.errorbar(xm, means["mean"], yerr=np.nan_to_num(yerr), fmt="D", ms=4.5,
-                    color=MEAN_COLOR, capsize=4, lw=1.2, zorder=4,
+        ax.errorbar(xm, means["mean"], yerr=np.nan_to_num(yerr), fmt="D", ms=7, mfc="none",
+                    mew=1.4, color=MEAN_COLOR, capsize=4, lw=1.2, zorder=4,
                     label="mean ± 95% t-interval")
     if len(fin) > 1:
         ax.plot(fin["p"], fin["mean"], color=MEAN_COLOR, lw=1.6, zorder=4)

@@ -155,6 +155,11 @@ def summarize(collection: results.Collection, options: Options) -> str:
         line += "; excluded: " + ", ".join(f"{n} {s} ({STATUS_MEANING[s]})"
                                            for s, n in excluded.items())
     out += [line + ".", ""]
+    counts = stats.group_summary(runs, [metric], options.by)["n"]
+    if len(counts) and counts.max() < 2:
+        out += ["One completed run per p: no std, intervals or tests. Replicate each p over folds "
+                "or seeds for error bars (e.g. `data.fold=0,1,2`, or the sweeper's `replicates`).",
+                ""]
     for m in dict.fromkeys([metric, TIME_METRIC]):
         table = stats.group_summary(runs, [m], options.by)
         out += [f"## {m} per p", "", _per_group_table(table, keys, m) if len(table)
