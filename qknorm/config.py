@@ -106,6 +106,17 @@ class Config:
     threads: int | None = None
 
 
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="qknorm_schema", node=Config)
 

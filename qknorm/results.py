@@ -20,6 +20,7 @@ import pandas as pd
 import yaml
 
 from qknorm import rundir
+from qknorm.config import flatten
 from qknorm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -74,18 +75,6 @@ def _natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in path.parts]
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def read_config(run_dir: Path) -> dict[str, Any] | None:
     """The composed config, flattened; None while Hydra has not finished writing it."""
     path = run_dir / ".hydra" / "config.yaml"
@@ -93,7 +82,7 @@ def read_config(run_dir: Path) -> dict[str, Any] | None:
         tree = yaml.safe_load(path.read_text())  # YAML's .inf is float('inf'), as in OmegaConf
     except (OSError, yaml.YAMLError):
         return None
-    return _flatten(tree) if isinstance(tree, dict) else None
+    return flatten(tree) if isinstance(tree, dict) else None
 
 
 def read_run(run_dir: Path, root: Path) -> dict[str, Any]:

@@ -15,8 +15,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 METRICS_FILE = "metrics.jsonl"
 FINAL_FILE = "final.json"
 CKPT_FILE = "ckpt.pt"
@@ -74,6 +72,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
+    import torch  # here, not at the top: readers of run dirs (reports, sweeper) never pay for it
+
     path = run_dir / CKPT_FILE
     tmp = path.with_suffix(".pt.tmp")
     torch.save(state, tmp)
@@ -81,6 +81,8 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
+    import torch
+
     # weights_only: a checkpoint is data, never code to run.
     return torch.load(Path(run_dir) / CKPT_FILE, map_location=map_location, weights_only=True)
 

@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from qknorm import pruning, rundir
-from qknorm.config import Config, OptimizerConfig, register_configs, to_config
+from qknorm.config import Config, OptimizerConfig, flatten, register_configs, to_config
 from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.errors import RunDiverged, RunPruned, UserError, one_line
 from qknorm.model import GPT
@@ -245,13 +245,6 @@ def _save_checkpoint(out_dir: Path, model: GPT, optimizer, g: torch.Generator,
     })
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def _resume_state(cfg: Config, out_dir: Path) -> dict[str, Any]:
     """The run dir's checkpoint, checked: it exists, is plain data, and matches this config."""
     path = out_dir / rundir.CKPT_FILE
@@ -265,7 +258,7 @@ def _resume_state(cfg: Config, out_dir: Path) -> dict[str, Any]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"{path} was not loaded: torch.load(weights_only=True) refused it "
                         f"({first}); delete it and train from scratch") from e
-    saved, now = _flat(state["config"]), _flat(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    saved, now = flatten(state["config"]), flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
     changed = [f"{k}={saved.get(k)!r}->{now.get(k)!r}" for k in sorted(set(saved) | set(now))
                if k not in RESUME_FREE_KEYS and saved.get(k) != now.get(k)]
     if changed:
