@@ -216,12 +216,13 @@ def bench_norm(shape: tuple[int, ...], ps=MICRO_PS, warmup: int = 20, rounds: in
     q = torch.randn(shape, generator=g, requires_grad=True)
     k = torch.randn(shape, generator=g, requires_grad=True)
     grad = torch.randn(shape, generator=g)
+    gamma = torch.tensor(3.0, requires_grad=True)  # learnable and folded into q, as in LpQKNorm
 
     def timer(fn, p):
         def run(n):
             start = time.perf_counter()
             for _ in range(n):
-                out_q, out_k = fn(q, p) * 3.0, fn(k, p)
+                out_q, out_k = fn(q, p, gamma=gamma), fn(k, p)
                 torch.autograd.backward((out_q, out_k), (grad, grad))
             return (time.perf_counter() - start) / n
         return run

@@ -61,17 +61,54 @@ def test_finite_gradient_at_zero_vector(p):
     assert torch.isfinite(x.grad).all()
 
 
-@pytest.mark.parametrize("p", [1.5, 2.0, 3.0, 3.5, 4.0, 8.0, math.inf])
-def test_gradcheck_float64(p):
+@pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 3.0, 3.5, 4.0, 8.0, math.inf])
+@pytest.mark.parametrize("gamma_shape", [(), (3, 1, 1)])
+def test_gradcheck_float64(p, gamma_shape):
+    """lp_normalize's hand-written backward (x and the folded-in gamma) against finite differences."""
     # Inputs away from ties and zeros, where the Lp norm is differentiable (p=1's kink at 0 and
     # p=inf's at ties have no gradient to check).
-    x = torch.randn(2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 4, 6, dtype=torch.float64, generator=g)
     x = (x + x.sign()).requires_grad_()
+    gamma = (torch.rand(gamma_shape, dtype=torch.float64, generator=g) + 1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t, s: lp_normalize(t, p, gamma=s), (x, gamma),
+                                    eps=1e-6, atol=1e-6)
 
-    def f(t):  # lp_normalize computes in float32; the float64 identity path is lp_norm's maths
-        return t / _lp_norm_f64(t, p)
 
-    assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-5)
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.5, 4.0, math.inf])
+def test_gamma_folds_into_the_scale(p):
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(10))
+    gamma = torch.tensor([[[2.0]], [[0.5]], [[7.0]]])
+    torch.testing.assert_close(lp_normalize(x, p, gamma=gamma), gamma * lp_normalize(x, p))
+
+
+def test_pinf_gradient_is_shared_among_ties_like_autograd_amax():
+    x = torch.tensor([[3.0, -3.0, 1.0, 0.5], [2.0, 1.0, 2.0, 2.0]], requires_grad=True)
+    w = torch.tensor([[1.0, 2.0, -1.0, 0.5], [0.3, -2.0, 1.0, 4.0]])
+    (lp_normalize(x, math.inf) * w).sum().backward()
+    ref = x.detach().clone().requires_grad_()
+    (ref / ref.abs().amax(-1, keepdim=True) * w).sum().backward()
+    torch.testing.assert_close(x.grad, ref.grad)
+
+
+def test_gradient_below_eps_treats_the_norm_as_the_constant_eps():
+    """A row whose norm is clamped at eps is x / eps: its gradient is gamma / eps, nothing more."""
+    x = torch.full((2, 4), 1e-9, requires_grad=True)
+    gamma = torch.tensor(3.0, requires_grad=True)
+    lp_normalize(x, 4.0, eps=1e-6, gamma=gamma).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((2, 4), 3.0 / 1e-6))
+    torch.testing.assert_close(gamma.grad, torch.tensor(8 * 1e-9 / 1e-6))
+
+
+def test_bfloat16_backward_returns_bfloat16_gradients_close_to_float32():
+    x16 = torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(11)).bfloat16()
+    w = torch.randn(4, 2, 8, 16, generator=torch.Generator().manual_seed(12))
+    x16.requires_grad_()
+    (lp_normalize(x16, 4.0) * w.bfloat16()).float().sum().backward()
+    ref = x16.detach().float().requires_grad_()  # the same values, in float32
+    (lp_normalize(ref, 4.0) * w.bfloat16().float()).sum().backward()
+    assert x16.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(x16.grad.float(), ref.grad, rtol=2e-2, atol=2e-2)
 
 
 def _lp_norm_f64(x: torch.Tensor, p: float) -> torch.Tensor:
