@@ -144,7 +144,8 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
                           "Wilcoxon p", "note"], rows)
 
 
-def summarize(collection: results.Collection, options: Options) -> str:
+def summarize(collection: results.Collection, options: Options,
+              curves: pd.DataFrame | None = None) -> str:
     runs, metric = collection.runs, options.metric
     keys = stats.group_keys(runs, options.by)
     n_done = int((runs["status"] == "completed").sum())
@@ -175,6 +176,16 @@ def summarize(collection: results.Collection, options: Options) -> str:
         out += [_delta_table(paired, keys) if len(paired) else
                 "no completed group to compare with the baseline", ""]
 
+    if curves is not None and not options.by:
+        ranking = stats.ranking_by_step(curves)
+        if len(ranking):
+            out += ["## Ranking of p by mean val_loss at each eval", "",
+                    "Does it settle? Kendall's τ compares each eval's order with the last "
+                    "eval's (1 = the same order).", "",
+                    _table(["step", "order (best first)", "Kendall τ vs last eval"],
+                           [[str(r.step), r.order, f"{r.kendall_tau:.2f}"]
+                            for r in ranking.itertuples()]), ""]
+
     summary = stats.group_summary(runs, [metric], options.by)
     best = stats.best(summary, metric, options.by)
     out += [f"## Best (lowest mean {metric})", ""]
@@ -203,9 +214,9 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def figures(collection: results.Collection, options: Options) -> dict[str, object]:
+def figures(collection: results.Collection, options: Options,
+            curves: pd.DataFrame) -> dict[str, object]:
     runs = collection.runs
-    curves = results.collect_curves(runs, collection.root)
     figs: dict[str, object] = {
         "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx),
         "curves": plots.curves(curves),
@@ -239,12 +250,13 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
     """Everything in memory: validated runs, summary.md text, results.csv and figure bytes."""
     options = options or Options()
     collection = load(Path(root), options)
+    curves = results.collect_curves(collection.runs, collection.root)
     files: dict[str, bytes] = {}
-    for name, fig in figures(collection, options).items():
+    for name, fig in figures(collection, options, curves).items():
         for fmt in options.formats:
             files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
         plots.close(fig)
-    summary = summarize(collection, options)
+    summary = summarize(collection, options, curves)
     files = {"results.csv": collection.runs.to_csv(index=False).encode(),
              "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)

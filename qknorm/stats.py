@@ -171,6 +171,26 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
     return pd.DataFrame(rows, columns=columns)
 
 
+def ranking_by_step(curves: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
+    """Does the ranking of p settle? One row per eval step that every p reached: the p values
+    ordered by their mean metric over completed runs (best first), and Kendall's tau between
+    that step's means and the last step's (1: the final order already).
+
+    `curves` is qknorm.results.collect_curves's frame. Runs without p (none, rms) are left out.
+    """
+    done = curves[(curves["status"] == "completed") & curves["norm.kind"].isin(P_KINDS)]
+    means = done.groupby(["step", "norm.p"])[metric].mean().unstack("norm.p").dropna()
+    if means.shape[0] == 0 or means.shape[1] < 2:
+        return pd.DataFrame(columns=["step", "order", "kendall_tau"])
+    last = means.iloc[-1].to_numpy()
+    rows = []
+    for step, row in means.iterrows():
+        order = " < ".join(format_p(p) for p in row.sort_values(kind="stable").index)
+        tau = stats.kendalltau(row.to_numpy(), last).statistic
+        rows.append({"step": int(step), "order": order, "kendall_tau": float(tau)})
+    return pd.DataFrame(rows)
+
+
 def format_p(p: float) -> str:
     """2.0 -> '2', 2.5 -> '2.5', inf -> 'inf', NaN -> '-' (a kind without p)."""
     if p is None or (isinstance(p, float) and math.isnan(p)):

@@ -85,5 +85,7 @@ def test_report_writes_every_figure_non_empty(sweep):
             assert data[:8] == b"\x89PNG\r\n\x1a\n"
         if path.suffix == ".pdf":
             assert data[:5] == b"%PDF-"
+    summary = (sweep / "summary.md").read_text()
+    assert "| 20 | 4 < 2 < inf | 1.00 |" in summary  # the ranking table, from the curves
     assert not [p for p in sweep.rglob("*") if ".tmp" in p.name or p.name.count(".") > 1
                 and p.suffix not in (".png", ".pdf", ".csv", ".md", ".json", ".jsonl", ".yaml")]

@@ -144,3 +144,35 @@ def test_curves_skip_the_torn_line(sweep):
     assert len(curves) == 12 * 3  # the killed run's torn 4th line is skipped
     killed = curves[curves["run_dir"] == "10"]
     assert killed["step"].tolist() == [0, 10, 20] and set(killed["status"]) == {"incomplete"}
+
+
+def test_ranking_by_step_orders_p_by_mean_and_compares_with_the_last_eval():
+    means = {0: {2.0: 4.0, 4.0: 3.9, math.inf: 4.1},   # 4 < 2 < inf, the final order: tau 1
+             10: {2.0: 2.0, 4.0: 2.2, math.inf: 2.1},  # 2 < inf < 4: 1 of 3 pairs agree
+             20: {2.0: 1.5, 4.0: 1.4, math.inf: 1.6}}
+    rows = []
+    for step, by_p in means.items():
+        for p, mean in by_p.items():
+            for i, offset in enumerate((-0.1, 0.1)):  # two runs per p around the mean
+                rows.append({"run_dir": f"{p}-{i}", "step": step, "val_loss": mean + offset,
+                             "norm.kind": "lp", "norm.p": p, "status": "completed"})
+        rows.append({"run_dir": "div", "step": step, "val_loss": 0.0, "norm.kind": "lp",
+                     "norm.p": 4.0, "status": "diverged"})  # never counted
+        rows.append({"run_dir": "rms", "step": step, "val_loss": 0.0, "norm.kind": "rms",
+                     "norm.p": math.nan, "status": "completed"})  # no p: left out
+    rows.append({"run_dir": "2.0-0", "step": 30, "val_loss": 1.0, "norm.kind": "lp",
+                 "norm.p": 2.0, "status": "completed"})  # a step only p=2 reached: dropped
+    ranking = stats.ranking_by_step(pd.DataFrame(rows))
+    assert ranking["step"].tolist() == [0, 10, 20]
+    assert ranking["order"].tolist() == ["4 < 2 < inf", "2 < inf < 4", "4 < 2 < inf"]
+    assert ranking["kendall_tau"].tolist() == pytest.approx([1.0, -1 / 3, 1.0])
+
+
+def test_ranking_by_step_needs_two_p_values(sweep):
+    curves = results.collect_curves(results.collect(sweep).runs, sweep)
+    one_p = curves[curves["norm.p"] == 2.0]
+    assert stats.ranking_by_step(one_p).empty
+    # the synthetic sweep's curves keep one order at every step (offsets are equal across p)
+    ranking = stats.ranking_by_step(curves)
+    assert ranking["order"].tolist() == ["4 < 2 < inf"] * 3
+    assert ranking["kendall_tau"].tolist() == [1.0, 1.0, 1.0]
