@@ -104,7 +104,7 @@ def _print_table(result: dict) -> None:
         print("per-job overhead (median s, wall / CPU): "
               + ", ".join(f"{k} {o[k + '_wall_s']['median']:.2f} / {o[k + '_cpu_s']['median']:.2f}"
                           for k in ("import", "compose", "data", "model", "in_process", "process",
-                                    "job")))
+                                    "job", "warm_job")))
 
 
 if __name__ == "__main__":

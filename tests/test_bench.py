@@ -61,10 +61,18 @@ def test_bench_cli_writes_json_with_every_section(cli):
     p2 = next(r for r in micro["rows"] if r["p"] == 2.0 and r["path"] == "fast")
     assert p2["ratio_vs_p2_fast"]["median"] == 1.0
 
-    for phase in ("import", "compose", "data", "model", "in_process", "process", "job"):
+    o = d["overhead"]
+    phases = ("import", "compose", "data", "model")
+    for phase in (*phases, *(f"warm_{p}" for p in phases[1:]), "in_process", "process", "job",
+                  "warm_job"):
         for kind in ("wall", "cpu"):
-            _check_spread(d["overhead"][f"{phase}_{kind}_s"], 1)
-            assert d["overhead"][f"{phase}_{kind}_s"]["median"] >= 0
+            _check_spread(o[f"{phase}_{kind}_s"], 1)
+            assert o[f"{phase}_{kind}_s"]["median"] >= 0
+    for kind in ("wall", "cpu"):  # with one repeat each median is that repeat's value
+        assert o[f"in_process_{kind}_s"]["median"] == pytest.approx(
+            sum(o[f"{p}_{kind}_s"]["median"] for p in phases))
+        assert o[f"warm_job_{kind}_s"]["median"] == pytest.approx(
+            sum(o[f"warm_{p}_{kind}_s"]["median"] for p in phases[1:]))
 
 
 def test_bench_cli_rejects_unknown_variant(cli):
