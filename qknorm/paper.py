@@ -1,0 +1,62 @@
+"""The seed paper's numbers (arXiv 2602.05006, Lp-QKNorm in nanoGPT on Tiny Shakespeare) and the
+table that sets sweeps of ours next to them (docs/results/README.md).
+
+The paper reports one validation loss per p (10-fold cross-validation, no spread given) and
+runs of 360-363 s each on its GPU; it gives no number for p < 2 or p = inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from qknorm import stats
+
+VAL_LOSS = {2.0: 1.40506, 2.5: 1.373479, 3.0: 1.364543, 3.5: 1.361630, 4.0: 1.357461}
+RUN_SECONDS = (360, 363)
+METRIC = "best_val_loss"
+
+
+def comparison(sweeps: dict[str, pd.DataFrame], baseline: float = 2.0) -> pd.DataFrame:
+    """One row per p: the paper's loss and Δ vs p=2, then per sweep (label -> results.csv frame)
+    the mean best_val_loss with its 95% t-interval and the Δ vs p=2 paired by (seed, data.fold)
+    with its interval and paired-t p-value."""
+    ps = sorted({p for runs in sweeps.values() for p in stats.completed(runs)["norm.p"].dropna()}
+                | set(VAL_LOSS))
+    table = pd.DataFrame({"norm.p": ps})
+    table["paper"] = [VAL_LOSS.get(p, math.nan) for p in ps]
+    table["paper_delta"] = table["paper"] - VAL_LOSS[baseline]
+    for label, runs in sweeps.items():
+        summary = stats.group_summary(runs, [METRIC])[
+            ["norm.p", "n", f"{METRIC}_mean", f"{METRIC}_ci_low", f"{METRIC}_ci_high"]]
+        paired = stats.paired_vs_baseline(runs, METRIC, baseline)[
+            ["norm.p", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue"]]
+        both = summary.merge(paired, on="norm.p", how="left")
+        both.loc[both["norm.p"] == baseline, "delta_mean"] = 0.0
+        both = both.rename(columns={c: f"{label}:{c}" for c in both.columns if c != "norm.p"})
+        table = table.merge(both, on="norm.p", how="left")
+    return table
+
+
+def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
+    """The comparison as a markdown table: losses to 4 decimals, intervals in brackets."""
+    def num(x: float, signed: bool = False) -> str:
+        return "-" if pd.isna(x) else f"{x:+.4f}" if signed else f"{x:.4f}"
+
+    header = ["p", "paper", "paper Δ"]
+    for label in labels:
+        header += [f"{label}: mean [95% CI] (n)", f"{label}: Δ vs p=2 [95% CI]", "paired t p"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, r in table.iterrows():
+        cells = [stats.format_p(r["norm.p"]), num(r["paper"]), num(r["paper_delta"], True)]
+        for label in labels:
+            c = {k.split(":", 1)[1]: v for k, v in r.items() if k.startswith(f"{label}:")}
+            n = "-" if pd.isna(c["n"]) else str(int(c["n"]))
+            cells.append(f"{num(c[f'{METRIC}_mean'])} [{num(c[f'{METRIC}_ci_low'])}, "
+                         f"{num(c[f'{METRIC}_ci_high'])}] ({n})")
+            cells.append(f"{num(c['delta_mean'], True)} [{num(c['delta_ci_low'], True)}, "
+                         f"{num(c['delta_ci_high'], True)}]")
+            cells.append("-" if pd.isna(c["t_pvalue"]) else f"{c['t_pvalue']:.3g}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
