@@ -110,3 +110,28 @@ def test_gamma_and_p_do_not_decay():
     for norm in model.lp_norms():
         assert id(norm.gamma) not in decayed and id(norm.p_theta) not in decayed
     assert id(model.lm_head.weight) in decayed
+
+
+def test_bf16_autocast_on_cpu_runs_attention_in_float32_and_stays_close_to_float32(monkeypatch):
+    """Under autocast the matmuls run in bf16 but SDPA gets float32 inputs (its CPU bf16
+    backward is slow), so outputs and gradients stay within bf16 rounding of float32."""
+    from qknorm.model import causal_attention
+
+    seen, real_sdpa = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return real_sdpa(q, k, v, **kw)
+
+    model = make_model(NORMS["lp4"])
+    idx = torch.randint(0, 65, (4, 16), generator=torch.Generator().manual_seed(7))
+    _, loss32 = model(idx, idx)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss16 = model(idx, idx)
+        y = causal_attention(*(torch.randn(1, 2, 16, 8).bfloat16() for _ in range(3)), 0.0, 1.0)
+    assert seen == [(torch.float32,) * 3] * (TINY.n_layer + 1)
+    assert logits.dtype == torch.bfloat16 and y.dtype == torch.bfloat16
+    assert abs(loss16.item() - loss32.item()) < 0.02
+    loss16.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
