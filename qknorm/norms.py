@@ -145,9 +145,9 @@ def _norm_gradient(xf: torch.Tensor, norm: torch.Tensor, inv: torch.Tensor, p: f
 
 def _lp_normalize_general(x: torch.Tensor, p: float, dim: int = -1, eps: float = 1e-6,
                           gamma: torch.Tensor | None = None) -> torch.Tensor:
-    """lp_normalize with no fast path: max-scaling and pow for every p, autograd for the
-    backward, gamma applied as a full-size multiply. Only the bench uses it, to show what the
-    fast paths buy."""
+    """lp_normalize with no fast path: max-scaling and pow for every finite p (max|x| for
+    p = inf), autograd for the backward, gamma applied as a full-size multiply. Only the bench
+    uses it, to show what the fast paths buy."""
     xf = _upcast(x)
     out = xf / _lp_norm_scaled(xf, p, dim).clamp_min(eps)
     return (out if gamma is None else out * gamma).to(x.dtype)
