@@ -49,3 +49,15 @@ def test_paper_grid_is_the_papers_p_values_plus_inf():
         params = preset_yaml["hydra"]["sweeper"]["params"]
         assert [float(p) for p in params["norm.p"].split(",")] == P_GRID
         assert params["data.fold"] == f"range(0,{folds})"
+
+
+@pytest.mark.parametrize("preset", ["paper", "paper_cpu"])
+def test_paper_sweeps_are_fold_major(preset):
+    """Jobs run fold by fold (every p of fold 0, then of fold 1, ...): stopped early, a sweep
+    still holds whole folds to pair p against p=2."""
+    from hydra import compose, initialize_config_dir
+
+    from .test_config import CONF
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={preset}"], return_hydra_config=True)
+    assert list(cfg.hydra.sweeper.params) == ["data.fold", "norm.p"]
