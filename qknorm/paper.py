@@ -12,9 +12,9 @@ import math
 import pandas as pd
 
 from qknorm import stats
+from qknorm.report import markdown_table
 
 VAL_LOSS = {2.0: 1.40506, 2.5: 1.373479, 3.0: 1.364543, 3.5: 1.361630, 4.0: 1.357461}
-RUN_SECONDS = (360, 363)
 METRIC = "best_val_loss"
 
 
@@ -47,7 +47,7 @@ def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
     header = ["p", "paper", "paper Δ"]
     for label in labels:
         header += [f"{label}: mean [95% CI] (n)", f"{label}: Δ vs p=2 [95% CI]", "paired t p"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for _, r in table.iterrows():
         cells = [stats.format_p(r["norm.p"]), num(r["paper"]), num(r["paper_delta"], True)]
         for label in labels:
@@ -58,5 +58,5 @@ def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
             cells.append(f"{num(c['delta_mean'], True)} [{num(c['delta_ci_low'], True)}, "
                          f"{num(c['delta_ci_high'], True)}]")
             cells.append("-" if pd.isna(c["t_pvalue"]) else f"{c['t_pvalue']:.3g}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown_table(header, rows)

@@ -118,7 +118,7 @@ def _group_label(row: pd.Series, keys: list[str]) -> list[str]:
     return out
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -130,7 +130,7 @@ def _per_group_table(summary: pd.DataFrame, keys: list[str], metric: str) -> str
         rows.append(_group_label(r, keys) + [
             str(int(r["n"])), _num(r[f"{metric}_mean"]), _num(r[f"{metric}_std"]),
             f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}]"])
-    return _table(keys + ["n", "mean", "std", "95% t-interval"], rows)
+    return markdown_table(keys + ["n", "mean", "std", "95% t-interval"], rows)
 
 
 def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
@@ -140,7 +140,7 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
             str(int(r["n_pairs"])), _num(r["delta_mean"]),
             f"[{_num(r['delta_ci_low'])}, {_num(r['delta_ci_high'])}]",
             _pval(r["t_pvalue"]), _pval(r["wilcoxon_pvalue"]), r["note"] or ""])
-    return _table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "paired t p",
+    return markdown_table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "paired t p",
                           "Wilcoxon p", "note"], rows)
 
 
@@ -182,7 +182,7 @@ def summarize(collection: results.Collection, options: Options,
             out += ["## Ranking of p by mean val_loss at each eval", "",
                     "Does it settle? Kendall's τ compares each eval's order with the last "
                     "eval's (1 = the same order).", "",
-                    _table(["step", "order (best first)", "Kendall τ vs last eval"],
+                    markdown_table(["step", "order (best first)", "Kendall τ vs last eval"],
                            [[str(r.step), r.order, f"{r.kendall_tau:.2f}"]
                             for r in ranking.itertuples()]), ""]
 
@@ -201,7 +201,7 @@ def summarize(collection: results.Collection, options: Options,
     bad = runs[runs["status"] != "completed"]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
-        out += ["## Excluded runs", "", _table(["run_dir", "status", "error"], rows), ""]
+        out += ["## Excluded runs", "", markdown_table(["run_dir", "status", "error"], rows), ""]
     if collection.warnings:
         out += ["## Notes", ""] + [f"- {w}" for w in collection.warnings] + [""]
     return "\n".join(out)
