@@ -9,7 +9,6 @@ these dataclasses, never a DictConfig.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +17,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from qknorm.errors import UserError, one_line
+from qknorm.errors import LIST_KEYS, UserError, did_you_mean, one_line
 
 NORM_KINDS = ("none", "l2", "lp", "rms")
+P_KINDS = ("l2", "lp")  # the kinds whose norm.p means something (l2 is lp at p=2)
 GAMMA_INITS = ("qknorm", "sqrt_d", "calibrated")
 GAMMA_SHAPES = ("scalar", "head")
 DEVICES = ("auto", "cpu", "cuda")
@@ -126,10 +126,8 @@ def to_config(cfg: DictConfig) -> Config:
     for key in _unknown_keys(cfg):
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
-        near = difflib.get_close_matches(leaf, [k for k in node if f"{parent}.{k}".lstrip(".") != key], 1)
-        hint = f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
-        raise UserError(f"{key} is not a config key (added with +); {hint}"
-                        "`python -m qknorm.train --cfg job` lists every key and its value")
+        hint = did_you_mean(parent, leaf, [k for k in node if k != leaf])
+        raise UserError(f"{key} is not a config key (added with +); {hint}{LIST_KEYS}")
     try:
         config = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:  # e.g. `+model.n_layers=2` slipped past composition
@@ -171,7 +169,7 @@ def validate(config: Config) -> None:
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
 
     _choice("norm.kind", n.kind, NORM_KINDS)
-    if n.kind in ("l2", "lp"):
+    if n.kind in P_KINDS:
         _check(not math.isnan(n.p), "norm.p=nan is not a number; use a float >= 1 or inf")
         _check(n.p >= 1.0, f"norm.p={n.p} is below 1 (not a norm); use a float >= 1 or inf")
         _check(n.kind != "l2" or n.p == 2.0,

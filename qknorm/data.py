@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from qknorm import rundir
 from qknorm.config import DataConfig
 from qknorm.errors import UserError
 
@@ -40,14 +40,8 @@ def sha256_of(path: Path) -> str:
 def download(url: str, dest: Path, timeout_s: float = 30.0) -> None:
     """Fetch url into dest atomically (a temp file renamed into place)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            shutil.copyfileobj(resp, out)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with rundir.atomic_writer(dest) as out, urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        shutil.copyfileobj(resp, out)
 
 
 def load_text(cfg: DataConfig) -> str:

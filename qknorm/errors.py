@@ -51,8 +51,19 @@ class RunPruned(RuntimeError):
         return type(self), (self.step,), self.__dict__
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+def first_line(what: BaseException | str) -> str:
+    """The first line of a message: for an exception, of str(e), or its type name when empty;
+    for a text, of the text ("" when blank)."""
+    text = str(what).strip()
+    if text:
+        return text.splitlines()[0]
+    return type(what).__name__ if isinstance(what, BaseException) else ""
+
+
+def did_you_mean(parent: str, key: str, candidates) -> str:
+    """'did you mean parent.near? ' for the candidate closest to a misspelt key, or ''."""
+    near = difflib.get_close_matches(str(key), [str(c) for c in candidates], 1)
+    return f"did you mean {parent + '.' if parent else ''}{near[0]}? " if near else ""
 
 
 # OmegaConf's names for the types a value failed to convert to -> what to type instead
@@ -64,25 +75,23 @@ def _compose_error(e: ConfigCompositionException) -> str:
     cause = e.__cause__
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # an unknown key
         key = cause.full_key
-        near = []
+        hint = ""
         if cause.parent_node is not None and cause.key is not None:
-            near = difflib.get_close_matches(str(cause.key), [str(k) for k in cause.parent_node], 1)
-        prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
-        hint = f"did you mean {prefix}{near[0]}? " if near else ""
+            hint = did_you_mean(key.rpartition(".")[0], cause.key, cause.parent_node)
         return f"{key} is not a config key; {hint}{LIST_KEYS}"
     if isinstance(cause, ValidationError):  # a value of the wrong type: norm.p=abc
         wanted = next((hint for name, hint in _TYPE_HINTS.items()
                        if f"converted to {name}" in cause.msg), "a value of the right type")
-        return (f"{cause.full_key}={cause.value} is not valid ({_first_line(cause.msg)}); "
+        return (f"{cause.full_key}={cause.value} is not valid ({first_line(cause.msg)}); "
                 f"give {cause.full_key} {wanted}")
     message = str(e)
     if message.startswith("Ambiguous value for argument"):
         override = message.split("'")[1]
         return (f"{override} lists several values; add -m to sweep over them, or quote the "
                 "value to pass one string")
-    parts = [_first_line(message)]
+    parts = [first_line(message)]
     if isinstance(cause, OmegaConfBaseException):
-        parts.append(_first_line(str(cause)))
+        parts.append(first_line(str(cause)))
     return "; ".join(p for p in parts if p) + f"; {LIST_KEYS}"
 
 
@@ -94,13 +103,13 @@ def one_line(e: BaseException) -> str | None:
         group, _, name = e.missing_cfg_file.rpartition("/")
         return f"{group}={name} is not an option of {group}; pick one of {', '.join(e.options)}"
     if isinstance(e, MissingConfigException):
-        return _first_line(str(e))
+        return first_line(str(e))
     if isinstance(e, ConfigCompositionException):
         return _compose_error(e)
     if isinstance(e, OverrideParseException):
-        return (f"cannot parse the override: {_first_line(str(e))}; write key=value "
+        return (f"cannot parse the override: {first_line(str(e))}; write key=value "
                 "(Hydra's override grammar: hydra.cc/docs/advanced/override_grammar/basic)")
     if isinstance(e, OmegaConfBaseException):
         key = getattr(e, "full_key", None)
-        return f"{key}: {_first_line(str(e))}" if key else _first_line(str(e))
+        return f"{key}: {first_line(str(e))}" if key else first_line(str(e))
     return None

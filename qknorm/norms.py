@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from qknorm.config import NormConfig
+from qknorm.config import P_KINDS, NormConfig
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -257,7 +257,7 @@ def build_qk_norm(cfg: NormConfig, n_head: int, head_dim: int, block_size: int) 
     """The table from `norm.kind` to code (l2 is lp at p=2)."""
     if cfg.kind == "none":
         return NoQKNorm()
-    if cfg.kind in ("l2", "lp"):
+    if cfg.kind in P_KINDS:
         return LpQKNorm(cfg, n_head, head_dim, block_size)
     if cfg.kind == "rms":
         return RMSQKNorm(cfg, head_dim)

@@ -21,7 +21,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from qknorm.stats import P_KINDS, completed, format_p, t_interval
+from qknorm.config import P_KINDS
+from qknorm.stats import completed, format_p, t_interval
 
 LABELS = {  # axis labels with units; losses are mean cross-entropy per character
     "best_val_loss": "best validation loss (nats/char)",
@@ -153,7 +154,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     inf = means[np.isinf(means["p"])]
     if len(inf):
         mean = float(inf["mean"].iloc[0])
-        if len(fin):  # dashed: the axis is broken between the last finite p and inf
+        if len(fin):  # dotted: the axis is broken between the last finite p and inf
             ax.plot([fin["p"].iloc[-1], axis.x_inf], [fin["mean"].iloc[-1], mean], ls=":",
                     color=MEAN_COLOR, lw=1.2, zorder=4)
 
@@ -213,7 +214,7 @@ def p_colors(ps) -> dict[float, tuple]:
 
 def _curve_groups(curves: pd.DataFrame):
     """(label, colour, style, frame) per group of completed runs: p groups, then no-p kinds."""
-    done = curves[curves["status"] == "completed"]
+    done = completed(curves)
     lp = done[done["norm.kind"].isin(P_KINDS)]
     colors = p_colors(lp["norm.p"])
     for p, group in lp.groupby("norm.p", sort=True):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -21,17 +20,9 @@ import pandas as pd
 from qknorm import plots, results, rundir, stats
 from qknorm.errors import UserError
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
 DEFAULT_METRIC = "best_val_loss"
 TIME_METRIC = "wall_time_s"
-STATUS_MEANING = {
-    "diverged": "loss became non-finite",
-    "pruned": "stopped early by the Optuna pruner",
-    "failed": "raised an error",
-    "incomplete": "no final.json: killed, or still running",
-}
+STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
 
 @dataclass
@@ -148,7 +139,7 @@ def summarize(collection: results.Collection, options: Options,
               curves: pd.DataFrame | None = None) -> str:
     runs, metric = collection.runs, options.metric
     keys = stats.group_keys(runs, options.by)
-    n_done = int((runs["status"] == "completed").sum())
+    n_done = len(stats.completed(runs))
     excluded = stats.excluded(runs)
     out = [f"# Results: {collection.root.as_posix()}", ""]
     line = f"{len(runs)} runs, {n_done} completed (only completed runs count in statistics)"
@@ -198,7 +189,7 @@ def summarize(collection: results.Collection, options: Options,
                 f"n={int(r['n'])}"]
     out.append("")
 
-    bad = runs[runs["status"] != "completed"]
+    bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
         out += ["## Excluded runs", "", markdown_table(["run_dir", "status", "error"], rows), ""]
@@ -268,7 +259,6 @@ def write_report(root: Path | str, report: Report) -> list[Path]:
         path = Path(root) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         rundir.atomic_write_bytes(path, data)
-        os.chmod(path, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is for everyone to read
         written.append(path)
     return written
 

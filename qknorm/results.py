@@ -20,14 +20,13 @@ import pandas as pd
 import yaml
 
 from qknorm import rundir
-from qknorm.config import flatten
+from qknorm.config import P_KINDS, flatten
 from qknorm.errors import UserError
 
 log = logging.getLogger(__name__)
 
-INCOMPLETE = "incomplete"  # no final.json yet: killed, or still running
+INCOMPLETE = rundir.INCOMPLETE  # no final.json yet: killed, or still running
 ALWAYS = ["norm.kind", "norm.p", "seed", "data.fold"]  # in every table, varying or not
-KINDS_WITHOUT_P = ("none", "rms")  # their config still carries a p; it means nothing there
 # final.json fields in results.csv's order. seed and fold are the config's seed and data.fold
 # (one name per idea); final.json's `p` is the model's p at the end, which differs from norm.p
 # only when it is learned, so it is `p_final` here.
@@ -88,8 +87,8 @@ def read_config(run_dir: Path) -> dict[str, Any] | None:
 def read_run(run_dir: Path, root: Path) -> dict[str, Any]:
     """One results row: flattened config, then final.json's fields (or status incomplete)."""
     row: dict[str, Any] = dict(read_config(run_dir) or {})
-    if row.get("norm.kind") in KINDS_WITHOUT_P:
-        row["norm.p"] = math.nan
+    if "norm.kind" in row and row["norm.kind"] not in P_KINDS:
+        row["norm.p"] = math.nan  # the config still carries a p; it means nothing there
     try:
         final = rundir.read_final(run_dir)
     except (OSError, ValueError):  # not ours to write half a file, but never crash on one

@@ -1,11 +1,13 @@
-"""The files a run writes (DESIGN.md section 5): metrics.jsonl, final.json, ckpt.pt.
+"""The files a run writes (docs/design.md, "The run dir"): metrics.jsonl, final.json, ckpt.pt.
 
 Writers live here and nowhere else, so the run-dir format has one definition; qknorm.results
-reads what these write.
+and the sweeper read what these write. `atomic_writer` is the project's one way to write a file
+that someone may read while it is written (run files, reports, sweep results, the corpus).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -19,7 +21,21 @@ METRICS_FILE = "metrics.jsonl"
 FINAL_FILE = "final.json"
 CKPT_FILE = "ckpt.pt"
 
-STATUSES = ("completed", "diverged", "pruned", "failed")
+# final.json's `status`: how a run ended, and what that means (the report explains exclusions).
+STATUS_MEANING = {
+    "completed": "trained to train.max_iters",
+    "diverged": "loss became non-finite",
+    "pruned": "stopped early by the Optuna pruner",
+    "failed": "raised an error",
+}
+STATUSES = tuple(STATUS_MEANING)
+COMPLETED, DIVERGED, PRUNED, FAILED = STATUSES
+# Never written: what readers call a run dir without final.json (killed, or still running).
+INCOMPLETE = "incomplete"
+
+# Files are created as open() would (0666 minus the umask), not mkstemp's private 0600.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def _jsonable(value: Any) -> Any:
@@ -29,22 +45,36 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same directory, then rename: readers never see half a file."""
+@contextlib.contextmanager
+def atomic_writer(path: Path, mode: str = "wb"):
+    """A file to write `path` through: a temp file in the same directory, renamed over `path`
+    when the block ends and deleted when it raises. Readers see the old file or the whole new
+    one, never half of one, and a failed write leaves nothing behind."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, mode) as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with atomic_writer(path) as f:
+        f.write(data)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
 def write_final(run_dir: Path, final: dict[str, Any]) -> None:
     assert final.get("status") in STATUSES, final.get("status")
     text = json.dumps({k: _jsonable(v) for k, v in final.items()}, indent=2) + "\n"
-    atomic_write_bytes(run_dir / FINAL_FILE, text.encode())
+    atomic_write_text(run_dir / FINAL_FILE, text)
 
 
 def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
@@ -74,10 +104,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
     import torch  # here, not at the top: readers of run dirs (reports, sweeper) never pay for it
 
-    path = run_dir / CKPT_FILE
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_writer(run_dir / CKPT_FILE) as f:
+        torch.save(state, f)
 
 
 def load_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:

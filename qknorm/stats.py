@@ -16,22 +16,22 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from qknorm.config import P_KINDS
 from qknorm.errors import UserError
+from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
 
 CONFIDENCE = 0.95
 PAIR_KEYS = ["seed", "data.fold"]
-P_KINDS = ("lp", "l2")  # the kinds whose norm.p means something
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == "completed"]
+    return df[df["status"] == COMPLETED]
 
 
 def excluded(df: pd.DataFrame) -> dict[str, int]:
     """{status: count} of the runs statistics leave out, in a fixed order."""
-    counts = df.loc[df["status"] != "completed", "status"].value_counts()
-    order = ["diverged", "pruned", "failed", "incomplete"]
-    return {s: int(counts[s]) for s in order if s in counts}
+    counts = df.loc[df["status"] != COMPLETED, "status"].value_counts()
+    return {s: int(counts[s]) for s in (*STATUSES, INCOMPLETE) if s in counts}
 
 
 def group_keys(df: pd.DataFrame, by: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -178,7 +178,7 @@ def ranking_by_step(curves: pd.DataFrame, metric: str = "val_loss") -> pd.DataFr
 
     `curves` is qknorm.results.collect_curves's frame. Runs without p (none, rms) are left out.
     """
-    done = curves[(curves["status"] == "completed") & curves["norm.kind"].isin(P_KINDS)]
+    done = curves[(curves["status"] == COMPLETED) & curves["norm.kind"].isin(P_KINDS)]
     means = done.groupby(["step", "norm.p"])[metric].mean().unstack("norm.p").dropna()
     if means.shape[0] == 0 or means.shape[1] < 2:
         return pd.DataFrame(columns=["step", "order", "kendall_tau"])

@@ -3,8 +3,9 @@
 Every trial this sweeper finishes carries a user attr `status`: completed | pruned | failed
 (counted toward n_trials), or surplus (asked by a sweeper that lost a race for the last slots;
 never launched, not counted). A RUNNING trial whose sweeper died stops getting heartbeats; the
-next sweeper marks it FAIL (Optuna's fail_stale_trials) and re-enqueues its params
-(RetryFailedTrialCallback), so it does not count and its params run again.
+next sweeper marks it FAIL (Optuna's fail_stale_trials) and re-enqueues its params (the
+storage's RetryHeartbeatStaleTrialCallback, _specs.open_storage), so it does not count and its
+params run again.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from qknorm.rundir import COMPLETED, FAILED, PRUNED
+
 log = logging.getLogger(__name__)
 
 STATUS_ATTR = "status"
-COUNTED = ("completed", "pruned", "failed")
+COUNTED = (COMPLETED, PRUNED, FAILED)  # a trial's status: its jobs' statuses, diverged as failed
 SURPLUS = "surplus"
 
 
@@ -51,7 +54,7 @@ class Tally:
         return cls(
             finished=sum(t.state != TrialState.RUNNING for t in slots),
             running=sum(t.state == TrialState.RUNNING for t in slots),
-            failed=sum(t.user_attrs.get(STATUS_ATTR) == "failed" for t in slots),
+            failed=sum(t.user_attrs.get(STATUS_ATTR) == FAILED for t in slots),
         )
 
 

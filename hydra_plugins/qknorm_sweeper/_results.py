@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,20 +13,14 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS
+from qknorm.rundir import COMPLETED, atomic_write_text
 
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
 PARAMS_ATTR = "params"  # trial user attr: config key -> value the jobs got (norm.p: inf)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _plain(value: Any) -> Any:
+def _yaml_scalar(value: Any) -> Any:
     """YAML-safe Python scalars (numpy floats and the like become float)."""
     if isinstance(value, (bool, int, str)) or value is None:
         return value
@@ -42,8 +34,8 @@ def _plain(value: Any) -> Any:
 
 def _entry(trial: FrozenTrial, objectives: Sequence[str]) -> dict[str, Any]:
     params = trial.user_attrs.get(PARAMS_ATTR, trial.params)
-    return {"trial": trial.number, "params": {k: _plain(v) for k, v in params.items()},
-            "values": {o: _plain(v) for o, v in zip(objectives, trial.values, strict=True)}}
+    return {"trial": trial.number, "params": {k: _yaml_scalar(v) for k, v in params.items()},
+            "values": {o: _yaml_scalar(v) for o, v in zip(objectives, trial.values, strict=True)}}
 
 
 def summary(study: optuna.Study, objectives: Sequence[str], n_trials: int,
@@ -59,14 +51,14 @@ def summary(study: optuna.Study, objectives: Sequence[str], n_trials: int,
     }
     # A penalised failure is COMPLETE for Optuna but never the best: keep only real results.
     done = [t for t in trials if t.state == TrialState.COMPLETE
-            and t.user_attrs.get(STATUS_ATTR) == "completed"]
+            and t.user_attrs.get(STATUS_ATTR) == COMPLETED]
     if len(study.directions) == 1:
         if done:
             sign = 1 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1
             best = min(done, key=lambda t: sign * t.value)
             entry = _entry(best, objectives)
             out.update(best_trial=best.number, best_params=entry["params"],
-                       best_value=_plain(best.value))
+                       best_value=_yaml_scalar(best.value))
         else:
             out.update(best_trial=None, best_params=None, best_value=None)
     else:
@@ -88,7 +80,7 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         row.update(attrs.get(PARAMS_ATTR, {}))
         # Only completed trials have objective values; Optuna keeps a pruned trial's last
         # intermediate value and a penalised failure's fail_value, which are not results.
-        done = t.values is not None and attrs.get(STATUS_ATTR) == "completed"
+        done = t.values is not None and attrs.get(STATUS_ATTR) == COMPLETED
         values = t.values if done else [math.nan] * len(objectives)
         std = attrs.get("std")
         std = std if isinstance(std, list) else [std] * len(objectives)
@@ -107,7 +99,7 @@ def write(study: optuna.Study, sweep_dir: Path, objectives: Sequence[str], n_tri
           storage_label: str) -> tuple[Path, Path]:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     results, trials = sweep_dir / RESULTS_FILE, sweep_dir / TRIALS_FILE
-    _atomic_write(results, yaml.safe_dump(summary(study, objectives, n_trials, storage_label),
-                                          sort_keys=False))
-    _atomic_write(trials, trials_frame(study, objectives).to_csv(index=False))
+    atomic_write_text(results, yaml.safe_dump(summary(study, objectives, n_trials, storage_label),
+                                              sort_keys=False))
+    atomic_write_text(trials, trials_frame(study, objectives).to_csv(index=False))
     return results, trials

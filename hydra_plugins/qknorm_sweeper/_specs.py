@@ -18,6 +18,7 @@ import optuna
 from sqlalchemy.engine import make_url
 
 from hydra_plugins.qknorm_sweeper._errors import SweepError
+from qknorm.errors import first_line
 
 # Heartbeats and stale-trial retries are what make kill-and-rerun work; Optuna labels them
 # experimental and expects them inside Study.optimize. We use them on purpose: keep logs clean.
@@ -136,8 +137,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
             if racing and attempt < 4:
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({first}); "
+            raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({first_line(e)}); "
                              "check the URL, the server and its driver (pip install "
                              "'qknorm[postgres]' for PostgreSQL)") from None
     raise AssertionError("unreachable")

@@ -9,7 +9,6 @@ can get wrong is checked before the study is created or touched.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -36,14 +35,15 @@ from hydra_plugins.qknorm_sweeper._space import (
     parse_space,
     replicate_combinations,
 )
+from qknorm import rundir
+from qknorm.rundir import COMPLETED, FAILED, PRUNED
 
 log = logging.getLogger(__name__)
 
-FINAL_FILE = "final.json"  # DESIGN.md section 5: what every job writes, however it ended
 DIRECTIONS = ("minimize", "maximize")
 
 
-def _plain(value: Any) -> Any:
+def _to_container(value: Any) -> Any:
     if isinstance(value, (DictConfig, ListConfig)):
         return OmegaConf.to_container(value, resolve=True)
     return value
@@ -51,7 +51,7 @@ def _plain(value: Any) -> Any:
 
 @dataclass
 class JobResult:
-    status: str  # completed | pruned | diverged | failed
+    status: str  # one of qknorm.rundir.STATUSES
     run_dir: str
     fields: dict[str, Any] = field(default_factory=dict)
     error: str = ""
@@ -81,18 +81,18 @@ class OptunaSweep:
                  grace_period: int | None, params: Any) -> None:
         self.study_name = study_name
         self.storage = storage
-        self.direction = _plain(direction)
-        self.objectives = list(_plain(objectives))
+        self.direction = _to_container(direction)
+        self.objectives = list(_to_container(objectives))
         self.n_trials = n_trials
         self.n_jobs = n_jobs
-        self.sampler_spec = dict(_plain(sampler) or {})
-        self.pruner_spec = dict(_plain(pruner) or {"name": "none"})
-        self.replicates = dict(_plain(replicates) or {})
+        self.sampler_spec = dict(_to_container(sampler) or {})
+        self.pruner_spec = dict(_to_container(pruner) or {"name": "none"})
+        self.replicates = dict(_to_container(replicates) or {})
         self.max_failure_rate = max_failure_rate
-        self.fail_value = _plain(fail_value)
+        self.fail_value = _to_container(fail_value)
         self.heartbeat_interval = heartbeat_interval
         self.grace_period = grace_period
-        self.params = dict(_plain(params) or {})
+        self.params = dict(_to_container(params) or {})
 
     def setup(self, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -172,20 +172,18 @@ class OptunaSweep:
         self._compose(base + job_keys, "the task config",
                       "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
         for p in space.params:
-            for value in p.examples():
-                override = f"{p.key}={format_value(value)}"
-                self._compose(base + [override], f"hydra.sweeper.params.{p.name}",
-                              f"{override} does not fit the config; check the key's spelling "
-                              "and type")
+            self._compose_values(base, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
         for fixed in space.fixed:
             self._compose(base + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
         for key, values in self.replicates.items():
-            for value in values:
-                override = f"{key}={format_value(value)}"
-                self._compose(base + [override], f"hydra.sweeper.replicates.{key}",
-                              f"{override} does not fit the config; check the key's spelling "
-                              "and type")
+            self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
+
+    def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
+        for value in values:
+            override = f"{key}={format_value(value)}"
+            self._compose(base + [override], where,
+                          f"{override} does not fit the config; check the key's spelling and type")
 
     def _compose(self, overrides: list[str], where: str, fix: str) -> None:
         try:
@@ -249,7 +247,7 @@ class OptunaSweep:
                 results_of = [_job_result(r) for r in returns]
             except Exception as e:  # a broken launcher fails this batch, not the study
                 log.exception("launcher failed")
-                results_of = [JobResult("failed", "?", error=f"launcher: {type(e).__name__}: "
+                results_of = [JobResult(FAILED, "?", error=f"launcher: {type(e).__name__}: "
                                         f"{e}") for _ in jobs]
             job_idx += len(overrides)
             for trial in batch:
@@ -293,13 +291,13 @@ class OptunaSweep:
         trial.set_user_attr("jobs", [j.run_dir for j in jobs])
         trial.set_user_attr("n", len(jobs))
         label = " ".join(plan.space.overrides(trial.params)[len(plan.space.fixed):])
-        bad = [j for j in jobs if j.status not in ("completed", "pruned")]
+        bad = [j for j in jobs if j.status not in (COMPLETED, PRUNED)]
         values, error = None, ""
-        if not bad and not any(j.status == "pruned" for j in jobs):
+        if not bad and not any(j.status == PRUNED for j in jobs):
             values, error = _mean_values(jobs, self.objectives, trial)
         if bad or error:
             error = error or f"job {bad[0].status} ({bad[0].run_dir}): {bad[0].error}"
-            trial.set_user_attr(STATUS_ATTR, "failed")
+            trial.set_user_attr(STATUS_ATTR, FAILED)
             trial.set_user_attr("error", error)
             if plan.fail_values is not None:
                 study.tell(trial, plan.fail_values)
@@ -309,11 +307,11 @@ class OptunaSweep:
                 study.tell(trial, state=TrialState.FAIL)
                 log.warning("trial %d [%s] FAILED: %s", trial.number, label, error)
         elif values is None:
-            trial.set_user_attr(STATUS_ATTR, "pruned")
+            trial.set_user_attr(STATUS_ATTR, PRUNED)
             study.tell(trial, state=TrialState.PRUNED)
             log.info("trial %d [%s] PRUNED", trial.number, label)
         else:
-            trial.set_user_attr(STATUS_ATTR, "completed")
+            trial.set_user_attr(STATUS_ATTR, COMPLETED)
             study.tell(trial, values)
             shown = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.objectives, values, strict=True))
             log.info("trial %d [%s] COMPLETE: %s (mean of %d)", trial.number, label, shown,
@@ -344,22 +342,21 @@ def _job_result(ret: JobReturn) -> JobResult:
     """A job's outcome from its final.json; a job that wrote none failed before training, and
     a task that writes none but returns a number (not qknorm.train) is scored on that."""
     run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else "?"
-    path = Path(run_dir) / FINAL_FILE
-    if path.exists():
-        try:
-            final = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            return JobResult("failed", run_dir, error=f"unreadable {path}: {e}")
+    try:
+        final = rundir.read_final(run_dir)
+    except (OSError, ValueError) as e:  # ValueError: a JSON decode error
+        return JobResult(FAILED, run_dir, error=f"unreadable {Path(run_dir) / rundir.FINAL_FILE}: {e}")
+    if final is not None:
         error = final.get("error", "")
         if ret.status == JobStatus.FAILED and not error:
             error = _exception_line(ret)
-        return JobResult(final.get("status", "failed"), run_dir, final, error)
+        return JobResult(final.get("status", FAILED), run_dir, final, error)
     if ret.status == JobStatus.COMPLETED:
         value = ret._return_value
         if isinstance(value, (int, float)):
-            return JobResult("completed", run_dir, {"best_val_loss": value, "value": value})
-        return JobResult("failed", run_dir, error=f"no {FINAL_FILE} and no number returned")
-    return JobResult("failed", run_dir, error=_exception_line(ret))
+            return JobResult(COMPLETED, run_dir, {"best_val_loss": value, "value": value})
+        return JobResult(FAILED, run_dir, error=f"no {rundir.FINAL_FILE} and no number returned")
+    return JobResult(FAILED, run_dir, error=_exception_line(ret))
 
 
 def _exception_line(ret: JobReturn) -> str:

@@ -1,4 +1,4 @@
-"""The sweeper's config schema, registered as `hydra/sweeper=qknorm_optuna` (DESIGN.md section 6).
+"""The sweeper's config schema, registered as `hydra/sweeper=qknorm_optuna` (docs/design.md, "The sweeper").
 
 The keys follow hydra-optuna-sweeper where they mean the same thing, so its users feel at home.
 """
