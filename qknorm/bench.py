@@ -15,19 +15,20 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from qknorm.errors import UserError
+from qknorm.errors import UserError, first_line
+from qknorm.norms import LpQKNorm, lp_norm_scaled, lp_normalize
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
-# name -> (Hydra overrides, force the general Lp path). l2 is Lp at p=2 with its rsqrt fast path;
-# lp_p2_general is the same maths through max-scaling and pow, to show what the fast path buys.
+# name -> (Hydra overrides, force the general Lp path). l2 is Lp at p=2 with its fast path (the
+# square root of a sum of squares); lp_p2_general is the same maths through max-scaling and pow,
+# to show what the fast path buys.
 NORMS: dict[str, tuple[tuple[str, ...], bool]] = {
     "none": (("norm=none",), False),
     "l2": (("norm=l2",), False),
@@ -82,7 +83,7 @@ def compose(model: str, overrides: list[str]):
             return to_config(hydra_compose("config", overrides=[f"model={model}", *overrides]))
     except (HydraException, OmegaConfBaseException) as e:
         raise UserError(f"cannot compose model={model} {' '.join(overrides)}: "
-                        f"{str(e).splitlines()[0]}") from e
+                        f"{first_line(e)}") from e
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -95,86 +96,104 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------
+# the reference path: Lp with no fast path, to show what the fast paths buy
+
+
+def lp_normalize_general(x: torch.Tensor, p: float, dim: int = -1, eps: float = 1e-6,
+                         gamma: torch.Tensor | None = None) -> torch.Tensor:
+    """lp_normalize with no fast path: max-scaling and pow for every finite p (max|x| for
+    p = inf), autograd for the backward, gamma applied as a full-size multiply."""
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    out = xf / lp_norm_scaled(xf, p, dim).clamp_min(eps)
+    return (out if gamma is None else out * gamma).to(x.dtype)
+
+
+class GeneralLpQKNorm(LpQKNorm):
+    """LpQKNorm through `lp_normalize_general`: the same parameters, the reference path."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (lp_normalize_general(q, self.p, eps=self.eps, gamma=self.gamma),
+                lp_normalize_general(k, self.p, eps=self.eps))
+
+
+def use_general_path(model: torch.nn.Module) -> None:
+    """Switch every LpQKNorm of a model to the reference path, in place (before its first step,
+    so torch.compile traces the switched forward)."""
+    for norm in model.modules():
+        if type(norm) is LpQKNorm:
+            norm.__class__ = GeneralLpQKNorm  # same state, other forward
+
+
+# ---------------------------------------------------------------------------------------------
 # training-step benchmark
 
 
-class _Runner:
-    """One variant's model, optimizer and batches, stepping exactly as qknorm.train's loop does."""
+def build_run(variant: Variant, model: str, extra: list[str], splits_cache: dict):
+    """The variant's Run through qknorm.train.setup: it steps exactly as training does."""
+    from qknorm.data import load_splits
+    from qknorm.train import setup
 
-    def __init__(self, variant: Variant, model: str, extra: list[str], splits_cache: dict):
-        from qknorm.data import load_splits
-        from qknorm.model import GPT
-        from qknorm.train import _maybe_compile, resolve_device
+    overrides, general = NORMS[variant.norm]
+    cfg = compose(model, [*overrides, f"dtype={variant.dtype}", *extra,
+                          f"compile={str(variant.compile).lower()}"])
+    key = (cfg.data.fold, cfg.model.block_size)
+    if key not in splits_cache:
+        splits_cache[key] = load_splits(cfg.data, cfg.model.block_size)
+    run = setup(cfg, splits_cache[key])
+    if general:
+        use_general_path(run.raw_model)
+    return run
 
-        overrides, general = NORMS[variant.norm]
-        cfg = compose(model, [*overrides, f"dtype={variant.dtype}", *extra])
-        self.cfg, self.variant = cfg, variant
-        self.device = resolve_device(cfg.device)
-        key = (cfg.data.fold, cfg.model.block_size)
-        if key not in splits_cache:
-            splits_cache[key] = load_splits(cfg.data, cfg.model.block_size)
-        self.splits = splits_cache[key]
-        torch.manual_seed(cfg.seed)
-        self.model = GPT(cfg.model, cfg.norm, len(self.splits.vocab)).to(self.device)
-        for norm in self.model.lp_norms():
-            norm._general_path = general
-        o = cfg.optimizer
-        self.optimizer = self.model.configure_optimizer(o.lr, o.weight_decay, (o.beta1, o.beta2),
-                                                        self.device.type)
-        self.step_model = _maybe_compile(self.model, variant.compile)
-        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16)
-                         if cfg.dtype == "bfloat16" else nullcontext())
-        self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.tokens_per_step = cfg.train.batch_size * cfg.model.block_size
 
-    def steps(self, n: int) -> float:
-        """Run n training steps; seconds per step (synchronized at the end only)."""
-        from qknorm.train import lr_at, train_step
+def time_steps(run, n: int) -> float:
+    """Run n training steps at the mid-schedule LR; seconds per step (one sync, at the end)."""
+    from qknorm.train import lr_at, train_step
 
-        o, t = self.cfg.optimizer, self.cfg.train
-        start = time.perf_counter()
-        for _ in range(n):
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr_at(t.max_iters // 2, o, t.max_iters)
-            x, y = (b.to(self.device, non_blocking=True)
-                    for b in self.splits.train.sample(t.batch_size, self.generator))
-            loss = train_step(self.step_model, self.model, self.optimizer, x, y, self.autocast,
-                              o.grad_clip)
-        loss.item()  # wait for the device once, after the n steps
-        return (time.perf_counter() - start) / n
+    t = run.cfg.train
+    lr = lr_at(t.max_iters // 2, run.cfg.optimizer, t.max_iters)
+    start = time.perf_counter()
+    for _ in range(n):
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
+        x, y = (b.to(run.device, non_blocking=True)
+                for b in run.splits.train.sample(t.batch_size, run.batch_rng))
+        loss = train_step(run, x, y)
+    loss.item()  # wait for the device once, after the n steps
+    return (time.perf_counter() - start) / n
 
 
 def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str] = (),
                 warmup: int = 10, rounds: int = 15, steps: int = 5) -> dict[str, Any]:
     """Interleaved step times for every variant; per-variant medians and per-round ratios."""
     splits_cache: dict = {}
-    runners, compile_s = [], {}
+    runs, setup_s = [], {}
     for v in variant_list:
         t0 = time.perf_counter()
-        runner = _Runner(v, model, list(extra), splits_cache)
-        runner.steps(max(1, warmup))  # compiles here when compile=true
-        compile_s[v.name] = time.perf_counter() - t0
-        runners.append(runner)
+        run = build_run(v, model, list(extra), splits_cache)
+        time_steps(run, max(1, warmup))  # compiles here when compile=true
+        setup_s[v.name] = time.perf_counter() - t0
+        runs.append(run)
     times: dict[str, list[float]] = {v.name: [] for v in variant_list}
     for _ in range(rounds):
-        for runner in runners:
-            times[runner.variant.name].append(runner.steps(steps))
-    cfg = runners[0].cfg
+        for v, run in zip(variant_list, runs):
+            times[v.name].append(time_steps(run, steps))
+    cfg = runs[0].cfg
+    tokens_per_step = cfg.train.batch_size * cfg.model.block_size
     rows = []
-    for runner in runners:
-        v, ts = runner.variant, times[runner.variant.name]
+    for v in variant_list:
+        ts = times[v.name]
         rows.append({
             "name": v.name, "norm": v.norm, "dtype": v.dtype, "compile": v.compile,
             "general_lp_path": NORMS[v.norm][1],
             "step_ms": spread([1e3 * t for t in ts]),
-            "tokens_per_s": spread([runner.tokens_per_step / t for t in ts]),
-            "setup_s": compile_s[v.name],
+            "tokens_per_s": spread([tokens_per_step / t for t in ts]),
+            "setup_s": setup_s[v.name],
         })
     return {
         "config": {"model": model, "overrides": list(extra), "n_layer": cfg.model.n_layer,
                    "n_head": cfg.model.n_head, "n_embd": cfg.model.n_embd,
                    "block_size": cfg.model.block_size, "batch_size": cfg.train.batch_size,
-                   "device": runners[0].device.type},
+                   "device": runs[0].device.type},
         "warmup_steps": warmup, "rounds": rounds, "steps_per_round": steps,
         "variants": rows, "ratios": _ratios(variant_list, times),
     }
@@ -210,12 +229,10 @@ def bench_norm(shape: tuple[int, ...], ps=MICRO_PS, warmup: int = 20, rounds: in
     Every p also runs through the general path (max-scaling and pow, no fast path), so the table
     shows what each fast path buys. Times are per (q, k) pair, in microseconds.
     """
-    from qknorm.norms import _lp_normalize_general, lp_normalize
-
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(shape, generator=g, requires_grad=True)
-    k = torch.randn(shape, generator=g, requires_grad=True)
-    grad = torch.randn(shape, generator=g)
+    data_rng = torch.Generator().manual_seed(0)
+    q = torch.randn(shape, generator=data_rng, requires_grad=True)
+    k = torch.randn(shape, generator=data_rng, requires_grad=True)
+    grad = torch.randn(shape, generator=data_rng)
     gamma = torch.tensor(3.0, requires_grad=True)  # learnable and folded into q, as in LpQKNorm
 
     def timer(fn, p):
@@ -228,7 +245,7 @@ def bench_norm(shape: tuple[int, ...], ps=MICRO_PS, warmup: int = 20, rounds: in
         return run
 
     cases = [(p, "fast", timer(lp_normalize, p)) for p in ps]
-    cases += [(p, "general", timer(_lp_normalize_general, p)) for p in ps]
+    cases += [(p, "general", timer(lp_normalize_general, p)) for p in ps]
     for _, _, run in cases:
         run(warmup)
     times = {(p, path): [] for p, path, _ in cases}
@@ -248,32 +265,6 @@ def bench_norm(shape: tuple[int, ...], ps=MICRO_PS, warmup: int = 20, rounds: in
 
 # ---------------------------------------------------------------------------------------------
 # per-job overhead
-
-_PHASES = r"""
-import json, sys, time
-marks = [(time.perf_counter(), time.process_time())]
-import torch
-from qknorm import train as _train
-marks.append((time.perf_counter(), time.process_time()))
-from qknorm.bench import compose
-from qknorm.data import load_splits
-from qknorm.model import GPT
-# The second pass is the next job of a reused worker (joblib's loky workers persist across jobs).
-for _ in range(2):
-    cfg = compose(sys.argv[1], sys.argv[2:])
-    marks.append((time.perf_counter(), time.process_time()))
-    splits = load_splits(cfg.data, cfg.model.block_size)
-    marks.append((time.perf_counter(), time.process_time()))
-    model = GPT(cfg.model, cfg.norm, len(splits.vocab))
-    opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99), "cpu")  # imports torch._dynamo once
-    marks.append((time.perf_counter(), time.process_time()))
-out = {}
-names = ("import", "compose", "data", "model", "warm_compose", "warm_data", "warm_model")
-for i, name in enumerate(names):
-    out[name + "_wall_s"] = marks[i + 1][0] - marks[i][0]
-    out[name + "_cpu_s"] = marks[i + 1][1] - marks[i][1]
-print(json.dumps(out))
-"""
 
 
 def _timed_run(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
@@ -314,7 +305,8 @@ def bench_overhead(model: str = "cpu", extra: list[str] = (), threads: int | Non
         samples.setdefault(key, []).append(value)
 
     for _ in range(repeats):
-        out, wall, cpu = _timed_run([sys.executable, "-c", _PHASES, model, *extra], env=env)
+        out, wall, cpu = _timed_run([sys.executable, "-m", "qknorm.overhead_probe", model, *extra],
+                                    env=env)
         phases = json.loads(out.stdout.strip().splitlines()[-1])
         for key, value in phases.items():
             add(key, value)

@@ -30,7 +30,8 @@ def lp_norm(x: torch.Tensor, p: float | torch.Tensor, dim: int = -1) -> torch.Te
     p = 1, 2, inf are two kernels each; p = 3 and 4 are products (no pow), which overflow only
     for |x| above ~1e12 and ~1e9; every other p, and a tensor p (learnable, one per head), takes
     the max-scaled path, safe for any p. (torch.linalg.vector_norm is not used: on CPU its p=1
-    and p=inf reductions measured ~15x slower than abs().sum() and abs().amax().)
+    and p=inf reductions are much slower than abs().sum() and abs().amax(); docs/design.md,
+    "Speed notes".)
     """
     x = _upcast(x)
     if not torch.is_tensor(p):
@@ -45,10 +46,10 @@ def lp_norm(x: torch.Tensor, p: float | torch.Tensor, dim: int = -1) -> torch.Te
             return (x2 * x2).sum(dim, keepdim=True).sqrt().sqrt()
         if p == 3.0:
             return (x * x * x.abs()).sum(dim, keepdim=True).pow(1 / 3)
-    return _lp_norm_scaled(x, p, dim)
+    return lp_norm_scaled(x, p, dim)
 
 
-def _lp_norm_scaled(x: torch.Tensor, p: float | torch.Tensor, dim: int = -1) -> torch.Tensor:
+def lp_norm_scaled(x: torch.Tensor, p: float | torch.Tensor, dim: int = -1) -> torch.Tensor:
     """||x||_p = m * (sum |x/m|^p)^(1/p) with m = max|x| (x already upcast): no overflow for any p.
 
     The identity holds for any constant m > 0, so m is detached and the gradient stays exact.
@@ -134,23 +135,13 @@ def _norm_gradient(xf: torch.Tensor, norm: torch.Tensor, inv: torch.Tensor, p: f
     if p == 4.0:
         return xf * xf * xf, inv * inv * inv
     if math.isinf(p):
-        # 1 where |x| reaches the max, else 0, since sign(|x| - max) is 0 or -1. Float ops: CPU
-        # comparisons that produce bool masks measured 5-10x slower than these. There x = ±N,
-        # so sign(x) = x / N.
+        # 1 where |x| reaches the max, else 0, since sign(|x| - max) is 0 or -1. Float ops: on
+        # CPU, comparisons that produce bool masks are slower (docs/design.md, "Speed notes").
+        # There x = ±N, so sign(x) = x / N.
         at_max = (xf.abs() - norm).sign_().add_(1.0)
         return xf * at_max, inv / at_max.sum(dim, keepdim=True)
     y = xf * inv  # |y| <= 1: no overflow for any p
     return y.sign() * y.abs().pow(p - 1), 1.0
-
-
-def _lp_normalize_general(x: torch.Tensor, p: float, dim: int = -1, eps: float = 1e-6,
-                          gamma: torch.Tensor | None = None) -> torch.Tensor:
-    """lp_normalize with no fast path: max-scaling and pow for every finite p (max|x| for
-    p = inf), autograd for the backward, gamma applied as a full-size multiply. Only the bench
-    uses it, to show what the fast paths buy."""
-    xf = _upcast(x)
-    out = xf / _lp_norm_scaled(xf, p, dim).clamp_min(eps)
-    return (out if gamma is None else out * gamma).to(x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +196,6 @@ class LpQKNorm(nn.Module):
     """q / ||q||_p * gamma and k / ||k||_p per head; the attention then uses scale 1."""
 
     scale = 1.0
-    _general_path = False  # the bench sets this to time p=2 etc. without the fast paths
 
     def __init__(self, cfg: NormConfig, n_head: int, head_dim: int, block_size: int):
         super().__init__()
@@ -232,10 +222,8 @@ class LpQKNorm(nn.Module):
         return 1.0 + F.softplus(self.p_theta) if self.p_learnable else self.p_fixed
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        p = self.p
-        normalize = _lp_normalize_general if self._general_path else lp_normalize
-        q = normalize(q, p, eps=self.eps, gamma=self.gamma)
-        k = normalize(k, p, eps=self.eps)
+        q = lp_normalize(q, self.p, eps=self.eps, gamma=self.gamma)
+        k = lp_normalize(k, self.p, eps=self.eps)
         return q, k
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from qknorm import bench
-from qknorm.norms import _lp_normalize_general, lp_normalize
+from qknorm.norms import lp_normalize
 
 REPO = Path(__file__).resolve().parents[1]
 SPREAD_KEYS = {"median", "q1", "q3", "iqr", "n"}
@@ -113,4 +113,19 @@ def test_general_path_matches_fast_path(p):
     x = torch.randn(3, 4, 8, 16, generator=torch.Generator().manual_seed(0))
     ref = x.double() / torch.linalg.vector_norm(x.double(), ord=p, dim=-1, keepdim=True)
     torch.testing.assert_close(lp_normalize(x, p).double(), ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(_lp_normalize_general(x, p).double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bench.lp_normalize_general(x, p).double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_use_general_path_switches_a_model_in_place():
+    """The bench's lp_p2_general variants: the same model and parameters, the reference path."""
+    from qknorm.config import ModelConfig, NormConfig
+    from qknorm.model import GPT
+
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16), NormConfig(p=4.0), 65)
+    idx = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(1))
+    _, fast = model(idx, idx)
+    bench.use_general_path(model)
+    assert [type(n) for n in model.lp_norms()] == [bench.GeneralLpQKNorm] * 2
+    _, general = model(idx, idx)
+    torch.testing.assert_close(general, fast, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,142 @@
+"""The command `python -m qknorm.train [overrides]` (or `-m` for a multirun): Hydra's command line
+around `qknorm.train.train`. (`python -m qknorm.cli` is the same command.)
+
+`task` is the thin Hydra task function; `main` wraps Hydra's command line so that a user mistake
+prints as one line (README: Failure handling); `preflight` checks every job of a basic-sweeper
+multirun before the first one starts. Hydra's private helpers (`hydra._internal`) are used here
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from qknorm import pruning, rundir
+from qknorm.config import register_configs, to_config
+from qknorm.data import load_splits
+from qknorm.errors import RunDiverged, UserError, one_line
+from qknorm.train import train
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+# Absolute: imported as a module, Hydra would resolve a relative config_path against the
+# task's package. conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+register_configs()
+
+
+def _log_trace_to_run_log(out_dir: Path) -> None:
+    """The full traceback goes to the run's log file; the console gets one line."""
+    with open(out_dir / f"{HydraConfig.get().job.name}.log", "a") as f:
+        f.write(traceback.format_exc())
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def task(cfg: DictConfig) -> float:
+    """One job: Hydra calls this once for a run, once per job for a multirun."""
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    single_run = HydraConfig.get().mode == RunMode.RUN
+    try:
+        config = to_config(cfg)
+        final = train(config, out_dir, pruning.eval_hook(config.optuna))
+    except (UserError, RunDiverged) as e:
+        if not single_run:
+            e.sweep_dir = HydraConfig.get().sweep.dir  # for main()'s summary of the multirun
+            raise  # the sweeper records the failed job and goes on
+        _log_trace_to_run_log(out_dir)
+        kind = "error" if isinstance(e, UserError) else rundir.DIVERGED
+        print(f"{kind}: {e}", file=sys.stderr)
+        sys.exit(2 if isinstance(e, UserError) else 1)
+    print(f"{final['status']}: best_val_loss={final['best_val_loss']:.4f} "
+          f"steps={final['steps']} wall_time_s={final['wall_time_s']:.1f} -> {out_dir}")
+    return final["best_val_loss"]
+
+
+def main() -> None:
+    """The command: Hydra's CLI, but a user mistake is one console line and exit code 2.
+
+    Hydra prints its own errors in several lines plus a hint; with HYDRA_FULL_ERROR=1 it raises
+    them instead, so we set it for the call and word the error ourselves. A user who sets
+    HYDRA_FULL_ERROR=1 gets the full trace as usual.
+    """
+    wants_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    try:
+        preflight(sys.argv[1:])
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        task()
+    except Exception as e:
+        if wants_trace:
+            raise
+        sweep_dir = getattr(e, "sweep_dir", None)
+        if sweep_dir is not None:  # a multirun ran every job; some did not complete
+            print(f"error: {multirun_summary(Path(sweep_dir), e)}", file=sys.stderr)
+            sys.exit(1)
+        line = one_line(e)
+        if line is None:
+            raise  # not a user mistake: a bug, whose trace is the useful thing to show
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+
+
+def multirun_summary(sweep_dir: Path, first_error: BaseException) -> str:
+    """One line: how many jobs ended how, the first failure, and where the records are."""
+    statuses = [rundir.read_final(d)["status"] for d in sorted(sweep_dir.iterdir())
+                if d.is_dir() and (d / rundir.FINAL_FILE).exists()]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in rundir.STATUSES if s in statuses)
+    return (f"multirun finished with failed jobs ({counts}); first: {first_error}; "
+            f"each job's final.json under {sweep_dir} has its status")
+
+
+def preflight(argv: list[str]) -> None:
+    """Compose the config, and for a basic-sweeper multirun validate every job, before any starts.
+
+    A typo in the fifth value of a sweep then stops the command before the first job trains.
+    Other sweepers (search=...) choose their values as they go: we check the fixed part.
+    """
+    args = get_args_parser().parse_args(argv)
+    if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+            or args.experimental_rerun or args.config_path or args.config_name or args.config_dir):
+        return  # Hydra's own commands, or a config tree we did not write: Hydra handles those
+    overrides = OverridesParser.create().parse_overrides(args.overrides)
+    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        primary = compose("config", overrides=fixed, return_hydra_config=True)
+        if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
+            return  # a single run validates itself, with the trace in its log file
+        jobs = [fixed]
+        if primary.hydra.sweeper._target_ == BASIC_SWEEPER:
+            params = [f"{k}={v}" for k, v in (primary.hydra.sweeper.params or {}).items()]
+            parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
+            (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+        _check_jobs(jobs)
+
+
+def _check_jobs(jobs: list[list[str]]) -> None:
+    """Compose each job's config and load its corpus and fold once; UserError names the job."""
+    checked_data: set[tuple] = set()
+    for num, job in enumerate(jobs):
+        try:
+            config = to_config(compose("config", overrides=list(job)))
+            data_key = (*vars(config.data).values(), config.model.block_size)
+            if data_key not in checked_data:  # the corpus, its checksum, the fold sizes
+                load_splits(config.data, config.model.block_size)
+                checked_data.add(data_key)
+        except UserError as e:
+            raise UserError(f"{e} [multirun job #{num}: {' '.join(job)}]; "
+                            "no job was started") from e
+
+
+if __name__ == "__main__":
+    main()
