@@ -1,4 +1,4 @@
-"""The report of a sweep (DESIGN.md section 7): results.csv, summary.md and report/ figures.
+"""The report of a sweep (docs/design.md, "The report"): results.csv, summary.md and report/ figures.
 
 `build_report` validates every input and renders every file in memory; `write_report` then
 writes them one by one atomically. A bad --metric, --by or --baseline therefore fails before
@@ -135,60 +135,50 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
                           "Wilcoxon p", "note"], rows)
 
 
+@dataclass
+class Statistics:
+    """Every number summary.md shows, each computed once (qknorm.stats), before any formatting."""
+
+    keys: list[str]  # the group columns: norm.p, plus norm.kind and --by keys when they vary
+    excluded: dict[str, int]  # status -> runs left out of statistics
+    per_metric: dict[str, pd.DataFrame]  # metric -> group_summary (the chosen metric, wall time)
+    best: pd.DataFrame
+    paired: pd.DataFrame | None  # None without a baseline
+    ranking: pd.DataFrame | None  # None without curves, or with --by
+
+
+def compute(collection: results.Collection, options: Options,
+            curves: pd.DataFrame | None = None) -> Statistics:
+    runs, metric, by = collection.runs, options.metric, options.by
+    per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
+    return Statistics(
+        keys=stats.group_keys(runs, by), excluded=stats.excluded(runs), per_metric=per_metric,
+        best=stats.best(per_metric[metric], metric, by),
+        paired=(stats.paired_vs_baseline(runs, metric, options.baseline, by)
+                if options.baseline is not None else None),
+        ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
+    )
+
+
 def summarize(collection: results.Collection, options: Options,
               curves: pd.DataFrame | None = None) -> str:
+    """summary.md: the statistics of `compute`, formatted section by section."""
+    s = compute(collection, options, curves)
     runs, metric = collection.runs, options.metric
-    keys = stats.group_keys(runs, options.by)
-    n_done = len(stats.completed(runs))
-    excluded = stats.excluded(runs)
-    out = [f"# Results: {collection.root.as_posix()}", ""]
-    line = f"{len(runs)} runs, {n_done} completed (only completed runs count in statistics)"
-    if excluded:
-        line += "; excluded: " + ", ".join(f"{n} {s} ({STATUS_MEANING[s]})"
-                                           for s, n in excluded.items())
-    out += [line + ".", ""]
-    counts = stats.group_summary(runs, [metric], options.by)["n"]
+    out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), ""]
+    counts = s.per_metric[metric]["n"]
     if len(counts) and counts.max() < 2:
         out += ["One completed run per p: no std, intervals or tests. Replicate each p over folds "
                 "or seeds for error bars (e.g. `data.fold=0,1,2`, or the sweeper's `replicates`).",
                 ""]
-    for m in dict.fromkeys([metric, TIME_METRIC]):
-        table = stats.group_summary(runs, [m], options.by)
-        out += [f"## {m} per p", "", _per_group_table(table, keys, m) if len(table)
+    for m, table in s.per_metric.items():
+        out += [f"## {m} per p", "", _per_group_table(table, s.keys, m) if len(table)
                 else "no completed runs", ""]
-
-    if options.baseline is not None:
-        b = stats.format_p(options.baseline)
-        paired = stats.paired_vs_baseline(runs, metric, options.baseline, options.by)
-        out += [f"## Δ {metric} vs p={b} (group − baseline), paired by (seed, data.fold)", "",
-                "Negative Δ: lower than the baseline. p-values: paired t-test "
-                "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
-                "two-sided.", ""]
-        out += [_delta_table(paired, keys) if len(paired) else
-                "no completed group to compare with the baseline", ""]
-
-    if curves is not None and not options.by:
-        ranking = stats.ranking_by_step(curves)
-        if len(ranking):
-            out += ["## Ranking of p by mean val_loss at each eval", "",
-                    "Does it settle? Kendall's τ compares each eval's order with the last "
-                    "eval's (1 = the same order).", "",
-                    markdown_table(["step", "order (best first)", "Kendall τ vs last eval"],
-                           [[str(r.step), r.order, f"{r.kendall_tau:.2f}"]
-                            for r in ranking.itertuples()]), ""]
-
-    summary = stats.group_summary(runs, [metric], options.by)
-    best = stats.best(summary, metric, options.by)
-    out += [f"## Best (lowest mean {metric})", ""]
-    if not len(best):
-        out += ["no completed runs", ""]
-    for _, r in best.iterrows():
-        label = ", ".join(f"{k}={v}" for k, v in zip(keys, _group_label(r, keys)))
-        out += [f"- {label}: mean {_num(r[f'{metric}_mean'])}, 95% t-interval "
-                f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}], "
-                f"n={int(r['n'])}"]
-    out.append("")
-
+    if s.paired is not None:
+        out += _delta_section(s.paired, s.keys, metric, options.baseline)
+    if s.ranking is not None and len(s.ranking):
+        out += _ranking_section(s.ranking)
+    out += _best_section(s.best, s.keys, metric)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
@@ -196,6 +186,47 @@ def summarize(collection: results.Collection, options: Options,
     if collection.warnings:
         out += ["## Notes", ""] + [f"- {w}" for w in collection.warnings] + [""]
     return "\n".join(out)
+
+
+def _counts_line(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
+    line = (f"{len(runs)} runs, {len(stats.completed(runs))} completed (only completed runs "
+            "count in statistics)")
+    if excluded:
+        line += "; excluded: " + ", ".join(f"{n} {s} ({STATUS_MEANING[s]})"
+                                           for s, n in excluded.items())
+    return line + "."
+
+
+def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
+                   baseline: float) -> list[str]:
+    b = stats.format_p(baseline)
+    return [f"## Δ {metric} vs p={b} (group − baseline), paired by (seed, data.fold)", "",
+            "Negative Δ: lower than the baseline. p-values: paired t-test "
+            "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
+            "two-sided.", "",
+            _delta_table(paired, keys) if len(paired) else
+            "no completed group to compare with the baseline", ""]
+
+
+def _ranking_section(ranking: pd.DataFrame) -> list[str]:
+    return ["## Ranking of p by mean val_loss at each eval", "",
+            "Does it settle? Kendall's τ compares each eval's order with the last "
+            "eval's (1 = the same order).", "",
+            markdown_table(["step", "order (best first)", "Kendall τ vs last eval"],
+                           [[str(r.step), r.order, f"{r.kendall_tau:.2f}"]
+                            for r in ranking.itertuples()]), ""]
+
+
+def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]:
+    out = [f"## Best (lowest mean {metric})", ""]
+    if not len(best):
+        out += ["no completed runs", ""]
+    for _, r in best.iterrows():
+        label = ", ".join(f"{k}={v}" for k, v in zip(keys, _group_label(r, keys)))
+        out += [f"- {label}: mean {_num(r[f'{metric}_mean'])}, 95% t-interval "
+                f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}], "
+                f"n={int(r['n'])}"]
+    return out + [""]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,27 +245,14 @@ def figures(collection: results.Collection, options: Options,
         "time_vs_p": plots.time_vs_p(runs, options.logx),
         "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),
     }
-    for name, storage in results.studies_of(runs, collection.root):
-        study = _open_study(name, storage, collection.warnings)
+    for (name, _), study in collection.studies.items():
         if study is None:
-            continue
+            continue  # results.collect noted why
         study_figs, notes = plots.optuna_figures(study)
         collection.warnings.extend(notes)
         for kind, fig in study_figs.items():
             figs[f"optuna_{_safe(name)}_{kind}"] = fig
     return figs
-
-
-def _open_study(name: str, storage: str, notes: list[str]):
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        return None  # results.collect already noted it; never create an empty database
-    import optuna
-
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except Exception as e:  # noted once by results.collect as well; the report goes on
-        notes.append(f"study {name!r}: no Optuna plots ({type(e).__name__}: {e})")
-        return None
 
 
 def build_report(root: Path | str, options: Options | None = None) -> Report:

@@ -1,4 +1,4 @@
-"""Collect run dirs into one DataFrame (DESIGN.md section 7): one row per run, results.csv's rows.
+"""Collect run dirs into one DataFrame (docs/design.md, "The report"): one row per run, results.csv's rows.
 
 A run dir is any directory holding Hydra's `.hydra/` (single runs, grid multiruns, Optuna jobs).
 Reading is safe while a sweep writes: final.json is written atomically, a torn last line of
@@ -41,11 +41,15 @@ NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
 
 @dataclass
 class Collection:
-    """The runs under one directory, and what could not be read (said in the summary)."""
+    """The runs under one directory, what was read to make them, and what could not be read
+    (said in the summary). Later steps reuse `configs` and `studies`: nothing is read twice."""
 
     root: Path
     runs: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
+    configs: list[dict[str, Any]] = field(default_factory=list)  # flattened, in `runs`' order
+    # (study_name, storage) -> the loaded optuna.Study, or None when it could not be opened
+    studies: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
 def to_float(value: Any) -> float:
@@ -84,9 +88,10 @@ def read_config(run_dir: Path) -> dict[str, Any] | None:
     return flatten(tree) if isinstance(tree, dict) else None
 
 
-def read_run(run_dir: Path, root: Path) -> dict[str, Any]:
-    """One results row: flattened config, then final.json's fields (or status incomplete)."""
-    row: dict[str, Any] = dict(read_config(run_dir) or {})
+def read_run(run_dir: Path, root: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One results row: flattened config (read here unless given), then final.json's fields
+    (or status incomplete)."""
+    row: dict[str, Any] = dict((read_config(run_dir) if config is None else config) or {})
     if "norm.kind" in row and row["norm.kind"] not in P_KINDS:
         row["norm.p"] = math.nan  # the config still carries a p; it means nothing there
     try:
@@ -128,15 +133,15 @@ def collect(root: Path | str) -> Collection:
         raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
                         "dir (outputs/sweeps/<name>/<stamp>) or outputs/")
     configs = [read_config(d) or {} for d in run_dirs]
-    rows = [read_run(d, root) for d in run_dirs]
+    rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
     config_keys = list(dict.fromkeys(k for c in configs for k in c))
     # threads, device, dtype: final.json's column holds what the run really used
     compared = [k for k in config_keys if k not in ALWAYS and k not in FINAL_FIELDS
                 and not k.startswith(NOT_COMPARED)]
     varying = _varying_keys(configs, compared)
 
-    collection = Collection(root, pd.DataFrame())
-    trials = _trials(configs, collection.warnings)
+    collection = Collection(root, pd.DataFrame(), configs=configs)
+    trials = _trials(configs, collection.studies, collection.warnings)
     for row, (trial, state) in zip(rows, trials):
         row["trial"], row["trial_state"] = trial, state
     columns = varying + ALWAYS + FINAL_FIELDS + TAIL
@@ -163,8 +168,10 @@ def swept_keys(runs: pd.DataFrame) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Optuna studies: the trial number comes from the job's config, its state from the study.
 
-def _trials(configs: list[dict[str, Any]], notes: list[str]) -> list[tuple[Any, Any]]:
-    studies: dict[tuple[str, str], Any] = {}
+def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
+            notes: list[str]) -> list[tuple[Any, Any]]:
+    """(trial number, trial state) per run; fills `studies` with every study the runs name."""
+    states: dict[tuple[str, str], dict[int, str]] = {}
     out = []
     for config in configs:
         name, storage, number = (config.get(f"optuna.{k}") for k in ("study_name", "storage",
@@ -174,20 +181,21 @@ def _trials(configs: list[dict[str, Any]], notes: list[str]) -> list[tuple[Any, 
             continue
         key = (name, storage)
         if key not in studies:
-            studies[key] = _load_trial_states(name, storage, notes)
-        out.append((int(number), studies[key].get(int(number)) if studies[key] else None))
+            studies[key], states[key] = _load_study(name, storage, notes)
+        out.append((int(number), states[key].get(int(number))))
     return out
 
 
-def _load_trial_states(name: str, storage: str, notes: list[str]) -> dict[int, str] | None:
-    """{trial number: state name} of a study, or None (with a note) when it cannot be opened."""
+def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[int, str]]:
+    """The optuna.Study and {trial number: state name}, or (None, {}) with a note when the
+    study cannot be opened."""
     if storage.startswith("sqlite:///"):
         # SQLAlchemy creates a missing SQLite file on connect: check first, never create one.
         path = Path(storage.removeprefix("sqlite:///"))
         if not path.exists():
             notes.append(f"study {name!r}: storage {storage} not found from {Path.cwd()}; trial "
                          "states are empty (run the report from the directory the sweep ran in)")
-            return None
+            return None, {}
     try:
         import optuna
 
@@ -195,22 +203,11 @@ def _load_trial_states(name: str, storage: str, notes: list[str]) -> dict[int, s
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             study = optuna.load_study(study_name=name, storage=storage)
-        return {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+        return study, {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
     except Exception as e:  # any storage error: the table still stands without trial states
         notes.append(f"study {name!r} at {storage} could not be opened ({type(e).__name__}: {e}); "
                      "trial states are empty")
-        return None
-
-
-def studies_of(df: pd.DataFrame, root: Path) -> list[tuple[str, str]]:
-    """(study_name, storage) of every study the runs came from, in first-seen order."""
-    seen: dict[tuple[str, str], None] = {}
-    for run in df.loc[df["trial"].notna(), "run_dir"]:
-        config = read_config(root / run) or {}
-        name, storage = config.get("optuna.study_name"), config.get("optuna.storage")
-        if name and storage:
-            seen[(name, storage)] = None
-    return list(seen)
+        return None, {}
 
 
 # ---------------------------------------------------------------------------------------------
