@@ -7,11 +7,8 @@ anything is written, and a reader never sees half a file.
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,54 +276,3 @@ def write_report(root: Path | str, report: Report) -> list[Path]:
         rundir.atomic_write_bytes(path, data)
         written.append(path)
     return written
-
-
-# ---------------------------------------------------------------------------------------------
-# command-line plumbing shared by scripts/report.py and scripts/plot_*.py
-
-def arg_parser(description: str, figure: bool = False) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("dir", type=Path, help="a sweep dir (outputs/sweeps/<name>/<stamp>), a "
-                        "run dir, or outputs/ for every run")
-    parser.add_argument("--metric", default=DEFAULT_METRIC,
-                        help="results.csv column to analyse (default: best_val_loss)")
-    parser.add_argument("--baseline", default="2", help="p every other p is compared with, "
-                        "paired by (seed, data.fold); 'none' for no comparison (default: 2)")
-    parser.add_argument("--by", nargs="*", default=[], metavar="KEY",
-                        help="other swept keys to group by, e.g. optimizer.lr")
-    parser.add_argument("--logx", action="store_true", help="log-scale the p axis")
-    if figure:
-        parser.add_argument("--out", type=Path, default=None,
-                            help="output file; its suffix (.png, .pdf, .svg) picks the format")
-    return parser
-
-
-def options_from(args: argparse.Namespace) -> Options:
-    check_out(getattr(args, "out", None))  # before any work
-    return Options(metric=args.metric, baseline=parse_p(args.baseline), by=list(args.by),
-                   logx=args.logx)
-
-
-def run_cli(main: Callable[[], None]) -> None:
-    """User errors: one line on stderr and exit 2, no traceback."""
-    try:
-        main()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-
-
-def check_out(out: Path | None) -> None:
-    if out is not None and out.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise UserError(f"--out {out}: unknown figure format {out.suffix!r}; end it in .png, "
-                        ".pdf or .svg")
-
-
-def save_figure(fig, out: Path) -> Path:
-    check_out(out)
-    fmt = out.suffix.lstrip(".").lower()
-    data = plots.render(fig, fmt)
-    plots.close(fig)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rundir.atomic_write_bytes(out, data)
-    return out

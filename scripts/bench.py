@@ -15,10 +15,9 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+import _cli
 
-from qknorm import bench  # noqa: E402
-from qknorm.errors import UserError  # noqa: E402
+from qknorm import bench, rundir
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -84,9 +83,7 @@ def main(argv: list[str]) -> int:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)
+    rundir.atomic_write_text(out, json.dumps(result, indent=1) + "\n")
     _print_table(result)
     print(f"wrote {out}")
     return 0
@@ -108,8 +105,4 @@ def _print_table(result: dict) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    _cli.run(lambda: main(sys.argv[1:]))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import _cli
 import pandas as pd
 
 from qknorm import paper
 from qknorm.errors import UserError
-from qknorm.report import run_cli
 
 
 def main() -> None:
@@ -33,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    _cli.run(main)

@@ -1,23 +1,12 @@
 """One figure: learned gamma vs p, and learned p (when norm.p_learnable) or gamma over steps.
 
-    python scripts/plot_gamma_vs_p.py DIR [--logx] [--out F]
+    python scripts/plot_gamma_vs_p.py DIR [options]  (the same as: python scripts/plot.py gamma_vs_p DIR)
 """
 
-from __future__ import annotations
+import sys
 
-from qknorm import plots, results
-from qknorm.report import arg_parser, load, options_from, run_cli, save_figure
-
-
-def main() -> None:
-    parser = arg_parser(__doc__, figure=True)
-    parser.set_defaults(baseline="none")
-    args = parser.parse_args()
-    collection = load(args.dir, options_from(args))
-    curves = results.collect_curves(collection.runs, collection.root)
-    print(save_figure(plots.gamma_vs_p(collection.runs, curves, args.logx),
-                      args.out or args.dir / "report" / "gamma_vs_p.png"))
-
+import _cli
+import plot
 
 if __name__ == "__main__":
-    run_cli(main)
+    _cli.run(lambda: plot.main(["gamma_vs_p", *sys.argv[1:]]))

@@ -1,22 +1,12 @@
 """One figure: wall time per run and training throughput (tokens/s) vs p.
 
-    python scripts/plot_time_vs_p.py DIR [--logx] [--out F]
+    python scripts/plot_time_vs_p.py DIR [options]  (the same as: python scripts/plot.py time_vs_p DIR)
 """
 
-from __future__ import annotations
+import sys
 
-from qknorm import plots
-from qknorm.report import arg_parser, load, options_from, run_cli, save_figure
-
-
-def main() -> None:
-    parser = arg_parser(__doc__, figure=True)
-    parser.set_defaults(baseline="none")
-    args = parser.parse_args()
-    runs = load(args.dir, options_from(args)).runs
-    print(save_figure(plots.time_vs_p(runs, args.logx),
-                      args.out or args.dir / "report" / "time_vs_p.png"))
-
+import _cli
+import plot
 
 if __name__ == "__main__":
-    run_cli(main)
+    _cli.run(lambda: plot.main(["time_vs_p", *sys.argv[1:]]))

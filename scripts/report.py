@@ -3,14 +3,19 @@ DIR/report/*.{png,pdf}, then prints the summary. DIR is a sweep dir or outputs/ 
 
 from __future__ import annotations
 
-from qknorm.report import arg_parser, build_report, options_from, run_cli, write_report
+import argparse
+
+import _cli
+
+from qknorm.report import build_report, write_report
 
 
 def main() -> None:
-    parser = arg_parser(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__)
+    _cli.add_report_options(parser)
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args()
-    report = build_report(args.dir, options_from(args))  # validates everything before writing
+    report = build_report(args.dir, _cli.options_from(args))  # validates everything before writing
     written = write_report(args.dir, report)
     if not args.quiet:
         print(report.summary)
@@ -19,4 +24,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    _cli.run(main)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from qknorm.errors import UserError
+import _cli
+
 from qknorm.sample import sample_text
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("run_dir", type=Path, help="a run dir with ckpt.pt (train.save_checkpoint=true)")
     parser.add_argument("--start", default="\n", help="prompt text (default: a newline)")
@@ -19,13 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
-        print(sample_text(args.run_dir, args.start, args.tokens, args.temperature, args.top_k, args.seed))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    print(sample_text(args.run_dir, args.start, args.tokens, args.temperature, args.top_k, args.seed))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _cli.run(main)

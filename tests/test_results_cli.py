@@ -60,6 +60,18 @@ def test_plot_script_writes_the_named_file(cli):
     assert (cli.cwd / "figs" / "time.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+def test_plot_py_takes_the_kind_first(cli):
+    """scripts/plot.py KIND DIR: the figure lands in DIR/report/KIND.png; each kind keeps its
+    own checks (curves: --metric names a metrics.jsonl column)."""
+    assert cli(str(REPO / "scripts" / "plot.py"), "--help").returncode == 0  # lists every KIND
+    make_sweep(cli.cwd / "sweep")
+    r = cli(str(REPO / "scripts" / "plot.py"), "gamma_vs_p", "sweep")
+    assert r.returncode == 0, r.stderr
+    assert (cli.cwd / "sweep" / "report" / "gamma_vs_p.png").read_bytes()[:4] == b"\x89PNG"
+    assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric", "x"),
+                      "--metric x is not a metrics.jsonl column", "val_loss")
+
+
 # ---------------------------------------------------------------------------------------------
 # reading while a sweep writes (issue 6, item 4)
 

@@ -1,0 +1,69 @@
+"""What every script in scripts/ shares: it runs from a checkout without installing qknorm, a user
+mistake is one `error:` line and exit 2 (no traceback), and the report's options parse one way.
+
+Scripts import this module first (`import _cli`): Python puts scripts/ on sys.path for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # run from a checkout without install
+
+from qknorm import plots, rundir  # noqa: E402
+from qknorm.errors import UserError  # noqa: E402
+from qknorm.report import DEFAULT_METRIC, Options, parse_p  # noqa: E402
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def run(main: Callable[[], int | None]) -> None:
+    """Call main and exit with its code; a UserError is one line on stderr and exit 2."""
+    try:
+        code = main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code or 0)
+
+
+def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) -> None:
+    """DIR, --metric, --baseline, --by, --logx (and --out for one figure)."""
+    parser.add_argument("dir", type=Path, help="a sweep dir (outputs/sweeps/<name>/<stamp>), a "
+                        "run dir, or outputs/ for every run")
+    parser.add_argument("--metric", default=DEFAULT_METRIC,
+                        help="results.csv column to analyse (default: best_val_loss)")
+    parser.add_argument("--baseline", default="2", help="p every other p is compared with, "
+                        "paired by (seed, data.fold); 'none' for no comparison (default: 2)")
+    parser.add_argument("--by", nargs="*", default=[], metavar="KEY",
+                        help="other swept keys to group by, e.g. optimizer.lr")
+    parser.add_argument("--logx", action="store_true", help="log-scale the p axis")
+    if figure:
+        parser.add_argument("--out", type=Path, default=None,
+                            help="output file; its suffix (.png, .pdf, .svg) picks the format")
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    check_out(getattr(args, "out", None))  # before any work
+    return Options(metric=args.metric, baseline=parse_p(args.baseline), by=list(args.by),
+                   logx=args.logx)
+
+
+def check_out(out: Path | None) -> None:
+    if out is not None and out.suffix.lower() not in FIGURE_SUFFIXES:
+        raise UserError(f"--out {out}: unknown figure format {out.suffix!r}; end it in .png, "
+                        ".pdf or .svg")
+
+
+def save_figure(fig, out: Path) -> Path:
+    check_out(out)
+    data = plots.render(fig, out.suffix.lstrip(".").lower())
+    plots.close(fig)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rundir.atomic_write_bytes(out, data)
+    return out
