@@ -20,8 +20,8 @@ from qknorm.norms import LpQKNorm, build_qk_norm
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                      scale: float | None) -> torch.Tensor:
     """Fused causal SDPA. Under bf16 autocast on CPU it runs in float32: there the bf16 flash-
-    attention backward measured 4.6x slower than the float32 one (torch 2.13, AVX-512 BF16), which
-    cancelled all that bf16 gains in the matmuls around it. On CUDA bf16 attention stays bf16."""
+    attention backward is several times slower than the float32 one, which cancels all that bf16
+    gains in the matmuls around it (docs/design.md, "Speed notes"). On CUDA it stays bf16."""
     if q.device.type == "cpu" and v.dtype == torch.bfloat16:
         with torch.autocast("cpu", enabled=False):
             y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),

@@ -1,4 +1,4 @@
-"""Run dirs written by hand, in the format qknorm.train writes (DESIGN.md section 5).
+"""Run dirs written by hand, in the format qknorm.train writes (docs/design.md, "The run dir").
 
 The sweep of the results tests: p in {2, 4, inf} x data.fold in {0, 1, 2, 3}, seed 0, with
 losses whose means and stds are easy to write down. p=4 fold 3 diverged (its best_val_loss of

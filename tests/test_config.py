@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
 from qknorm.config import Config, register_configs, to_config
-from qknorm.errors import UserError
+from qknorm.errors import UserError, did_you_mean, first_line
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ["model", "norm", "data", "optimizer", "train", "experiment", "search"]
@@ -85,3 +85,12 @@ def test_wrong_type_fails_at_compose_time():
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):
         compose_config(*override.split())
+
+
+def test_first_line_and_did_you_mean():
+    assert first_line(RuntimeError("storage down\n  detail")) == "storage down"
+    assert first_line(EOFError()) == "EOFError"  # an exception with no message: its type
+    assert first_line("  \n") == ""
+    assert did_you_mean("model", "n_layers", ["n_layer", "n_head"]) == "did you mean model.n_layer? "
+    assert did_you_mean("", "sed", ["seed", "name"]) == "did you mean seed? "
+    assert did_you_mean("model", "zzz", ["n_layer"]) == ""

@@ -1,4 +1,4 @@
-"""Lp normalization: the maths identities DESIGN.md section 4 promises."""
+"""Lp normalization: the maths identities the README's "The maths" promises."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def test_gamma_inits():
 
 
 def test_calibration_factor_matches_design_ratio():
-    # DESIGN.md section 4: at d=64 the logit spread differs ~190x between p=1 and p=4.
+    # README, "The maths": at d=64 the logit spread differs ~190x between p=1 and p=4.
     ratio = calibration_factor(4.0, 64) / calibration_factor(1.0, 64)
     assert 170 < 1 / ratio < 210
 

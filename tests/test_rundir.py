@@ -1,0 +1,31 @@
+"""qknorm.rundir's one file writer: a reader sees the old file or the whole new one, and a
+failed write leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from qknorm import rundir
+
+
+def test_atomic_writer_replaces_the_whole_file_or_nothing(tmp_path):
+    path = tmp_path / "trials.csv"
+    rundir.atomic_write_text(path, "old\n")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with rundir.atomic_writer(path, "w") as f:
+            f.write("half a fi")
+            raise RuntimeError("disk full")
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["trials.csv"]  # no temp file left behind
+    rundir.atomic_write_bytes(path, b"new\n")
+    assert path.read_bytes() == b"new\n" and os.listdir(tmp_path) == ["trials.csv"]
+
+
+def test_atomic_writer_makes_files_as_open_does(tmp_path):
+    rundir.atomic_write_text(tmp_path / "atomic", "x")
+    (tmp_path / "plain").write_text("x")  # mkstemp alone would make 0600
+    modes = {stat.S_IMODE(os.stat(tmp_path / name).st_mode) for name in ("atomic", "plain")}
+    assert len(modes) == 1
