@@ -31,10 +31,11 @@ ALWAYS = ["norm.kind", "norm.p", "seed", "data.fold"]  # in every table, varying
 # (one name per idea); final.json's `p` is the model's p at the end, which differs from norm.p
 # only when it is learned, so it is `p_final` here.
 FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "wall_time_s",
-                "tokens_per_s", "n_params", "p_final", "gamma", "diverged_step", "error",
-                "git_sha", "torch_version", "device", "dtype", "threads"]
+                "tokens_per_s", "steady_tokens_per_s", "n_params", "p_final", "gamma",
+                "diverged_step", "error", "git_sha", "torch_version", "device", "dtype", "compiled",
+                "threads"]
 FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
-                "p_final", "gamma", "norm.p"}
+                "steady_tokens_per_s", "p_final", "gamma", "norm.p"}
 TAIL = ["run_dir", "trial", "trial_state"]
 NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
 

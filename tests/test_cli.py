@@ -22,7 +22,23 @@ def test_smoke_run_writes_metrics_and_final(cli):
     assert [row["step"] for row in rows] == [0, 10, 20, 30]
     assert final["best_val_loss"] == min(row["val_loss"] for row in rows)
     assert set(json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])) == {
-        "step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "gamma_mean", "p_mean"}
+        "step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "steady_tokens_per_s",
+        "gamma_mean", "p_mean"}
+    # steady throughput leaves the first eval interval (warm-up, compilation) out: NaN until the
+    # second interval is done
+    assert [math.isnan(float(row["steady_tokens_per_s"])) for row in rows] == [True, True, False, False]
+    assert final["steady_tokens_per_s"] == rows[-1]["steady_tokens_per_s"] > 0
+    assert final["compiled"] is False  # compile=auto on CPU
+
+
+def test_steady_throughput_leaves_the_first_interval_out():
+    from qknorm.train import Progress
+    progress = Progress()
+    for seconds, steady in ((5.0, False), (2.0, True), (2.0, True)):  # 100 tokens each
+        progress.tokens += 100
+        progress.add_interval(seconds, 100, steady)
+    assert progress.tokens_per_s == 300 / 9.0
+    assert progress.steady_tokens_per_s == 200 / 4.0
 
 
 def test_grid_multirun_writes_one_job_dir_per_p(cli):

@@ -29,7 +29,7 @@ def test_defaults_are_design_defaults():
     assert (cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size) == (4, 4, 128, 64)
     assert (cfg.norm.kind, cfg.norm.p, cfg.norm.gamma_init) == ("lp", 2.0, "qknorm")
     assert (cfg.data.n_folds, cfg.data.fold) == (10, 9)
-    assert (cfg.seed, cfg.device, cfg.dtype, cfg.compile, cfg.threads) == (0, "auto", "float32", False, None)
+    assert (cfg.seed, cfg.device, cfg.dtype, cfg.compile, cfg.threads) == (0, "auto", "float32", "auto", None)
 
 
 @pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
@@ -81,6 +81,7 @@ def test_wrong_type_fails_at_compose_time():
     ("data.fold=10", "data.fold=10 is out of range"),
     ("norm.gamma_init=hot", "norm.gamma_init='hot'"),
     ("norm=l2 norm.p=4", "norm=l2 fixes p=2"),
+    ("compile=yes", "compile='yes' is not one of auto, true, false"),
 ])
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):
@@ -94,3 +95,13 @@ def test_first_line_and_did_you_mean():
     assert did_you_mean("model", "n_layers", ["n_layer", "n_head"]) == "did you mean model.n_layer? "
     assert did_you_mean("", "sed", ["seed", "name"]) == "did you mean seed? "
     assert did_you_mean("model", "zzz", ["n_layer"]) == ""
+
+
+@pytest.mark.parametrize("setting, device, compiled", [
+    ("auto", "cuda", True), ("auto", "cpu", False), (True, "cpu", True), (False, "cuda", False)])
+def test_compile_auto_compiles_on_cuda_only(setting, device, compiled):
+    import torch
+
+    from qknorm.train import resolve_compile
+    assert resolve_compile(setting, torch.device(device)) is compiled
+    assert compose_config(f"compile={str(setting).lower()}").compile == setting

@@ -34,30 +34,39 @@ def test_preset_runs_a_few_steps_on_the_tiny_model(cli, preset):
             "train.max_iters=3", "train.eval_interval=3", "train.eval_iters=1", "train.batch_size=2",
             "threads=1")
     assert r.returncode == 0, r.stderr
-    finals = [rundir.read_final(d) for d in sorted((cli.cwd / "outputs" / "sweeps").glob("*/*/[0-9]*"))]
+    # Through the qknorm_optuna sweeper: one dir per study, one job dir per trial and fold.
+    finals = [rundir.read_final(d) for d in sorted((cli.cwd / "outputs" / "sweeps").glob("*/trial[0-9]*"))]
     assert [(f["status"], f["steps"], f["fold"]) for f in finals] == [("completed", 3, 0)] * 2
     assert sorted(float(f["p"]) for f in finals) == [2.0, math.inf]
     assert finals[0]["n_params"] < 20_000  # the tiny model, not the preset's
 
 
-def test_paper_grid_is_the_papers_p_values_plus_inf():
-    import yaml  # the sweep grid lives in the preset's hydra.sweeper.params
-
-    from .test_config import CONF
-    for preset, folds in (("paper", 10), ("paper_cpu", 5)):
-        preset_yaml = yaml.safe_load((CONF / "experiment" / f"{preset}.yaml").read_text())
-        params = preset_yaml["hydra"]["sweeper"]["params"]
-        assert [float(p) for p in params["norm.p"].split(",")] == P_GRID
-        assert params["data.fold"] == f"range(0,{folds})"
-
-
-@pytest.mark.parametrize("preset", ["paper", "paper_cpu"])
-def test_paper_sweeps_are_fold_major(preset):
-    """Jobs run fold by fold (every p of fold 0, then of fold 1, ...): stopped early, a sweep
-    still holds whole folds to pair p against p=2."""
+def _preset_sweeper(preset: str, *overrides: str):
     from hydra import compose, initialize_config_dir
 
     from .test_config import CONF
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={preset}"], return_hydra_config=True)
-    assert list(cfg.hydra.sweeper.params) == ["data.fold", "norm.p"]
+        cfg = compose("config", overrides=[f"experiment={preset}", *overrides],
+                      return_hydra_config=True)
+    return cfg.hydra
+
+
+@pytest.mark.parametrize("preset, folds", [("paper", 10), ("paper_cpu", 5)])
+def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
+    """The paper's p values plus inf on our sweeper's grid sampler, every p on every fold (fold
+    replicates), in one study per gamma_init whose sweep dir a rerun resumes into."""
+    hydra_cfg = _preset_sweeper(preset, "norm.gamma_init=calibrated")
+    sweeper = hydra_cfg.sweeper
+    assert sweeper._target_.endswith("QknormOptunaSweeper")
+    assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
+    from hydra_plugins.qknorm_sweeper._space import parse_param
+    assert list(parse_param("norm.p", sweeper.params["norm.p"]).grid) == P_GRID
+    assert list(sweeper.replicates["data.fold"]) == list(range(folds))
+    assert sweeper.study_name == f"{preset}_calibrated"
+    assert hydra_cfg.sweep.dir == f"outputs/sweeps/{preset}_calibrated"  # no time stamp
+
+
+def test_paper_preset_packs_jobs_on_one_gpu():
+    launcher = _preset_sweeper("paper").launcher
+    assert launcher._target_.endswith("JoblibLauncher") and launcher.n_jobs == 6
+    assert compose_config("experiment=paper").compile == "auto"  # compiled on CUDA

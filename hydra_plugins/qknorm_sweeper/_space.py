@@ -181,6 +181,28 @@ def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tupl
     return space, plain
 
 
+def cli_replicates(replicates: Mapping[str, Sequence[Any]], cli_arguments: Sequence[str]
+                   ) -> tuple[dict[str, list[Any]], list[str]]:
+    """A replicate key on the command line replaces the preset's list: `data.fold=0` runs fold 0
+    only, `data.fold=0,1` folds 0 and 1. Returns the replicates and the other arguments."""
+    chosen = {k: list(v) for k, v in replicates.items()}
+    rest: list[str] = []
+    parser = OverridesParser.create()
+    for arg in cli_arguments:
+        override = parser.parse_override(arg)
+        key = override.key_or_group
+        if key not in chosen:
+            rest.append(arg)
+        elif not override.is_sweep_override():
+            chosen[key] = [override.value()]
+        elif isinstance(override.value(), ChoiceSweep):
+            chosen[key] = list(override.value().list)
+        else:
+            raise SweepError(f"{arg}: {key} is a replicate key (hydra.sweeper.replicates); give "
+                             f"its values as a list, e.g. {key}=0,1")
+    return chosen, rest
+
+
 def replicate_combinations(replicates: Mapping[str, Sequence[Any]]) -> list[list[str]]:
     """Every combination of the replicate values, as override lists ([[]] for none)."""
     for key, values in replicates.items():

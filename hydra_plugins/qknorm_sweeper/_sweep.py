@@ -31,6 +31,7 @@ from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, Heartbeat, Ta
 from hydra_plugins.qknorm_sweeper._errors import SweepError
 from hydra_plugins.qknorm_sweeper._space import (
     SearchSpace,
+    cli_replicates,
     format_value,
     parse_space,
     replicate_combinations,
@@ -41,6 +42,7 @@ from qknorm.rundir import COMPLETED, FAILED, PRUNED
 log = logging.getLogger(__name__)
 
 DIRECTIONS = ("minimize", "maximize")
+JOB_DIRS_ATTR = "job_dirs"  # trial user attr: replicate overrides -> the job's run dir
 
 
 def _to_container(value: Any) -> Any:
@@ -122,11 +124,12 @@ class OptunaSweep:
         if self.heartbeat_interval < 1:
             raise SweepError(f"hydra.sweeper.heartbeat_interval={self.heartbeat_interval} "
                              "must be >= 1 second")
+        replicates, arguments = cli_replicates(self.replicates, arguments)
         space, base = parse_space(self.params, arguments)
         if not space.params:
             raise SweepError("hydra.sweeper.params has nothing to search; add e.g. "
                              "norm.p: interval(1.0, 8.0)")
-        combinations = replicate_combinations(self.replicates)
+        combinations = replicate_combinations(replicates)
         pruner = optuna_specs.build_pruner(self.pruner_spec)
         if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
             raise SweepError(f"hydra.sweeper.pruner.name={self.pruner_spec.get('name')}: "
@@ -134,7 +137,7 @@ class OptunaSweep:
                              "{name: none}")
         sampler = optuna_specs.build_sampler(self.sampler_spec, space.grid)
         n_trials = self._n_trials(space)
-        self._check_keys(space, base, combinations)
+        self._check_keys(space, base, replicates)
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler, pruner=pruner,
                     pruner_spec=self.pruner_spec, fail_values=self._fail_values())
@@ -164,7 +167,7 @@ class OptunaSweep:
         return [float(v) for v in values]
 
     def _check_keys(self, space: SearchSpace, base: list[str],
-                    combinations: list[list[str]]) -> None:
+                    replicates: dict[str, list[Any]]) -> None:
         """Compose the job config with every param value and replicate value, so a key that is
         not in the config (or a value of the wrong type) fails now, not in job 37."""
         job_keys = [f"optuna.study_name={format_value(self.study_name)}",
@@ -176,7 +179,7 @@ class OptunaSweep:
         for fixed in space.fixed:
             self._compose(base + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
-        for key, values in self.replicates.items():
+        for key, values in replicates.items():
             self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
 
     def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
@@ -240,20 +243,41 @@ class OptunaSweep:
             batch = self._ask(study, plan, min(self.n_jobs, room), heartbeat)
             if not batch:
                 continue
-            jobs = [(trial, combo) for trial in batch for combo in plan.combinations]
-            overrides = [self._job_overrides(trial, combo, plan, url) for trial, combo in jobs]
-            try:
-                returns = self.launcher.launch(overrides, initial_job_idx=job_idx)
-                results_of = [_job_result(r) for r in returns]
-            except Exception as e:  # a broken launcher fails this batch, not the study
-                log.exception("launcher failed")
-                results_of = [JobResult(FAILED, "?", error=f"launcher: {type(e).__name__}: "
-                                        f"{e}") for _ in jobs]
-            job_idx += len(overrides)
+            results_of, launched = self._launch(batch, plan, url, job_idx)
+            job_idx += launched
             for trial in batch:
-                mine = [r for (t, _), r in zip(jobs, results_of, strict=True) if t is trial]
-                self._tell(study, trial, mine, plan)
+                self._tell(study, trial, results_of[trial.number], plan)
                 heartbeat.discard(trial._trial_id)
+
+    def _launch(self, batch: list[optuna.Trial], plan: Plan, url: str,
+                job_idx: int) -> tuple[dict[int, list[JobResult]], int]:
+        """Run every trial's replicate jobs (those an earlier attempt did not complete) in one
+        launch. Returns each trial's job results, in replicate order, and the jobs launched."""
+        # Replicate-major: all trials' first fold, then their second, ...; a sweep stopped
+        # early then holds whole folds, every p paired.
+        jobs = [(trial, combo) for combo in plan.combinations for trial in batch]
+        results_of = [_reused_job(trial, combo) for trial, combo in jobs]
+        todo = [i for i, r in enumerate(results_of) if r is None]
+        dirs: dict[int, dict[str, str]] = {t.number: {} for t in batch}
+        for (trial, combo), reused in zip(jobs, results_of, strict=True):
+            planned = (self.sweep_dir / _subdir(trial, combo)).resolve()
+            dirs[trial.number][_label(combo)] = reused.run_dir if reused else str(planned)
+        for trial in batch:  # before launching: a killed sweep's retry finds them here
+            trial.set_user_attr(JOB_DIRS_ATTR, dirs[trial.number])
+        overrides = [self._job_overrides(*jobs[i], plan, url) for i in todo]
+        try:
+            returns = self.launcher.launch(overrides, initial_job_idx=job_idx) if todo else []
+            launched = [_job_result(r) for r in returns]
+        except Exception as e:  # a broken launcher fails this batch, not the study
+            log.exception("launcher failed")
+            launched = [JobResult(FAILED, "?", error=f"launcher: {type(e).__name__}: {e}")
+                        for _ in todo]
+        for i, result in zip(todo, launched, strict=True):
+            results_of[i] = result
+        by_trial: dict[int, list[JobResult]] = {t.number: [] for t in batch}
+        for (trial, _), result in zip(jobs, results_of, strict=True):
+            by_trial[trial.number].append(result)
+        return by_trial, len(todo)
 
     def _ask(self, study: optuna.Study, plan: Plan, n: int,
              heartbeat: Heartbeat) -> list[optuna.Trial]:
@@ -276,8 +300,7 @@ class OptunaSweep:
 
     def _job_overrides(self, trial: optuna.Trial, combo: list[str], plan: Plan,
                        url: str) -> list[str]:
-        rep = "_".join(o.split("=", 1)[1] for o in combo)
-        subdir = f"trial{trial.number}" + (f"_{rep}" if rep else "")
+        subdir = _subdir(trial, combo)
         return [
             *plan.base_overrides, *plan.space.overrides(trial.params), *combo,
             f"optuna.study_name={format_value(self.study_name)}",
@@ -318,6 +341,28 @@ class OptunaSweep:
                      len(jobs))
 
 
+def _label(combo: list[str]) -> str:
+    return " ".join(combo)
+
+
+def _subdir(trial: optuna.Trial, combo: list[str]) -> str:
+    rep = "_".join(o.split("=", 1)[1] for o in combo)
+    return f"trial{trial.number}" + (f"_{rep}" if rep else "")
+
+
+def _reused_job(trial: optuna.Trial, combo: list[str]) -> JobResult | None:
+    """The completed job of an earlier attempt at this trial, if any.
+
+    A trial retried after its sweeper was killed (RetryHeartbeatStaleTrialCallback re-enqueues
+    it with the killed trial's user attrs) inherits that attempt's job dirs: the replicates that
+    completed there are read back instead of trained again, so a resumed sweep runs only what
+    is missing.
+    """
+    earlier = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(_label(combo))
+    result = _final_result(earlier, None) if earlier else None
+    return result if result is not None and result.status == COMPLETED else None
+
+
 def _mean_values(jobs: list[JobResult], objectives: list[str],
                  trial: optuna.Trial) -> tuple[list[float] | None, str]:
     """Mean of each objective over the replicate jobs; mean/std/n go into user attrs."""
@@ -342,21 +387,29 @@ def _job_result(ret: JobReturn) -> JobResult:
     """A job's outcome from its final.json; a job that wrote none failed before training, and
     a task that writes none but returns a number (not qknorm.train) is scored on that."""
     run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else "?"
-    try:
-        final = rundir.read_final(run_dir)
-    except (OSError, ValueError) as e:  # ValueError: a JSON decode error
-        return JobResult(FAILED, run_dir, error=f"unreadable {Path(run_dir) / rundir.FINAL_FILE}: {e}")
-    if final is not None:
-        error = final.get("error", "")
-        if ret.status == JobStatus.FAILED and not error:
-            error = _exception_line(ret)
-        return JobResult(final.get("status", FAILED), run_dir, final, error)
+    result = _final_result(run_dir, ret)
+    if result is not None:
+        return result
     if ret.status == JobStatus.COMPLETED:
         value = ret._return_value
         if isinstance(value, (int, float)):
             return JobResult(COMPLETED, run_dir, {"best_val_loss": value, "value": value})
         return JobResult(FAILED, run_dir, error=f"no {rundir.FINAL_FILE} and no number returned")
     return JobResult(FAILED, run_dir, error=_exception_line(ret))
+
+
+def _final_result(run_dir: str, ret: JobReturn | None) -> JobResult | None:
+    """The job's outcome as its final.json says, or None when it wrote none."""
+    try:
+        final = rundir.read_final(run_dir)
+    except (OSError, ValueError) as e:  # ValueError: a JSON decode error
+        return JobResult(FAILED, run_dir, error=f"unreadable {Path(run_dir) / rundir.FINAL_FILE}: {e}")
+    if final is None:
+        return None
+    error = final.get("error", "")
+    if ret is not None and ret.status == JobStatus.FAILED and not error:
+        error = _exception_line(ret)
+    return JobResult(final.get("status", FAILED), run_dir, final, error)
 
 
 def _exception_line(ret: JobReturn) -> str:
