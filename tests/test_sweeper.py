@@ -270,6 +270,40 @@ def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli
     assert f"trial{retry[0].number}_9" in rerun_jobs
 
 
+def test_resumed_sweep_trains_only_the_replicates_the_killed_one_did_not_finish(cli):
+    # One trial, two folds run one after the other (basic launcher): kill it during fold 9.
+    args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=400",
+            "train.eval_interval=100", "hydra.sweeper.study_name=reuse", "hydra.sweeper.n_trials=1",
+            "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
+            "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
+            "hydra.sweeper.replicates={data.fold:[8,9]}", "hydra.sweeper.heartbeat_interval=1",
+            "hydra.sweeper.grace_period=2"]
+    proc = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not list(cli.cwd.glob("outputs/sweeps/*/*/trial0_9")):
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    (first,) = cli.cwd.glob("outputs/sweeps/*/*/trial0_8")
+    assert rundir.read_final(first)["status"] == "completed"
+    assert rundir.read_final(first.parent / "trial0_9") is None  # killed mid-run
+    time.sleep(3.5)  # past the grace period
+
+    ok(cli(*args))
+    study = study_of(cli.cwd, "reuse")
+    (retry,) = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") == 0]
+    assert retry.state == TrialState.COMPLETE
+    jobs = retry.user_attrs["jobs"]
+    assert jobs[0] == str(first)  # fold 8 read back, not trained again
+    assert Path(jobs[1]).name == f"trial{retry.number}_9"
+    assert not list(cli.cwd.glob(f"outputs/sweeps/*/*/trial{retry.number}_8"))
+    losses = [rundir.read_final(j)["best_val_loss"] for j in jobs]
+    assert retry.value == pytest.approx(statistics.fmean(losses))
+
+
 BAD_INPUTS = [
     (["hydra.sweeper.sampler.name=bayes"], "hydra.sweeper.sampler.name='bayes' is not one of"),
     (["hydra.sweeper.pruner.name=early"], "hydra.sweeper.pruner.name='early' is not one of"),
