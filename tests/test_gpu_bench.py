@@ -1,0 +1,40 @@
+"""The GPU benchmark's bookkeeping, run on CPU with the tiny model (CI has no GPU; the real
+benchmark is `python scripts/bench_gpu.py` on a CUDA host)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from qknorm import gpu_bench
+from qknorm.errors import UserError
+
+CPU_TINY = ["device=cpu", "dtype=float32", "model=tiny", "train.batch_size=2", "compile=false"]
+
+
+def test_configs_parse_and_bad_ones_name_the_item():
+    assert gpu_bench.parse_configs("1:off,6:on") == [gpu_bench.JobsConfig(1, False),
+                                                     gpu_bench.JobsConfig(6, True)]
+    with pytest.raises(UserError, match="'4:maybe' is not JOBS:on|off"):
+        gpu_bench.parse_configs("1:on,4:maybe")
+
+
+def test_overlap_is_the_common_time_over_the_longest_window():
+    assert gpu_bench.overlap([(0.0, 10.0), (2.0, 10.0)]) == 0.8
+    assert gpu_bench.overlap([(0.0, 4.0), (5.0, 9.0)]) == 0.0
+
+
+@pytest.mark.slow
+def test_two_jobs_at_once_sum_their_steady_throughput(tmp_path):
+    row = gpu_bench.run_config(gpu_bench.JobsConfig(2, False), ["2", "inf"], steps=20, interval=5,
+                               work=tmp_path, extra=CPU_TINY)
+    assert [j["p"] for j in row["per_job"]] == [2.0, math.inf]
+    assert row["aggregate_tokens_per_s"] == sum(j["steady_tokens_per_s"] for j in row["per_job"])
+    assert 0.0 <= row["overlap"] <= 1.0
+    # tiny model: 1 layer, 32 wide, block 32 (conf/model/tiny.yaml)
+    n_params = row["per_job"][0]["flops_per_token"] - 12 * 1 * 32 * 32
+    assert n_params % 6 == 0 and 10_000 < n_params / 6 < 20_000
+    gpu_bench.write({"configs": [row]}, tmp_path / "bench.json")
+    assert json.loads((tmp_path / "bench.json").read_text())["configs"][0]["per_job"][1]["p"] == "inf"
