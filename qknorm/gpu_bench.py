@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from qknorm import results, rundir
 from qknorm.errors import UserError
 
@@ -99,22 +101,53 @@ def run_config(config: JobsConfig, ps: list[str], steps: int, interval: int, wor
         if proc.returncode != 0 or final.get("status") != "completed":
             raise UserError(f"{config.name}: job {run_dir} failed: "
                             f"{(err or '').strip().splitlines()[-1:]}")
-        rows = rundir.read_metrics(run_dir)
-        steady_s = float(rows[-1]["elapsed_s"]) - float(rows[1]["elapsed_s"])
+        rows = rundir.read_metrics(run_dir)[1:]  # from the end of the first interval on
+        # Each eval's wall-clock time, counted back from the job's exit (elapsed_s is relative
+        # to the job's own start).
+        last = float(rows[-1]["elapsed_s"])
+        clock = [(ended - (last - float(r["elapsed_s"])), int(r["step"])) for r in rows]
         jobs.append({**{k: float(final[k]) for k in  # inf / nan are strings in final.json
                         ("p", "steady_tokens_per_s", "tokens_per_s", "wall_time_s")},
                      "flops_per_token": flops_per_token(run_dir),
-                     "window": (ended - steady_s, ended)})
+                     "tokens_per_step": _tokens_per_step(run_dir), "clock": clock})
+    clocks = [j.pop("clock") for j in jobs]
     return {"name": config.name, "jobs": config.jobs, "compile": config.compile,
             "threads_per_job": threads,
-            "aggregate_tokens_per_s": sum(j["steady_tokens_per_s"] for j in jobs),
-            "overlap": overlap([j.pop("window") for j in jobs]), "per_job": jobs}
+            "sum_of_steady_tokens_per_s": sum(j["steady_tokens_per_s"] for j in jobs),
+            "aggregate_tokens_per_s": common_window_rate(clocks, jobs[0]["tokens_per_step"]),
+            "overlap": overlap(clocks), "per_job": jobs}
 
 
-def overlap(windows: list[tuple[float, float]]) -> float:
+def _tokens_per_step(run_dir: Path) -> int:
+    config = results.read_config(run_dir)
+    return config["train.batch_size"] * config["model.block_size"]
+
+
+def _window(clocks: list[list[tuple[float, int]]]) -> tuple[float, float]:
+    return max(c[0][0] for c in clocks), min(c[-1][0] for c in clocks)
+
+
+def overlap(clocks: list[list[tuple[float, int]]]) -> float:
     """The time every job was in its steady window, as a fraction of the longest window."""
-    common = min(e for _, e in windows) - max(s for s, _ in windows)
-    return max(0.0, common) / max(e - s for s, e in windows)
+    start, end = _window(clocks)
+    return max(0.0, end - start) / max(c[-1][0] - c[0][0] for c in clocks)
+
+
+def common_window_rate(clocks: list[list[tuple[float, int]]], tokens_per_step: int) -> float:
+    """Tokens/s of all jobs together while every one of them was past its warm-up: the steps
+    each job took inside the common window (linear between its evals), summed, over its length.
+    Unlike a sum of per-job rates, a job that ran alone while others compiled adds nothing."""
+    start, end = _window(clocks)
+    if end <= start:
+        return math.nan
+    steps = sum(_step_at(c, end) - _step_at(c, start) for c in clocks)
+    return steps * tokens_per_step / (end - start)
+
+
+def _step_at(clock: list[tuple[float, int]], t: float) -> float:
+    """The job's step at wall-clock time t, linear between its evals."""
+    times, steps = [c[0] for c in clock], [c[1] for c in clock]
+    return float(np.interp(t, times, steps))
 
 
 def write(result: dict[str, Any], out: Path) -> None:

@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
                                            result["matmul_bf16_tflops"])
                 result["configs"].append(row)
                 gpu_bench.write(result, out)
-                print(f"{row['name']:22s} {row['aggregate_tokens_per_s']:>12,.0f} tok/s  "
+                print(f"{row['name']:22s} {row['aggregate_tokens_per_s']:>12,.0f} tok/s "
+                      f"(sum of jobs' steady {row['sum_of_steady_tokens_per_s']:,.0f})  "
                       f"overlap {row['overlap']:.2f}  of matmul peak {row['mfu']:.3f}", flush=True)
     print(f"matmul bf16: {result['matmul_bf16_tflops']:.0f} TFLOP/s; wrote {out}")
     return 0

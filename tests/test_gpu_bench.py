@@ -21,9 +21,14 @@ def test_configs_parse_and_bad_ones_name_the_item():
         gpu_bench.parse_configs("1:on,4:maybe")
 
 
-def test_overlap_is_the_common_time_over_the_longest_window():
-    assert gpu_bench.overlap([(0.0, 10.0), (2.0, 10.0)]) == 0.8
-    assert gpu_bench.overlap([(0.0, 4.0), (5.0, 9.0)]) == 0.0
+def test_aggregate_counts_only_the_time_every_job_was_past_warm_up():
+    # (wall-clock time, step) at each eval: job a steps 10/s from t=0, job b 20/s from t=2
+    a = [(0.0, 100), (10.0, 200)]
+    b = [(2.0, 100), (10.0, 260)]
+    assert gpu_bench.overlap([a, b]) == 0.8  # common window 2..10 of the longest, 0..10
+    # in 2..10: a takes 80 steps, b 160; 4 tokens a step
+    assert gpu_bench.common_window_rate([a, b], 4) == (80 + 160) * 4 / 8
+    assert gpu_bench.overlap([[(0.0, 1), (4.0, 2)], [(5.0, 1), (9.0, 2)]]) == 0.0
 
 
 @pytest.mark.slow
@@ -31,7 +36,8 @@ def test_two_jobs_at_once_sum_their_steady_throughput(tmp_path):
     row = gpu_bench.run_config(gpu_bench.JobsConfig(2, False), ["2", "inf"], steps=20, interval=5,
                                work=tmp_path, extra=CPU_TINY)
     assert [j["p"] for j in row["per_job"]] == [2.0, math.inf]
-    assert row["aggregate_tokens_per_s"] == sum(j["steady_tokens_per_s"] for j in row["per_job"])
+    assert row["sum_of_steady_tokens_per_s"] == sum(j["steady_tokens_per_s"] for j in row["per_job"])
+    assert row["aggregate_tokens_per_s"] > 0
     assert 0.0 <= row["overlap"] <= 1.0
     # tiny model: 1 layer, 32 wide, block 32 (conf/model/tiny.yaml)
     n_params = row["per_job"][0]["flops_per_token"] - 12 * 1 * 32 * 32
