@@ -68,5 +68,5 @@ def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
 
 def test_paper_preset_packs_jobs_on_one_gpu():
     launcher = _preset_sweeper("paper").launcher
-    assert launcher._target_.endswith("JoblibLauncher") and launcher.n_jobs == 6
+    assert launcher._target_.endswith("JoblibLauncher") and launcher.n_jobs == 8
     assert compose_config("experiment=paper").compile == "auto"  # compiled on CUDA

@@ -365,3 +365,16 @@ def test_surplus_ranks_slots_by_trial_number():
     assert surplus(study, [a.number], n_trials=5) == set()
     assert surplus(study, [b.number], n_trials=5) == {b.number}
     assert surplus(study, [a.number, b.number], n_trials=6) == set()
+
+
+def test_a_replicate_key_on_the_command_line_replaces_the_presets_values():
+    from hydra_plugins.qknorm_sweeper._errors import SweepError
+    from hydra_plugins.qknorm_sweeper._space import cli_replicates
+
+    preset = {"data.fold": [0, 1, 2, 3, 4]}
+    assert cli_replicates(preset, ["data.fold=3", "norm.p=2,4"]) == ({"data.fold": [3]},
+                                                                      ["norm.p=2,4"])
+    assert cli_replicates(preset, ["data.fold=0,1"])[0] == {"data.fold": [0, 1]}
+    assert cli_replicates(preset, ["seed=1"]) == (preset, ["seed=1"])
+    with pytest.raises(SweepError, match=r"data.fold=range\(0,3\): data.fold is a replicate key"):
+        cli_replicates(preset, ["data.fold=range(0,3)"])
