@@ -151,7 +151,7 @@ def _step_at(clock: list[tuple[float, int]], t: float) -> float:
 
 
 def write(result: dict[str, Any], out: Path) -> None:
-    rundir.atomic_write_bytes(out, (json.dumps(_json_safe(result), indent=1) + "\n").encode())
+    rundir.atomic_write_text(out, json.dumps(_json_safe(result), indent=1) + "\n")
 
 
 def _json_safe(value: Any) -> Any:

@@ -17,10 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+import _cli
 
-from qknorm import gpu_bench  # noqa: E402
-from qknorm.errors import UserError  # noqa: E402
+from qknorm import gpu_bench
+from qknorm.errors import UserError
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -74,8 +74,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    _cli.run(lambda: main(sys.argv[1:]))
