@@ -223,7 +223,8 @@ def _curve_groups(curves: pd.DataFrame):
         yield f"norm={kind}", OTHER_KIND_COLORS.get(kind, "0.5"), "--", group
 
 
-def _mean_band(ax: Axes, group: pd.DataFrame, y: str, label: str, color, ls: str) -> None:
+def _mean_band(ax: Axes, group: pd.DataFrame, y: str, label: str, color, ls: str
+               ) -> tuple[np.ndarray, np.ndarray]:
     stats_rows = [(step, *t_interval(g[y].dropna())) for step, g in group.groupby("step")]
     steps = np.array([r[0] for r in stats_rows], dtype=float)
     n_runs = group["run_dir"].nunique()
@@ -233,18 +234,25 @@ def _mean_band(ax: Axes, group: pd.DataFrame, y: str, label: str, color, ls: str
     ok = ~np.isnan(low)
     if ok.any():
         ax.fill_between(steps[ok], low[ok], high[ok], color=color, alpha=0.15, lw=0)
+    return steps, mean
 
 
 def curves(curves_df: pd.DataFrame, y: str = "val_loss") -> Figure:
     """y (val loss by default) vs step: mean over completed runs per p, with a 95% t-band."""
     fig, (ax,) = new_figure()
     for label, color, ls, group in _curve_groups(curves_df):
-        _mean_band(ax, group, y, label, color, ls)
+        steps, mean = _mean_band(ax, group, y, label, color, ls)
+        if y == "val_loss" and len(mean) and not np.isnan(mean).all():
+            # Where each mean curve is lowest: a curve still falling at the end has its marker
+            # there, one that overfits earlier (final and best val loss then disagree).
+            i = int(np.nanargmin(mean))
+            ax.plot(steps[i], mean[i], marker="v", ms=6, color=color, ls="none", gid="best")
     ax.set_xlabel("training step")
     ax.set_ylabel({"val_loss": "validation loss (nats/char)",
                    "train_loss": "training loss (nats/char)",
                    "gamma_mean": r"learned $\gamma$ (mean over layers)"}.get(y, y))
-    ax.set_title(f"{y} during training: mean over completed runs ± 95% t-interval", fontsize=10)
+    ax.set_title(f"{y} during training: mean over completed runs ± 95% t-interval"
+                 + (" (▼ lowest)" if y == "val_loss" else ""), fontsize=10)
     ax.grid(True, alpha=0.3, lw=0.6)
     if ax.lines:
         ax.legend(fontsize=8, frameon=False, ncols=2 if len(ax.lines) > 5 else 1)

@@ -141,6 +141,10 @@ class Statistics:
     per_metric: dict[str, pd.DataFrame]  # metric -> group_summary (the chosen metric, wall time)
     best: pd.DataFrame
     paired: pd.DataFrame | None  # None without a baseline
+    # final and best val loss side by side: None for runs collected without their curves
+    readings: pd.DataFrame | None
+    readings_paired: dict[str, pd.DataFrame]  # reading -> paired Δ vs the baseline
+    disagreement: stats.Disagreement | None
     ranking: pd.DataFrame | None  # None without curves, or with --by
 
 
@@ -148,12 +152,16 @@ def compute(collection: results.Collection, options: Options,
             curves: pd.DataFrame | None = None) -> Statistics:
     runs, metric, by = collection.runs, options.metric, options.by
     per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
+    readings = stats.readings_summary(runs, by) if "best_step" in runs else None
+    compared = [metric, *(stats.READINGS if readings is not None else ())]
+    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by)
+               for m in dict.fromkeys(compared)} if options.baseline is not None else {})
     return Statistics(
         keys=stats.group_keys(runs, by), excluded=stats.excluded(runs), per_metric=per_metric,
-        best=stats.best(per_metric[metric], metric, by),
-        paired=(stats.paired_vs_baseline(runs, metric, options.baseline, by)
-                if options.baseline is not None else None),
+        best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
         ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
+        readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
+        disagreement=stats.readings_disagree(readings) if readings is not None else None,
     )
 
 
@@ -173,6 +181,8 @@ def summarize(collection: results.Collection, options: Options,
                 else "no completed runs", ""]
     if s.paired is not None:
         out += _delta_section(s.paired, s.keys, metric, options.baseline)
+    if s.readings is not None and len(s.readings):
+        out += _readings_section(s, metric, options.baseline)
     if s.ranking is not None and len(s.ranking):
         out += _ranking_section(s.ranking)
     out += _best_section(s.best, s.keys, metric)
@@ -203,6 +213,60 @@ def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
             "two-sided.", "",
             _delta_table(paired, keys) if len(paired) else
             "no completed group to compare with the baseline", ""]
+
+
+def _readings_section(s: Statistics, metric: str, baseline: float | None) -> list[str]:
+    """Best and final val loss per group, their paired Δ, and whether they order p alike."""
+    r = s.readings
+    delta_cols = ["n_pairs", "delta_mean", "delta_ci_low", "delta_ci_high"]
+    paired = {m: r[s.keys].merge(t[s.keys + delta_cols], on=s.keys, how="left")
+              for m, t in s.readings_paired.items()}  # row i of each is row i of r
+    rows = []
+    for i, row in r.iterrows():
+        cells = _group_label(row, s.keys) + [str(int(row["n"]))]
+        for m in stats.READINGS:
+            cells.append(f"{_num(row[f'{m}_mean'])} [{_num(row[f'{m}_ci_low'])}, "
+                         f"{_num(row[f'{m}_ci_high'])}]")
+            if m == "best_val_loss":
+                cells.append(_num(row["best_step_median"]).removesuffix(".00"))
+        cells.append(f"{row['best_at_end']:.0%}" if pd.notna(row["best_at_end"]) else "-")
+        for m in paired:
+            d = paired[m].loc[i]
+            cells.append("-" if pd.isna(d["n_pairs"]) else
+                         f"{_num(d['delta_mean'])} [{_num(d['delta_ci_low'])}, "
+                         f"{_num(d['delta_ci_high'])}]")
+        rows.append(cells)
+    header = s.keys + ["n", "best: mean [95% t-interval]", "best step (median)",
+                       "final: mean [95% t-interval]", "runs best at the last eval"]
+    if baseline is not None:
+        header += [f"Δ best vs p={stats.format_p(baseline)} [95%]",
+                   f"Δ final vs p={stats.format_p(baseline)} [95%]"]
+    return ["## Final and best val loss side by side", "",
+            "best = the lowest val loss of the run's evals, reached at `best step`; final = the "
+            "val loss at the last step. Δ: group − baseline, paired by (seed, data.fold), "
+            f"95% t-interval. `--metric` picks the reading that ranks (here: {metric}).", "",
+            markdown_table(header, rows), "", _disagreement_line(s), ""]
+
+
+def _disagreement_line(s: Statistics) -> str:
+    d, r = s.disagreement, s.readings
+    if d is None:
+        return "Both readings order the groups alike."
+
+    def names(rows: list[int], with_step: bool = False) -> str:
+        return ", ".join(" ".join(f"{k}={v}" for k, v in zip(s.keys, _group_label(r.loc[i], s.keys)))
+                         + (
+            f" (best at step {_num(r.loc[i, 'best_step_median']).removesuffix('.00')})"
+            if with_step else "") for i in rows) or "none"
+    line = (f"**The two readings order the groups differently** (Kendall τ = {d.kendall_tau:.2f} "
+            f"between their means): lowest best val loss: {names([d.best_by_best])}; lowest "
+            f"final val loss: {names([d.best_by_final])}.")
+    if d.improving and d.past_best:
+        line += (f" Likely cause: runs still improving at the end ({names(d.improving)}: most "
+                 f"had their best eval last) against runs past their best "
+                 f"({names(d.past_best, with_step=True)}), which overfit after it; the curves "
+                 "figure shows both.")
+    return line
 
 
 def _ranking_section(ranking: pd.DataFrame) -> list[str]:
@@ -257,6 +321,7 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
     options = options or Options()
     collection = load(Path(root), options)
     curves = results.collect_curves(collection.runs, collection.root)
+    collection.runs = results.add_best_step(collection.runs, curves)
     files: dict[str, bytes] = {}
     for name, fig in figures(collection, options, curves).items():
         for fmt in options.formats:

@@ -234,3 +234,14 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     curves = pd.concat(frames, ignore_index=True)
     keys = runs[["run_dir", "norm.kind", "norm.p", "status"]]
     return curves.merge(keys, on="run_dir", how="left")
+
+
+def add_best_step(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """runs with `best_step`: the eval step of each run's lowest val_loss (its first, on ties),
+    read from metrics.jsonl; NaN for a run without evals. Placed right after best_val_loss."""
+    runs = runs.drop(columns="best_step", errors="ignore")
+    logged = curves.dropna(subset=["val_loss"])
+    at_best = logged.loc[logged.groupby("run_dir")["val_loss"].idxmin(), ["run_dir", "step"]]
+    best = runs["run_dir"].map(dict(zip(at_best["run_dir"], at_best["step"])))
+    runs.insert(runs.columns.get_loc("best_val_loss") + 1, "best_step", best.astype(float))
+    return runs
