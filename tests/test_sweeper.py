@@ -201,6 +201,31 @@ def test_grid_over_p_reaches_inf(cli):
     assert ",inf," in csv and csv.count("\n") == 9
 
 
+def test_pruner_and_sampler_switched_by_name(cli):
+    """p_tpe's median pruner and TPE options do not leak into a pruner and sampler named on the
+    command line: dropped (and logged) where the new class does not take them, kept (seed)
+    where it does. The parallel launcher runs the job, so the floors job (.ci/floors.sh)
+    covers joblib too."""
+    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, "hydra/launcher=parallel",
+            "hydra.sweeper.study_name=byname", "hydra.sweeper.n_trials=1",
+            "hydra.sweeper.replicates={data.fold:[8]}", "hydra.sweeper.pruner.name=none",
+            "hydra.sweeper.sampler.name=random")
+    ok(r)
+    out = r.stdout + r.stderr
+    assert ("hydra.sweeper.pruner.name=none: dropped n_startup_trials=4, n_warmup_steps=500, "
+            "set in the config for another pruner (Optuna's NopPruner does not take them)") in out
+    assert ("hydra.sweeper.sampler.name=random: dropped n_startup_trials=6, set in the config "
+            "for another sampler (Optuna's RandomSampler does not take them)") in out
+    assert "n_trials=1, 1 job(s) per trial, RandomSampler, NopPruner" in out
+    (trial,) = study_of(cli.cwd, "byname").get_trials()
+    assert trial.state == TrialState.COMPLETE
+    assert trial.user_attrs["pruner"] == {"name": "none"}  # the spec its job rebuilt
+    # The preset's seed 0 reached RandomSampler: the same first draw as one built by hand.
+    space = {"1/norm.p": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    by_hand = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask(space)
+    assert trial.params == by_hand.params
+
+
 def test_multi_objective_study_writes_the_pareto_front(cli):
     r = cli("-m", "qknorm.train", "search=p_pareto", *FAST, "train.max_iters=10",
             "hydra.sweeper.study_name=mo", "hydra.sweeper.n_trials=4")
@@ -312,12 +337,14 @@ BAD_INPUTS = [
     (["norm.p=interval(4.0,1.0)"], "low 4 must be below high 1"),
     (["norm.q=interval(1.0,4.0)"], "hydra.sweeper.params.norm.q"),
     (["++hydra.sweeper.replicates={data.foldd:[0,1]}"], "hydra.sweeper.replicates.data.foldd"),
+    (["hydra.sweeper.pruner.name=none", "hydra.sweeper.pruner.n_warmup_steps=5"],
+     "hydra.sweeper.pruner.n_warmup_steps=5 is not an option of Optuna's NopPruner"),
 ]
 
 
 @pytest.mark.parametrize("overrides, message", BAD_INPUTS,
                          ids=["sampler", "pruner", "url", "sqlite-dir", "interval", "param-key",
-                              "replicate-key"])
+                              "replicate-key", "pruner-option-given"])
 def test_bad_sweeper_input_is_one_line_before_anything_runs(cli, overrides, message):
     r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, *overrides)
     assert r.returncode == 2, r.stderr[-2000:]

@@ -8,6 +8,7 @@ under, whatever a later rerun configures, and job configs carry no pruner keys.
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,54 @@ def _split(spec: Mapping[str, Any], kind: str, table: Mapping[str, Any]) -> tupl
         raise SweepError(f"hydra.sweeper.{kind}.name={name!r} is not one of "
                          f"{', '.join(table)}; pick one of those")
     return name, options
+
+
+def resolve(kind: str, spec: Mapping[str, Any], table: Mapping[str, Callable],
+            given: set[str]) -> tuple[dict, dict]:
+    """The spec to build (`{name, **options}`) and the options dropped from it.
+
+    A preset's options belong to its pruner/sampler: when the command line changes `name`
+    (`name` in `given`, the spec's keys set there), options the new class does not take are
+    dropped unless they were given too. Any other option it does not take is an error, as is
+    a required one that is missing: both name the option and the fix.
+    """
+    name, options = _split(spec, kind, table)
+    factory = table[name]
+    accepted, required = _signature(factory)
+    unknown = [k for k in options if accepted is not None and k not in accepted]
+    dropped = {k: options.pop(k) for k in unknown if "name" in given and k not in given}
+    for key in unknown:
+        if key not in dropped:
+            raise SweepError(
+                f"hydra.sweeper.{kind}.{key}={options[key]!r} is not an option of Optuna's "
+                f"{optuna_name(factory)} ({kind} {name}), which takes "
+                f"{', '.join(accepted) if accepted else 'no options'}; fix its spelling or "
+                f"remove it with ~hydra.sweeper.{kind}.{key}")
+    for key in required:
+        if key not in options:
+            raise SweepError(f"hydra.sweeper.{kind}.name={name} needs {key} (Optuna's "
+                             f"{optuna_name(factory)} has no default); add "
+                             f"+hydra.sweeper.{kind}.{key}=VALUE")
+    return {"name": name, **options}, dropped
+
+
+INJECTED = {"search_space"}  # GridSampler's: the sweeper passes the search space itself
+
+
+def _signature(factory: Callable) -> tuple[list[str] | None, list[str]]:
+    """The keyword options an Optuna constructor takes (None: any, it has **kwargs), and
+    those of them without a default."""
+    params = [p for p in inspect.signature(factory).parameters.values() if p.name not in INJECTED]
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [p.name for p in named if p.default is p.empty]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None, required
+    return [p.name for p in named], required
+
+
+def optuna_name(factory: Callable) -> str:
+    """The Optuna class a factory is or extends (AskTellGridSampler -> GridSampler)."""
+    return next(c.__name__ for c in factory.__mro__ if c.__module__.startswith("optuna"))
 
 
 def _construct(kind: str, name: str, factory: Callable, options: dict) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext, TaskFunction
@@ -95,6 +96,7 @@ class OptunaSweep:
         self.heartbeat_interval = heartbeat_interval
         self.grace_period = grace_period
         self.params = dict(_to_container(params) or {})
+        self.given: dict[str, set[str]] = {}  # sampler/pruner -> its keys the command line set
 
     def setup(self, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -103,6 +105,8 @@ class OptunaSweep:
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        overrides = list(config.hydra.overrides.hydra)
+        self.given = {kind: _given_keys(overrides, kind) for kind in ("sampler", "pruner")}
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -130,17 +134,29 @@ class OptunaSweep:
             raise SweepError("hydra.sweeper.params has nothing to search; add e.g. "
                              "norm.p: interval(1.0, 8.0)")
         combinations = replicate_combinations(replicates)
-        pruner = optuna_specs.build_pruner(self.pruner_spec)
+        pruner_spec = self._resolve("pruner", self.pruner_spec, optuna_specs.PRUNERS)
+        pruner = optuna_specs.build_pruner(pruner_spec)
         if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
             raise SweepError(f"hydra.sweeper.pruner.name={self.pruner_spec.get('name')}: "
                              "Optuna cannot prune multi-objective studies; use pruner: "
                              "{name: none}")
-        sampler = optuna_specs.build_sampler(self.sampler_spec, space.grid)
+        sampler_spec = self._resolve("sampler", self.sampler_spec, optuna_specs.SAMPLERS)
+        sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
         n_trials = self._n_trials(space)
         self._check_keys(space, base, replicates)
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler, pruner=pruner,
-                    pruner_spec=self.pruner_spec, fail_values=self._fail_values())
+                    pruner_spec=pruner_spec, fail_values=self._fail_values())
+
+    def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+        """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
+        spec, dropped = optuna_specs.resolve(kind, spec, table, self.given.get(kind, set()))
+        if dropped:
+            log.info("hydra.sweeper.%s.name=%s: dropped %s, set in the config for another %s "
+                     "(Optuna's %s does not take them)", kind, spec["name"],
+                     ", ".join(f"{k}={v}" for k, v in dropped.items()), kind,
+                     optuna_specs.optuna_name(table[spec["name"]]))
+        return spec
 
     def _n_trials(self, space: SearchSpace) -> int:
         grid_size = space.grid_size if self.sampler_spec.get("name") == "grid" else None
@@ -210,8 +226,9 @@ class OptunaSweep:
             raise SweepError(f"study {self.study_name!r} in {self.storage} was created with "
                              f"direction {have}, not {plan.directions}; use another "
                              "hydra.sweeper.study_name")
-        log.info("study %s in %s: n_trials=%d, %d job(s) per trial", self.study_name,
-                 self.storage, plan.n_trials, len(plan.combinations))
+        log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", self.study_name,
+                 self.storage, plan.n_trials, len(plan.combinations),
+                 optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
         stop_message = None
         with Heartbeat(storage, self.heartbeat_interval) as heartbeat:
             stop_message = self._run(study, plan, url, heartbeat)
@@ -361,6 +378,20 @@ def _reused_job(trial: optuna.Trial, combo: list[str]) -> JobResult | None:
     earlier = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(_label(combo))
     result = _final_result(earlier, None) if earlier else None
     return result if result is not None and result.status == COMPLETED else None
+
+
+def _given_keys(overrides: list[str], kind: str) -> set[str]:
+    """Keys of hydra.sweeper.<kind> that command-line overrides set (a dict value sets all of
+    its keys): `hydra.sweeper.pruner.name=none` -> {"name"}."""
+    node = f"hydra.sweeper.{kind}"
+    keys = set()
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if key == node and isinstance(override.value(), dict):
+            keys |= set(override.value())
+        elif key.startswith(node + "."):
+            keys.add(key[len(node) + 1:].split(".")[0])
+    return keys
 
 
 def _mean_values(jobs: list[JobResult], objectives: list[str],

@@ -1,0 +1,77 @@
+"""Pruner and sampler specs chosen by name: which options reach Optuna, which are dropped.
+
+In-process and fast; tests/test_sweeper.py runs the same switch through the real command line.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from hydra_plugins.qknorm_sweeper import _specs as specs
+from hydra_plugins.qknorm_sweeper._errors import SweepError
+from hydra_plugins.qknorm_sweeper._sweep import _given_keys
+
+MEDIAN = {"name": "median", "n_startup_trials": 4, "n_warmup_steps": 500}  # search=p_tpe's
+TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
+
+
+def test_pruner_named_on_the_command_line_drops_the_presets_options():
+    spec, dropped = specs.resolve("pruner", {**MEDIAN, "name": "none"}, specs.PRUNERS, {"name"})
+    assert spec == {"name": "none"}
+    assert dropped == {"n_startup_trials": 4, "n_warmup_steps": 500}
+    assert type(specs.build_pruner(spec)) is optuna.pruners.NopPruner
+
+
+def test_options_the_new_pruner_takes_are_kept():
+    given = {"name", "percentile"}
+    spec, dropped = specs.resolve("pruner", {**MEDIAN, "name": "percentile", "percentile": 25.0},
+                                  specs.PRUNERS, given)
+    assert spec == {"name": "percentile", "n_startup_trials": 4, "n_warmup_steps": 500,
+                    "percentile": 25.0} and dropped == {}
+    pruner = specs.build_pruner(spec)
+    assert type(pruner) is optuna.pruners.PercentilePruner
+    assert (pruner._percentile, pruner._n_startup_trials, pruner._n_warmup_steps) == (25.0, 4, 500)
+
+
+def test_sampler_named_on_the_command_line_keeps_seed_and_drops_tpe_options():
+    spec, dropped = specs.resolve("sampler", {**TPE, "name": "random"}, specs.SAMPLERS, {"name"})
+    assert spec == {"name": "random", "seed": 0} and dropped == {"n_startup_trials": 6}
+    assert type(specs.build_sampler(spec, None)) is optuna.samplers.RandomSampler
+    spec, dropped = specs.resolve("sampler", {**TPE, "name": "gp"}, specs.SAMPLERS, {"name"})
+    assert spec == {**TPE, "name": "gp"} and dropped == {}  # GPSampler takes both
+    assert type(specs.build_sampler(spec, None)) is optuna.samplers.GPSampler
+
+
+@pytest.mark.parametrize("spec, given, message", [
+    ({**MEDIAN, "name": "none"}, {"name", "n_warmup_steps"},  # given: never dropped
+     "hydra.sweeper.pruner.n_warmup_steps=500 is not an option of Optuna's NopPruner (pruner "
+     "none), which takes no options; fix its spelling or remove it with "
+     "~hydra.sweeper.pruner.n_warmup_steps"),
+    ({**MEDIAN, "n_warmup_step": 5}, {"n_warmup_step"},  # a typo, name unchanged
+     "hydra.sweeper.pruner.n_warmup_step=5 is not an option of Optuna's MedianPruner (pruner "
+     "median), which takes n_startup_trials, n_warmup_steps, interval_steps, n_min_trials;"),
+    ({**MEDIAN, "name": "hyperband"}, set(),  # name changed in a config file: not guessed at
+     "hydra.sweeper.pruner.n_startup_trials=4 is not an option of Optuna's HyperbandPruner"),
+    ({**MEDIAN, "name": "percentile"}, {"name"},
+     "hydra.sweeper.pruner.name=percentile needs percentile (Optuna's PercentilePruner has no "
+     "default); add +hydra.sweeper.pruner.percentile=VALUE"),
+], ids=["given", "typo", "file", "required"])
+def test_options_that_cannot_be_dropped_are_one_error(spec, given, message):
+    with pytest.raises(SweepError) as e:
+        specs.resolve("pruner", spec, specs.PRUNERS, given)
+    assert message in str(e.value)
+
+
+def test_grid_sampler_takes_seed_and_is_named_as_optunas():
+    spec, dropped = specs.resolve("sampler", {**TPE, "name": "grid"}, specs.SAMPLERS, {"name"})
+    assert spec == {"name": "grid", "seed": 0} and dropped == {"n_startup_trials": 6}
+    assert specs.optuna_name(specs.SAMPLERS["grid"]) == "GridSampler"
+
+
+def test_given_keys_are_read_from_the_hydra_overrides():
+    overrides = ["hydra.sweeper.pruner.name=none", "+hydra.sweeper.pruner.percentile=25",
+                 "~hydra.sweeper.pruner.n_warmup_steps", "hydra.sweeper.n_trials=3",
+                 "hydra.sweeper.sampler={name: random, seed: 1}", "hydra.sweeper.prunerx.a=1"]
+    assert _given_keys(overrides, "pruner") == {"name", "percentile", "n_warmup_steps"}
+    assert _given_keys(overrides, "sampler") == {"name", "seed"}
