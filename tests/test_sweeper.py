@@ -204,12 +204,10 @@ def test_grid_over_p_reaches_inf(cli):
 def test_pruner_and_sampler_switched_by_name(cli):
     """p_tpe's median pruner and TPE options do not leak into a pruner and sampler named on the
     command line: dropped (and logged) where the new class does not take them, kept (seed)
-    where it does. The parallel launcher runs the job, so the floors job (.ci/floors.sh)
-    covers joblib too."""
-    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, "hydra/launcher=parallel",
-            "hydra.sweeper.study_name=byname", "hydra.sweeper.n_trials=1",
-            "hydra.sweeper.replicates={data.fold:[8]}", "hydra.sweeper.pruner.name=none",
-            "hydra.sweeper.sampler.name=random")
+    where it does."""
+    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.study_name=byname",
+            "hydra.sweeper.n_trials=1", "hydra.sweeper.replicates={data.fold:[8]}",
+            "hydra.sweeper.pruner.name=none", "hydra.sweeper.sampler.name=random")
     ok(r)
     out = r.stdout + r.stderr
     assert ("hydra.sweeper.pruner.name=none: dropped n_startup_trials=4, n_warmup_steps=500, "

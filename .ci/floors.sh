@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# CI, second job: the oldest versions pyproject.toml allows must work too. A separate venv gets
+# every direct dependency at its floor (.ci/floors.py) and, for torch, the local CPU build; then
+# the lint and a few seconds-long tests that between them call each dependency.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv-floors
+# The torch build on this machine's disk (the Makefile's TORCH_SPEC): an older torch from the
+# package index is a multi-GB CUDA build. pyproject.toml justifies torch's floor instead.
+TORCH_VERSION=2.13.0
+TESTS=(
+    tests/test_norms.py tests/test_model.py  # torch: the norms, nn.RMSNorm, SDPA, the optimizer
+    tests/test_config.py                     # hydra-core, omegaconf
+    tests/test_results.py tests/test_plots.py  # pandas, scipy, matplotlib, pyyaml
+    tests/test_results_cli.py::test_report_cli_on_a_study_draws_its_optuna_plots  # optuna plots
+    # A real sweep: the sweeper (optuna, sqlalchemy, heartbeats) runs one training job (tqdm).
+    tests/test_sweeper.py::test_pruner_and_sampler_switched_by_name
+)
+SKIP="not overfits_one_batch"  # 10 s each; the full suite (make test) runs them
+start=$SECONDS
+rm -rf "$VENV"
+python3 -m venv "$VENV"
+python3 .ci/floors.py --torch "$TORCH_VERSION" > "$VENV/floors.txt"
+# Wheels only, so a floor with no wheel for this Python fails here instead of building for
+# minutes; antlr4-python3-runtime (hydra-core's pin) is published as source only.
+# --no-compile: tests import a fraction of torch, compiled on first import.
+"$VENV/bin/pip" install --quiet --no-compile --only-binary :all: \
+    --no-binary antlr4-python3-runtime -c "$VENV/floors.txt" -e ".[dev]"
+echo "floors: installed $(tr '\n' ' ' < "$VENV/floors.txt")in $((SECONDS - start)) s"
+"$VENV/bin/ruff" check qknorm scripts tests hydra_plugins
+# Old releases' deprecation warnings about their own dependencies are noise here.
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q -W ignore::DeprecationWarning -k "$SKIP" \
+    "${TESTS[@]}"
+echo "floors: done in $((SECONDS - start)) s"
