@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch, explicitly: a plain `pip install torch` pulls a multi-GB CUDA build.
-# Override for a GPU machine, e.g. `make install TORCH_SPEC=torch TORCH_INDEX=`.
+# Override for a GPU machine, e.g. `make install TORCH_SPEC=torch TORCH_INDEX=`. An index that
+# does not answer within 3 s is skipped (scripts/install_torch.py), not retried for minutes.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SWEEP ?= $(shell ls -d outputs/sweeps/*/* 2>/dev/null | sort | tail -n 1)
@@ -18,7 +19,7 @@ help:  ## list the targets
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(BIN)/python scripts/install_torch.py "$(TORCH_SPEC)" --index "$(TORCH_INDEX)"
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
