@@ -190,9 +190,14 @@ def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
 def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[int, str]]:
     """The optuna.Study and {trial number: state name}, or (None, {}) with a note when the
     study cannot be opened."""
-    if storage.startswith("sqlite:///"):
-        # SQLAlchemy creates a missing SQLite file on connect: check first, never create one.
-        path = Path(storage.removeprefix("sqlite:///"))
+    from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
+
+    try:
+        path = optuna_specs.storage_file(storage)
+    except Exception:
+        path = None  # not a URL we know: opening it below says why
+    if path is not None:
+        # SQLAlchemy (and the journal) create a missing file on open: check, never create one.
         if not path.exists():
             notes.append(f"study {name!r}: storage {storage} not found from {Path.cwd()}; trial "
                          "states are empty (run the report from the directory the sweep ran in)")
@@ -203,7 +208,7 @@ def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[in
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            study = optuna.load_study(study_name=name, storage=storage)
+            study = optuna.load_study(study_name=name, storage=optuna_specs.reader(storage))
         return study, {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
     except Exception as e:  # any storage error: the table still stands without trial states
         notes.append(f"study {name!r} at {storage} could not be opened ({type(e).__name__}: {e}); "

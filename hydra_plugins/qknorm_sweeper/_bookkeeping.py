@@ -67,8 +67,14 @@ def surplus(study: optuna.Study, mine: list[int], n_trials: int) -> set[int]:
     """
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)
-    ranked = sorted(t.number for t in trials if holds_slot(t, retried))
-    beyond = set(ranked[n_trials:])
+    ranked = sorted((t for t in trials if holds_slot(t, retried)), key=lambda t: t.number)
+    beyond = {t.number for t in ranked[n_trials:]}
+    # Two sweepers can draw the same grid point at once: the later trial gives it up.
+    first_at: dict[int, int] = {}
+    for t in ranked:
+        point = t.system_attrs.get("grid_id")
+        if point is not None and first_at.setdefault(point, t.number) != t.number:
+            beyond.add(t.number)
     return {n for n in mine if n in beyond}
 
 

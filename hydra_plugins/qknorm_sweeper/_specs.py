@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
+from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
 from hydra_plugins.qknorm_sweeper._errors import SweepError
 from qknorm.errors import first_line
 
@@ -26,6 +29,8 @@ from qknorm.errors import first_line
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
+JOURNAL_PREFIX = "journal:///"  # journal:///rel/path.log or journal:////abs/path.log, as SQLite
+HEARTBEAT_ATTR = "heartbeat"  # trial system attr: last heartbeat (Unix time) in a journal
 PRUNER_ATTR = "pruner"  # trial user attr: the pruner spec its jobs rebuild
 PRUNED_STEP_ATTR = "pruned_step"  # trial user attr: set by the first replicate job pruned
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock, do not fail
@@ -36,6 +41,19 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
 
     def after_trial(self, study, trial, state, values) -> None:
         pass
+
+    def _get_unvisited_grid_ids(self, study) -> list[int]:
+        # Optuna counts every finished trial as visiting its point, FAIL included, so a point
+        # whose trial was killed (its retry still waiting) or given up looked done, and a
+        # concurrent sweeper re-ran a finished point instead. Taken here: the points of trials
+        # that hold a slot toward n_trials, and of retries waiting to run.
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        retried = bookkeeping.retried_numbers(trials)
+        taken = {t.system_attrs["grid_id"] for t in trials
+                 if "grid_id" in t.system_attrs
+                 and self._same_search_space(t.system_attrs["search_space"])
+                 and (t.state == TrialState.WAITING or bookkeeping.holds_slot(t, retried))}
+        return sorted(set(range(self._n_min_trials)) - taken)
 
 
 SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
@@ -144,35 +162,110 @@ def build_sampler(spec: Mapping[str, Any],
     return _construct("sampler", name, SAMPLERS[name], options)
 
 
-def absolute_url(url: str, cwd: Path) -> str:
-    """A relative SQLite path made absolute, so jobs find the study wherever they run."""
+def storage_file(url: str) -> Path | None:
+    """The file behind a SQLite or journal URL (None for a server or an in-memory database)."""
+    if url.startswith("journal:"):
+        if not url.startswith(JOURNAL_PREFIX) or url == JOURNAL_PREFIX:
+            raise SweepError(f"hydra.sweeper.storage={url!r} is not a journal URL; write "
+                             "journal:///relative/file.log or journal:////absolute/file.log")
+        return Path(url.removeprefix(JOURNAL_PREFIX))
     try:
         parsed = make_url(url)
     except Exception:
         raise SweepError(f"hydra.sweeper.storage={url!r} is not a database URL; use e.g. "
-                         "sqlite:///outputs/optuna.db or postgresql://user@host/db") from None
+                         "sqlite:///outputs/optuna.db, journal:///outputs/optuna.log or "
+                         "postgresql+psycopg://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database)
-        if not path.is_absolute():
-            return parsed.set(database=str(cwd / path)).render_as_string(hide_password=False)
+        return Path(parsed.database)
+    return None
+
+
+def absolute_url(url: str, cwd: Path) -> str:
+    """A relative SQLite or journal path made absolute, so jobs find the study wherever they
+    run."""
+    path = storage_file(url)
+    if path is None or path.is_absolute():
+        return url
+    if url.startswith("journal:"):
+        return JOURNAL_PREFIX + str(cwd / path)
+    return make_url(url).set(database=str(cwd / path)).render_as_string(hide_password=False)
+
+
+def _make_folder(url: str, path: Path) -> None:
+    folder = path.parent
+    if not folder.parent.is_dir():  # make outputs/, but never a whole mistyped path
+        raise SweepError(f"hydra.sweeper.storage={url!r}: directory {folder.parent} "
+                         "does not exist; create it or fix the path")
+    folder.mkdir(exist_ok=True)
+
+
+class JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
+    """Optuna's journal storage with heartbeats, which Optuna gives RDBStorage only: a beat is
+    a trial system attr (one journal line per beat), so fail_stale_trials and the retry
+    callback work unchanged. Staleness uses each machine's clock: keep clocks in sync (NTP)
+    and grace_period well above their skew."""
+
+    def __init__(self, backend, heartbeat_interval: int, grace_period: int | None,
+                 callback: Callable | None) -> None:
+        super().__init__(backend)
+        self._interval = heartbeat_interval
+        self._grace = grace_period or 2 * heartbeat_interval
+        self._callback = callback
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # told between the heartbeat thread's copy of ids and this beat
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        # As RDBStorage: a running trial that never beat is not stale.
+        now = time.time()
+        running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        return [t._trial_id for t in running
+                if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > self._grace]
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self._interval
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable | None:
+        return self._callback
+
+
+def _open_journal(url: str, path: Path, heartbeat_interval: int | None,
+                  grace_period: int | None, callback: Callable | None):
+    try:
+        backend = optuna.storages.journal.JournalFileBackend(str(path))
+        if heartbeat_interval:
+            return JournalHeartbeatStorage(backend, heartbeat_interval, grace_period, callback)
+        return optuna.storages.JournalStorage(backend)
+    except OSError as e:
+        raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({e}); check the "
+                         "path and its permissions") from None
+
+
+def reader(url: str):
+    """What optuna.load_study takes for `url` (journal URLs are not SQLAlchemy URLs)."""
+    path = storage_file(url)
+    if url.startswith("journal:") and path is not None:
+        return optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(path)))
     return url
 
 
 def open_storage(url: str, heartbeat_interval: int | None = None,
-                 grace_period: int | None = None) -> optuna.storages.RDBStorage:
+                 grace_period: int | None = None) -> optuna.storages.BaseStorage:
     """Connect (creating the tables of a new database). Raises SweepError when unreachable."""
+    path = storage_file(url)
+    if path is not None:
+        _make_folder(url, path)
+    callback = (optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=None)
+                if heartbeat_interval else None)
+    if url.startswith("journal:"):
+        return _open_journal(url, path, heartbeat_interval, grace_period, callback)
     engine_kwargs = {}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
-        database = make_url(url).database
-        if database and database != ":memory:":
-            folder = Path(database).parent
-            if not folder.parent.is_dir():  # make outputs/, but never a whole mistyped path
-                raise SweepError(f"hydra.sweeper.storage={url!r}: directory {folder.parent} "
-                                 "does not exist; create it or fix the path")
-            folder.mkdir(exist_ok=True)
-    callback = (optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=None)
-                if heartbeat_interval else None)
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(

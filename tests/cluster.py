@@ -1,0 +1,83 @@
+"""Session fixtures for the cluster tests: a throwaway PostgreSQL server and a one-node SLURM
+cluster from scripts/local_cluster.sh, stopped however the session ends; and a summary of
+trial counts per scenario, printed at the end of the run whatever pytest's capture mode."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "local_cluster.sh"
+START_TIMEOUT_S = 180
+SUMMARY: list[str] = []  # one line per scenario: "name: COMPLETE=6 FAIL=1 ..."
+
+
+def report_states(scenario: str, states: dict[str, int]) -> None:
+    """Record a scenario's trial counts per state for the end-of-run summary."""
+    SUMMARY.append(f"{scenario}: " + " ".join(f"{k}={v}" for k, v in sorted(states.items())))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if SUMMARY:
+        terminalreporter.section("cluster scenarios: trials per state")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
+
+
+def _start(what: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Start `what` in a fresh dir under /tmp (the postgres user must reach it); returns the
+    script's env (with QKNORM_CLUSTER_DIR) and the variables it printed."""
+    # /tmp, not pytest's tmp_path: that one is private to root and the server runs as postgres.
+    env = {**os.environ, "QKNORM_CLUSTER_DIR": tempfile.mkdtemp(prefix="qknorm-cluster-")}
+    r = subprocess.run(["bash", str(SCRIPT), "start", what], env=env, capture_output=True,
+                       text=True, timeout=START_TIMEOUT_S)
+    if r.returncode != 0:
+        _stop(env)
+        pytest.fail(f"scripts/local_cluster.sh start {what} failed: {r.stderr.strip()[-2000:]}")
+    exported = dict(line.removeprefix("export ").split("=", 1)
+                    for line in r.stdout.splitlines() if line.startswith("export "))
+    return env, exported
+
+
+def _stop(env: dict[str, str]) -> None:
+    subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True,
+                   timeout=START_TIMEOUT_S)
+
+
+def _have_postgres() -> bool:
+    return bool(shutil.which("initdb") or glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    if not _have_postgres():
+        pytest.skip("no PostgreSQL server on this machine (initdb not found)")
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed: pip install -e '.[postgres]'")
+    env, exported = _start("postgres")
+    try:
+        yield exported["QKNORM_PG_URL"]
+    finally:
+        _stop(env)
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Iterator[str]:
+    if not shutil.which("slurmctld"):
+        pytest.skip("no SLURM on this machine (slurmctld not found; apt-get install slurm-wlm munge)")
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        pytest.skip("hydra-submitit-launcher is not installed: pip install -e '.[slurm]'")
+    env, exported = _start("slurm")
+    try:
+        yield exported["SLURM_CONF"]
+    finally:
+        _stop(env)

@@ -1,0 +1,170 @@
+"""Several sweepers on one study in the storages a cluster uses: PostgreSQL (a real server from
+scripts/local_cluster.sh) and Optuna's journal file. One sweeper is killed with SIGKILL while
+its trial runs and started again; the study must end with exactly n_trials finished trials, no
+params run twice except the killed trial's retry, and the report must count each once.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hydra_plugins.qknorm_sweeper import _specs
+from tests.cluster import report_states
+from tests.test_sweeper import FAST, counted
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+GRID = "choice(1.0,1.5,2.0,3.0,4.0,inf)"  # 6 points: n_trials null = 6
+N_SWEEPERS = 3
+# Long enough (a few seconds per job) that the kill lands while a trial runs.
+SLOW_JOB = [*FAST, "train.max_iters=60", "train.eval_interval=30"]
+
+
+def load(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=_specs.reader(url))
+
+
+def sweeper_cmd(kind: str, url: str, name: str, sweep_dir: str) -> list[str]:
+    search = (["search=p_grid", f"norm.p={GRID}"] if kind == "grid" else
+              ["search=p_tpe", "hydra.sweeper.n_trials=6", "hydra.sweeper.pruner.name=none",
+               "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
+               "hydra.sweeper.replicates={data.fold:[9]}"])
+    return [sys.executable, "-m", "qknorm.train", *search, *SLOW_JOB,
+            f"hydra.sweeper.storage={url}", f"hydra.sweeper.study_name={name}",
+            "hydra.sweeper.n_jobs=1", "hydra.sweeper.heartbeat_interval=1",
+            "hydra.sweeper.grace_period=2", f"hydra.sweep.dir={sweep_dir}"]
+
+
+def wait_for_running_trial_of(url: str, name: str, sweep_dir: Path, timeout_s: float = 240):
+    """The number of a RUNNING trial whose job runs in sweep_dir (the sweeper to kill)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        try:
+            trials = load(url, name).get_trials(deepcopy=False)
+        except Exception:  # study or schema not created yet
+            continue
+        for t in trials:
+            if t.state == TrialState.RUNNING and list(sweep_dir.glob(f"trial{t.number}*")):
+                return t.number
+    pytest.fail(f"no trial of {sweep_dir.name} was ever running")
+
+
+def states_of(study: optuna.Study) -> dict[str, int]:
+    count = collections.Counter(t.state.name for t in study.get_trials(deepcopy=False))
+    count["counted"] = len(counted(study))
+    return dict(count)
+
+
+def run_killed_scenario(cwd: Path, kind: str, url: str, name: str) -> None:
+    dirs = [cwd / "sweeps" / f"s{i}" for i in range(N_SWEEPERS)]
+    cmds = [sweeper_cmd(kind, url, name, str(d)) for d in dirs]
+    # TPE: a seed per sweeper, or all three sample the same p. Grid: one seed for all, as
+    # Optuna shuffles the grid by the seed and grid point k must mean the same p everywhere.
+    seeds = [f"hydra.sweeper.sampler.seed={i if kind == 'tpe' else 0}" for i in range(N_SWEEPERS)]
+    procs = [subprocess.Popen(c + [seeds[i]], cwd=cwd,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for i, c in enumerate(cmds)]
+    try:
+        killed = wait_for_running_trial_of(url, name, dirs[0])
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        procs[0].wait()
+        time.sleep(3.5)  # past the grace period: the killed trial's heartbeat is stale
+        procs[0] = subprocess.Popen(cmds[0], cwd=cwd, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        errs = [p.communicate(timeout=400)[1] for p in procs]
+    finally:
+        for p in procs:  # a failed assertion above must not leave sweepers running
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for p, err in zip(procs, errs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    check_study(cwd, url, name, killed, kind)
+
+
+def check_study(cwd: Path, url: str, name: str, killed: int, kind: str) -> None:
+    study = load(url, name)
+    trials = study.get_trials()
+    real = counted(study)
+    assert len(real) == 6 and all(t.state == TrialState.COMPLETE for t in real)
+    by_number = {t.number: t for t in trials}
+    assert by_number[killed].state == TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed]
+    assert [t.state for t in retries] == [TrialState.COMPLETE]
+    assert retries[0].params == by_number[killed].params
+    # No params twice among the counted trials (the killed trial does not count).
+    params = [tuple(sorted(t.params.items())) for t in real]
+    assert len(set(params)) == 6, [(t.number, t.state.name, t.params, t.system_attrs.get("grid_id"),
+                                    t.user_attrs.get("status"), t.system_attrs.get("failed_trial"))
+                                   for t in trials]
+    if kind == "grid":
+        assert sorted(t.params["norm.p"] for t in real) == [1.0, 1.5, 2.0, 3.0, 4.0, math.inf]
+    # Every launched job ran exactly once; the killed one left no final.json.
+    jobs = [j for t in real for j in t.user_attrs["jobs"]]
+    assert len(jobs) == len(set(jobs)) == 6
+    report_counts_each_finished_trial_once(cwd, real)
+    report_states(f"{kind} on {url.split(':')[0]}, 3 sweepers, 1 killed", states_of(study))
+
+
+def report_counts_each_finished_trial_once(cwd: Path, real: list) -> None:
+    r = subprocess.run([sys.executable, "scripts/report.py", str(cwd / "sweeps"), "--baseline", "none"],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(cwd / "sweeps" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    done = [row for row in rows if row["status"] == "completed"]
+    assert sorted(int(float(row["trial"])) for row in done) == sorted(t.number for t in real)
+    assert all(row["trial_state"] == "COMPLETE" for row in done)
+    assert sum(row["status"] == "incomplete" for row in rows) == 1  # the killed job
+
+
+@pytest.mark.parametrize("kind", ["grid", "tpe"])
+def test_three_sweepers_on_postgres_one_killed(tmp_path, postgres_url, kind):
+    run_killed_scenario(tmp_path, kind, postgres_url, f"pg_{kind}")
+
+
+def test_three_sweepers_on_a_journal_file_one_killed(tmp_path):
+    url = f"journal:///{tmp_path}/optuna.log"  # absolute: journal:////tmp/...
+    run_killed_scenario(tmp_path, "tpe", url, "journal_tpe")
+    study = load(url, "journal_tpe")
+    # Heartbeats are system attrs in the journal; the killed trial's stopped, so it was failed.
+    assert all(_specs.HEARTBEAT_ATTR in t.system_attrs for t in counted(study))
+
+
+def test_journal_relative_path_is_made_absolute_for_jobs(tmp_path):
+    assert (_specs.absolute_url("journal:///outputs/optuna.log", tmp_path)
+            == f"journal:///{tmp_path}/outputs/optuna.log")
+    assert _specs.absolute_url("journal:////abs/x.log", tmp_path) == "journal:////abs/x.log"
+
+
+BAD_STORAGE = [
+    ("postgresql+psycopg://postgres@127.0.0.1:1/qknorm", "cannot be opened"),
+    ("journal:///no/such/dir/optuna.log", "no/such does not exist; create it"),
+    ("journal://outputs/x.log", "is not a journal URL; write journal:///"),
+]
+
+
+@pytest.mark.parametrize("url, message", BAD_STORAGE, ids=["pg-unreachable", "journal-dir",
+                                                           "journal-form"])
+def test_bad_storage_is_one_line_before_any_trial(cli, url, message):
+    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, f"hydra.sweeper.storage={url}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: hydra.sweeper.storage=") \
+        and message in lines[0], lines
+    assert not list(cli.cwd.rglob("trial[0-9]*"))  # no job started
+    assert not list(cli.cwd.rglob("*.log"))  # no journal written
