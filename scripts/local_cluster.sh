@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL server (and, where SLURM is installed, a one-node SLURM cluster) on
-# this machine, on 127.0.0.1 only: what the cluster tests run against, and a way to try
-# `hydra.sweeper.storage=postgresql+psycopg://...` without a database host.
+# A throwaway PostgreSQL server on this machine, on 127.0.0.1 only: what the cluster tests run
+# against, and a way to try `hydra.sweeper.storage=postgresql+psycopg://...` without a database
+# host. (A one-node SLURM cluster is not here yet: see README "One study from several machines".)
 #
-#   scripts/local_cluster.sh start [postgres|slurm|all]   # prints the env to use; eval "$(...)"
+#   scripts/local_cluster.sh start [postgres]             # prints the env to use; eval "$(...)"
 #   scripts/local_cluster.sh status
 #   scripts/local_cluster.sh stop                         # stops what start started, deletes DIR
 #
@@ -55,7 +55,6 @@ stop_postgres() {
 
 print_env() {
     [ -f "$PG/port" ] && echo "export QKNORM_PG_URL=postgresql+psycopg://postgres@127.0.0.1:$(cat "$PG/port")/qknorm"
-    [ -f "$DIR/slurm/slurm.conf" ] && echo "export SLURM_CONF=$DIR/slurm/slurm.conf"
     return 0
 }
 
@@ -64,19 +63,16 @@ case "${1:-}" in
     start)
         mkdir -p "$DIR"; chmod 755 "$DIR"  # the postgres user must reach its data dir
         case "$what" in
-            postgres) start_postgres ;;
-            slurm) bash "$(dirname "$0")/local_slurm.sh" start "$DIR/slurm" ;;
-            all) start_postgres; bash "$(dirname "$0")/local_slurm.sh" start "$DIR/slurm" ;;
-            *) die "start $what: pick postgres, slurm or all" ;;
+            postgres|all) start_postgres ;;
+            *) die "start $what: pick postgres (or all)" ;;
         esac
         print_env | tee "$DIR/env" ;;
     status)
-        [ -f "$PG/port" ] && as_pg "$(pg_bin pg_ctl)" -D "$PG/data" status | head -n 1
-        [ -d "$DIR/slurm" ] && bash "$(dirname "$0")/local_slurm.sh" status "$DIR/slurm"
+        if [ -f "$PG/port" ]; then as_pg "$(pg_bin pg_ctl)" -D "$PG/data" status | head -n 1
+        else echo "postgres: not running (DIR=$DIR)"; fi
         print_env ;;
     stop)
-        [ -d "$DIR/slurm" ] && bash "$(dirname "$0")/local_slurm.sh" stop "$DIR/slurm"
         stop_postgres
         rm -rf "$DIR" ;;
-    *) die "usage: $0 start [postgres|slurm|all] | status | stop" ;;
+    *) die "usage: $0 start [postgres] | status | stop" ;;
 esac
