@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL server on this machine, on 127.0.0.1 only: what the cluster tests run
-# against, and a way to try `hydra.sweeper.storage=postgresql+psycopg://...` without a database
-# host. (A one-node SLURM cluster is not here yet: see README "One study from several machines".)
+# A throwaway PostgreSQL server and a one-node SLURM cluster on this machine, on 127.0.0.1 only:
+# what the cluster tests run against, and a way to try `hydra.sweeper.storage=postgresql+...`
+# or `hydra/launcher=slurm` without a database host or a cluster.
 #
-#   scripts/local_cluster.sh start [postgres]             # prints the env to use; eval "$(...)"
+#   scripts/local_cluster.sh start [postgres|slurm|all]   # prints the env to use; eval "$(...)"
 #   scripts/local_cluster.sh status
 #   scripts/local_cluster.sh stop                         # stops what start started, deletes DIR
 #
@@ -13,6 +13,7 @@ set -euo pipefail
 
 DIR="${QKNORM_CLUSTER_DIR:-/tmp/qknorm-cluster-$(id -u)}"
 PG="$DIR/postgres"
+SL="$DIR/slurm"
 WAIT_S=30  # every wait below gives up after this many seconds
 
 die() { echo "error: $*" >&2; exit 2; }
@@ -53,8 +54,72 @@ stop_postgres() {
     rm -f "$PG/port"
 }
 
+write_slurm_conf() {  # one node (this host, its CPUs), no accounting, no cgroups (no systemd)
+    local host mem
+    host=$(hostname -s)
+    mem=$(awk '/MemTotal/ {print int($2 / 1024) - 1024}' /proc/meminfo)
+    cat >"$SL/slurm.conf" <<EOF
+ClusterName=qknorm
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+AuthType=auth/munge
+AuthInfo=socket=$SL/munge/munge.socket.2
+CredType=cred/munge
+SlurmUser=$(id -un)
+StateSaveLocation=$SL/state
+SlurmdSpoolDir=$SL/spool
+SlurmctldPidFile=$SL/slurmctld.pid
+SlurmdPidFile=$SL/slurmd.pid
+SlurmctldLogFile=$SL/slurmctld.log
+SlurmdLogFile=$SL/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU_Memory
+MpiDefault=none
+ReturnToService=2
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+start_slurm() {
+    command -v slurmctld >/dev/null && command -v munged >/dev/null \
+        || die "slurmctld/munged not found; install them (apt-get install slurm-wlm munge)"
+    [ "$(id -u)" = 0 ] || die "the local SLURM cluster runs its daemons as root; run start slurm as root"
+    if [ -f "$SL/slurmctld.pid" ]; then echo "slurm: already running" >&2; return; fi
+    mkdir -p "$SL/state" "$SL/spool" "$SL/munge"
+    # munged: its own key and socket in DIR, run as the munge user (it refuses root).
+    dd if=/dev/urandom of="$SL/munge/munge.key" bs=1024 count=1 status=none
+    chown -R munge:munge "$SL/munge"; chmod 711 "$SL/munge"; chmod 400 "$SL/munge/munge.key"
+    runuser -u munge -- munged --socket="$SL/munge/munge.socket.2" --key-file="$SL/munge/munge.key" \
+        --pid-file="$SL/munge/munged.pid" --log-file="$SL/munge/munged.log" \
+        --seed-file="$SL/munge/munged.seed" || die "munged did not start; see $SL/munge/munged.log"
+    write_slurm_conf
+    slurmctld -f "$SL/slurm.conf" || die "slurmctld did not start; see $SL/slurmctld.log"
+    slurmd -f "$SL/slurm.conf" || die "slurmd did not start; see $SL/slurmd.log"
+    local i
+    for ((i = 0; i < WAIT_S; i++)); do  # the node registers within seconds
+        if SLURM_CONF="$SL/slurm.conf" sinfo -h -o %t 2>/dev/null | grep -qx idle; then return; fi
+        sleep 1
+    done
+    die "the SLURM node never became idle; see $SL/slurmctld.log and $SL/slurmd.log"
+}
+
+stop_slurm() {
+    local f
+    for f in "$SL/slurmd.pid" "$SL/slurmctld.pid" "$SL/munge/munged.pid"; do
+        if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; fi
+    done
+    rm -f "$SL/slurmctld.pid"
+}
+
 print_env() {
     [ -f "$PG/port" ] && echo "export QKNORM_PG_URL=postgresql+psycopg://postgres@127.0.0.1:$(cat "$PG/port")/qknorm"
+    [ -f "$SL/slurmctld.pid" ] && echo "export SLURM_CONF=$SL/slurm.conf"
     return 0
 }
 
@@ -63,16 +128,21 @@ case "${1:-}" in
     start)
         mkdir -p "$DIR"; chmod 755 "$DIR"  # the postgres user must reach its data dir
         case "$what" in
-            postgres|all) start_postgres ;;
-            *) die "start $what: pick postgres (or all)" ;;
+            postgres) start_postgres ;;
+            slurm) start_slurm ;;
+            all) start_postgres; start_slurm ;;
+            *) die "start $what: pick postgres, slurm or all" ;;
         esac
         print_env | tee "$DIR/env" ;;
     status)
         if [ -f "$PG/port" ]; then as_pg "$(pg_bin pg_ctl)" -D "$PG/data" status | head -n 1
         else echo "postgres: not running (DIR=$DIR)"; fi
+        if [ -f "$SL/slurmctld.pid" ]; then SLURM_CONF="$SL/slurm.conf" sinfo
+        else echo "slurm: not running (DIR=$DIR)"; fi
         print_env ;;
     stop)
+        stop_slurm
         stop_postgres
         rm -rf "$DIR" ;;
-    *) die "usage: $0 start [postgres] | status | stop" ;;
+    *) die "usage: $0 start [postgres|slurm|all] | status | stop" ;;
 esac

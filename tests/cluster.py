@@ -1,5 +1,5 @@
-"""Session fixture for the cluster tests: a throwaway PostgreSQL server from
-scripts/local_cluster.sh, stopped however the session ends; and a summary of
+"""Session fixtures for the cluster tests: a throwaway PostgreSQL server and a one-node SLURM
+cluster from scripts/local_cluster.sh, stopped however the session ends; and a summary of
 trial counts per scenario, printed at the end of the run whatever pytest's capture mode."""
 
 from __future__ import annotations
@@ -66,5 +66,18 @@ def postgres_url() -> Iterator[str]:
     env, exported = _start("postgres")
     try:
         yield exported["QKNORM_PG_URL"]
+    finally:
+        _stop(env)
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Iterator[str]:
+    if not shutil.which("slurmctld"):
+        pytest.skip("no SLURM on this machine (slurmctld not found; apt-get install slurm-wlm munge)")
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        pytest.skip("hydra-submitit-launcher is not installed: pip install -e '.[slurm]'")
+    env, exported = _start("slurm")
+    try:
+        yield exported["SLURM_CONF"]
     finally:
         _stop(env)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import postgres_url, pytest_terminal_summary  # noqa: F401
+from tests.cluster import postgres_url, pytest_terminal_summary, slurm_conf  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -1,7 +1,10 @@
-"""Several sweepers on one study in the storages a cluster uses: PostgreSQL (a real server from
-scripts/local_cluster.sh) and Optuna's journal file. One sweeper is killed with SIGKILL while
-its trial runs and started again; the study must end with exactly n_trials finished trials, no
-params run twice except the killed trial's retry, and the report must count each once.
+"""What a cluster user runs, on real engines from scripts/local_cluster.sh.
+
+Several sweepers on one study in PostgreSQL and in Optuna's journal file: one is killed with
+SIGKILL while its trial runs and started again; the study must end with exactly n_trials
+finished trials, no params run twice except the killed trial's retry, and the report must
+count each once. hydra/launcher=slurm: a grid and a pruned TPE study through sbatch on a
+one-node SLURM cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from optuna.trial import TrialState
 
 from hydra_plugins.qknorm_sweeper import _specs
 from tests.cluster import report_states
-from tests.test_sweeper import FAST, counted
+from tests.test_sweeper import FAST, counted, ok, study_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -168,3 +171,66 @@ def test_bad_storage_is_one_line_before_any_trial(cli, url, message):
         and message in lines[0], lines
     assert not list(cli.cwd.rglob("trial[0-9]*"))  # no job started
     assert not list(cli.cwd.rglob("*.log"))  # no journal written
+
+
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
+         "hydra.launcher.timeout_min=10"]
+
+
+def slurm_logs(sweep: Path, suffix: str) -> list[Path]:
+    """Where README says each job's stdout/stderr land: .submitit/<jobid>/<jobid>_0_log.*"""
+    return sorted(sweep.glob(f".submitit/*/*_0_log.{suffix}"))
+
+
+def test_slurm_runs_a_p_grid_and_a_pruned_tpe_study(cli, slurm_conf):
+    env = {"SLURM_CONF": slurm_conf}
+    ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10", *SLURM,
+           "hydra.sweeper.n_jobs=8", "hydra.sweeper.study_name=slurm_grid", env=env))
+    trials = study_of(cli.cwd, "slurm_grid").get_trials()
+    assert sorted(t.params["norm.p"] for t in trials) == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0,
+                                                          math.inf]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    (sweep,) = (cli.cwd / "outputs" / "sweeps" / "p_grid").iterdir()
+    outs = slurm_logs(sweep, "out")
+    assert len(outs) == len(slurm_logs(sweep, "err")) == 8
+    for out in outs:  # submitit's job start under sbatch, then the training log
+        text = out.read_text()
+        assert "Starting with JobEnvironment" in text and "step 0: train" in text
+    report_states("p grid through sbatch", states_of(study_of(cli.cwd, "slurm_grid")))
+
+    # Pruning through sbatch: a tiny lr keeps val loss above the threshold at step 10.
+    ok(cli("-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=30", *SLURM,
+           "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=4", "hydra.sweeper.replicates={}",
+           "hydra.sweeper.study_name=slurm_tpe", "optimizer.lr=choice(0.01,0.00000001)",
+           "optimizer.warmup_iters=0", "optimizer.min_lr=0",
+           "hydra.sweeper.pruner.name=threshold", "+hydra.sweeper.pruner.upper=4.1",
+           "~hydra.sweeper.pruner.n_startup_trials", "hydra.sweeper.pruner.n_warmup_steps=10",
+           env=env))
+    study = study_of(cli.cwd, "slurm_tpe")
+    states = {t.number: (t.params["optimizer.lr"], t.state) for t in study.get_trials()}
+    assert {lr for lr, _ in states.values()} == {0.01, 1e-8}, states  # seed 0 draws both
+    for lr, state in states.values():
+        assert state == (TrialState.COMPLETE if lr == 0.01 else TrialState.PRUNED), states
+    report_states("TPE with pruning through sbatch", states_of(study))
+
+
+def test_slurm_partition_that_does_not_exist_is_one_line(cli, slurm_conf):
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, *SLURM,
+            "hydra.launcher.partition=nope", env={"SLURM_CONF": slurm_conf})
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines == ["error: hydra.launcher.partition=nope is not a partition of this cluster "
+                     "(invalid partition specified: nope); set hydra.launcher.partition to one "
+                     "of: debug"]
+    assert not (cli.cwd / "outputs" / "optuna.db").exists()  # the study untouched
+
+
+def test_slurm_without_sbatch_is_one_line(cli):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="hydra-submitit-launcher is not installed: pip install -e '.[slurm]'")
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, *SLURM, env={"PATH": "/nonexistent"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: hydra/launcher=slurm: sbatch is not "
+                                                   "on PATH"), lines
+    assert not (cli.cwd / "outputs" / "optuna.db").exists()

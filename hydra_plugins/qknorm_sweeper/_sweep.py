@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
 from hydra_plugins.qknorm_sweeper import _results as results
+from hydra_plugins.qknorm_sweeper import _slurm
 from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
 from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, Heartbeat, Tally
 from hydra_plugins.qknorm_sweeper._errors import SweepError
@@ -128,6 +129,7 @@ class OptunaSweep:
         if self.heartbeat_interval < 1:
             raise SweepError(f"hydra.sweeper.heartbeat_interval={self.heartbeat_interval} "
                              "must be >= 1 second")
+        _slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
         replicates, arguments = cli_replicates(self.replicates, arguments)
         space, base = parse_space(self.params, arguments)
         if not space.params:
