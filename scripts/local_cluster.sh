@@ -110,9 +110,16 @@ start_slurm() {
 }
 
 stop_slurm() {
-    local f
+    local f pid i
     for f in "$SL/slurmd.pid" "$SL/slurmctld.pid" "$SL/munge/munged.pid"; do
-        if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; fi
+        [ -f "$f" ] || continue
+        pid=$(cat "$f")
+        kill "$pid" 2>/dev/null || continue
+        # slurmctld saves its state as it exits: wait, or DIR is removed under its feet.
+        for ((i = 0; i < WAIT_S * 10; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
     done
     rm -f "$SL/slurmctld.pid"
 }
