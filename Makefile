@@ -10,6 +10,9 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SWEEP ?= $(shell ls -d outputs/sweeps/*/* 2>/dev/null | sort | tail -n 1)
 PYTEST_ARGS ?=
+# Tests in parallel (pytest-xdist): most run 1-thread training jobs, so 2 workers use both cores.
+# --dist loadgroup keeps the cluster tests on one worker (one PostgreSQL, one SLURM cluster).
+PYTEST_WORKERS ?= 2
 
 .PHONY: help install test train sweep report bench lint clean
 
@@ -26,7 +29,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed  ## create .venv and install qknorm with the CPU build of torch
 
 test: install  ## run the test suite
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 train: install  ## one training run with defaults (pass ARGS="norm.p=4 ...")
 	$(BIN)/python -m qknorm.train $(ARGS)

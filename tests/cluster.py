@@ -18,18 +18,28 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "local_cluster.sh"
 START_TIMEOUT_S = 180
-SUMMARY: list[str] = []  # one line per scenario: "name: COMPLETE=6 FAIL=1 ..."
+# One line per scenario ("name: COMPLETE=6 FAIL=1 ..."), appended to a file in this directory:
+# under pytest-xdist the scenarios run in a worker and the summary prints in the controller,
+# which set the variable before starting the workers (they inherit it).
+SUMMARY_DIR_ENV = "QKNORM_CLUSTER_SUMMARY_DIR"
+
+
+def pytest_configure(config) -> None:
+    os.environ.setdefault(SUMMARY_DIR_ENV, tempfile.mkdtemp(prefix="qknorm-cluster-summary-"))
 
 
 def report_states(scenario: str, states: dict[str, int]) -> None:
     """Record a scenario's trial counts per state for the end-of-run summary."""
-    SUMMARY.append(f"{scenario}: " + " ".join(f"{k}={v}" for k, v in sorted(states.items())))
+    line = f"{scenario}: " + " ".join(f"{k}={v}" for k, v in sorted(states.items()))
+    with open(Path(os.environ[SUMMARY_DIR_ENV]) / "summary.txt", "a") as f:
+        f.write(line + "\n")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if SUMMARY:
+    path = Path(os.environ.get(SUMMARY_DIR_ENV, "")) / "summary.txt"
+    if path.is_file():
         terminalreporter.section("cluster scenarios: trials per state")
-        for line in SUMMARY:
+        for line in path.read_text().splitlines():
             terminalreporter.write_line(line)
 
 

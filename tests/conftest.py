@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import postgres_url, pytest_terminal_summary, slurm_conf  # noqa: F401
+from tests.cluster import (  # noqa: F401
+    postgres_url,
+    pytest_configure,
+    pytest_terminal_summary,
+    slurm_conf,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -27,7 +27,8 @@ from hydra_plugins.qknorm_sweeper import _specs
 from tests.cluster import report_states
 from tests.test_sweeper import FAST, counted, ok, study_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# one worker runs them all under pytest-xdist (--dist loadgroup): one PostgreSQL, one SLURM
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 GRID = "choice(1.0,1.5,2.0,3.0,4.0,inf)"  # 6 points: n_trials null = 6
 N_SWEEPERS = 3
