@@ -53,4 +53,6 @@ class DedupBasicSweeper(BasicSweeper):
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
         tree = OmegaConf.to_container(cfg, resolve=False)
         tree.pop("hydra", None)
+        if "norm" not in tree:  # not qknorm's task: every job is its own run, as in Hydra's
+            tree["_job"] = list(job)
         return tree
