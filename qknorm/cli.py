@@ -21,15 +21,16 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from qknorm import pruning, rundir
-from qknorm.config import register_configs, to_config
+from qknorm.config import register_configs, to_config, unique_jobs
 from qknorm.data import load_splits
 from qknorm.errors import RunDiverged, UserError, one_line
 from qknorm.train import train
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                  "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper")
 # Absolute: imported as a module, Hydra would resolve a relative config_path against the
 # task's package. conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -116,11 +117,24 @@ def preflight(argv: list[str]) -> None:
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
             return  # a single run validates itself, with the trace in its log file
         jobs = [fixed]
-        if primary.hydra.sweeper._target_ == BASIC_SWEEPER:
+        if primary.hydra.sweeper._target_ in BASIC_SWEEPERS:
             params = [f"{k}={v}" for k, v in (primary.hydra.sweeper.params or {}).items()]
             parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
             (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+            jobs = _launched_jobs(jobs, primary.hydra.sweeper._target_)
         _check_jobs(jobs)
+
+
+def _launched_jobs(jobs: list[list[str]], sweeper: str) -> list[list[str]]:
+    """The jobs the sweeper will launch: ours skips repeats of an effective config, so only
+    those are checked (a repeat never runs)."""
+    if sweeper != BASIC_SWEEPERS[1]:
+        return jobs
+
+    def task_config(job: list[str]) -> dict:
+        return OmegaConf.to_container(compose("config", overrides=list(job)))
+
+    return unique_jobs(jobs, task_config)[0]
 
 
 def _check_jobs(jobs: list[list[str]]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +117,49 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+# Keys a norm kind never reads: runs that differ only in these are the same run. Hydra still
+# composes them (norm=none inherits norm.p from the schema), so a grid `norm=none,lp norm.p=2,4`
+# would launch norm=none twice and a report would count it twice (issue 12, pseudo-replication).
+GAMMA_KEYS = ("norm.gamma_init", "norm.gamma_learnable", "norm.gamma_shape", "norm.p_learnable")
+UNUSED_KEYS = {
+    "none": ("norm.p", *GAMMA_KEYS, "norm.eps"),
+    "rms": ("norm.p", *GAMMA_KEYS),
+    "l2": ("norm.p",),  # l2 is lp at p = 2 whatever norm.p says (validate() insists on 2)
+    "lp": (),
+}
+BOOKKEEPING = ("optuna.",)  # per-job labels the sweeper sets (trial number): not the run's config
+
+
+def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flattened config without the keys its norm kind does not use, nor bookkeeping keys:
+    two runs with equal effective configs compute the same thing (bitwise, on CPU)."""
+    unused = UNUSED_KEYS.get(flat.get("norm.kind"), ())
+    return {k: v for k, v in flat.items() if k not in unused and not k.startswith(BOOKKEEPING)}
+
+
+def effective_key(flat: dict[str, Any]) -> str:
+    """A hashable, order-free form of effective_config (values may be lists or dicts)."""
+    return repr(sorted(effective_config(flat).items()))
+
+
+def unique_jobs(jobs: list, compose: Callable[[Any], dict[str, Any]]) -> tuple[list, list]:
+    """Drop the jobs of a sweep whose effective config an earlier job already has.
+
+    `compose(job)` gives a job's task config as a nested dict. Returns (kept jobs, [(dropped
+    job, the kept job it repeats)]), both in the sweep's order.
+    """
+    first: dict[str, Any] = {}
+    kept, dropped = [], []
+    for job in jobs:
+        key = effective_key(flatten(compose(job)))
+        if key in first:
+            dropped.append((job, first[key]))
+        else:
+            first[key] = job
+            kept.append(job)
+    return kept, dropped
 
 
 def register_configs() -> None:

@@ -23,7 +23,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
-from qknorm.stats import completed, format_p, t_interval
+from qknorm.stats import (
+    MIN_FIT_POINTS,
+    completed,
+    continuous_p,
+    format_p,
+    quadratic_fit,
+    t_interval,
+    trial_means,
+)
 
 LABELS = {  # axis labels with units; losses are mean cross-entropy per character
     "best_val_loss": "best validation loss (nats/char)",
@@ -37,9 +45,13 @@ LABELS = {  # axis labels with units; losses are mean cross-entropy per characte
 }
 P_LABEL = r"p of the $L_p$ norm on q and k (norm.p)"
 RUN_GID = "runs"  # the scatter collections with one dot per run carry this gid (tests find them)
+TRIAL_GID = "trials"  # continuous search: one point per trial (the mean of its runs)
+BEST_GID = "best"  # continuous search: the best trial of each series
 RUN_COLOR = "#4C72B0"
 MEAN_COLOR = "#C44E52"
 OTHER_KIND_COLORS = {"none": "#55A868", "rms": "#8172B2"}
+SERIES_COLORS = ["#4C72B0", "#DD8452", "#C44E52", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
+                 "#64B5CD"]  # one per --by value; none/rms keep their own green and purple
 
 
 def metric_label(metric: str) -> str:
@@ -76,11 +88,13 @@ class PAxis:
     finite: list[float]
     has_inf: bool
     logx: bool
+    continuous: bool = False  # a search's p values: log axis, round ticks instead of one per p
 
     @classmethod
-    def of(cls, ps, logx: bool = False) -> PAxis:
+    def of(cls, ps, logx: bool = False, continuous: bool = False) -> PAxis:
         ps = [float(p) for p in ps if not math.isnan(p)]
-        return cls(sorted({p for p in ps if math.isfinite(p)}), any(math.isinf(p) for p in ps), logx)
+        return cls(sorted({p for p in ps if math.isfinite(p)}), any(math.isinf(p) for p in ps),
+                   logx or continuous, continuous)
 
     @property
     def x_inf(self) -> float:
@@ -97,9 +111,10 @@ class PAxis:
     def apply(self, ax: Axes) -> None:
         if self.logx:
             ax.set_xscale("log", base=2)
-        ticks = self.finite + ([self.x_inf] if self.has_inf else [])
-        labels = [format_p(p) for p in self.finite] + (["∞"] if self.has_inf else [])
-        if len(self.finite) > 12:  # many p values (a TPE search): let matplotlib thin them out
+        finite = nice_p_ticks(self.finite) if self.continuous else self.finite
+        ticks = finite + ([self.x_inf] if self.has_inf else [])
+        labels = [format_p(p, 3) for p in finite] + (["∞"] if self.has_inf else [])
+        if len(finite) > 12:  # many p values on a grid: let matplotlib thin them out
             ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         else:
             ax.set_xticks(ticks, labels)
@@ -107,6 +122,27 @@ class PAxis:
         if self.has_inf and self.finite:
             _break_mark(ax, self.finite[-1], self.x_inf, self.logx)
         ax.set_xlabel(P_LABEL)
+
+
+def nice_p_ticks(ps: list[float], most: int = 8) -> list[float]:
+    """Round p values for a log axis over the range of ps (10% wider): powers of 2, then halves, quarters
+    and eighths between them, the coarsest level that gives at least 4 ticks (thinned to
+    `most`). A range too narrow for any of them gets its two ends, to 3 digits."""
+    if not ps:
+        return []
+    lo, hi = min(ps) / 1.1, max(ps) * 1.1  # a tick just outside the points still labels them
+    ticks: list[float] = []
+    for n_subs in (1, 2, 4, 8):
+        octaves = range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)
+        ticks = [2.0**k * (1 + i / n_subs) for k in octaves for i in range(n_subs)]
+        ticks = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+        if len(ticks) >= 4:
+            break
+    if len(ticks) > most:
+        ticks = ticks[:: math.ceil(len(ticks) / most)]
+    if len(ticks) < 2:
+        ticks = sorted({float(format_p(lo, 3)), float(format_p(hi, 3))})
+    return ticks
 
 
 def _break_mark(ax: Axes, last: float, x_inf: float, logx: bool) -> None:
@@ -126,43 +162,31 @@ def _group_means(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     for p, group in runs.groupby("norm.p", sort=True):
         n, mean, _, low, high = t_interval(group[metric])
         rows.append({"p": p, "n": n, "mean": mean, "low": low, "high": high})
-    return pd.DataFrame(rows, columns=["p", "n", "mean", "low", "high"])
+    return pd.DataFrame(rows, columns=["p", "n", "mean", "low", "high"]).astype(float)  # 0 rows too
 
 
 def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
-                baseline: float | None = None, title: str | None = None) -> None:
-    """Each completed run a dot; mean with a 95% t-band; inf at the right; no-p kinds as lines."""
+                baseline: float | None = None, title: str | None = None,
+                by: list[str] | tuple[str, ...] = (), mark_best: bool = False) -> None:
+    """Each completed run a dot, one series (colour) per value of the `by` keys; inf at the
+    right; no-p kinds as lines. A grid's p get their mean with a 95% t-band; a continuous
+    search's (qknorm.stats.continuous_p) get one point per trial, a fit in log p and, with
+    mark_best (a loss: lower is better), a star on each series' best trial."""
     runs = _lp_runs(df, metric)
-    axis = PAxis.of(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna(), logx)
-    xs = np.array([axis.x(p) for p in runs["norm.p"]], dtype=float)
-    ax.scatter(xs, runs[metric].to_numpy(dtype=float), s=22, color=RUN_COLOR, alpha=0.65,
-               edgecolors="none", zorder=5, gid=RUN_GID, label=f"one run ({len(runs)} completed)")
-
-    means = _group_means(runs, metric)
-    fin = means[np.isfinite(means["p"])]
-    if len(means):  # mean and its interval at every p, inf included
-        xm = np.array([axis.x(p) for p in means["p"]])
-        yerr = np.vstack([means["mean"] - means["low"], means["high"] - means["mean"]])
-        ax.errorbar(xm, means["mean"], yerr=np.nan_to_num(yerr), fmt="D", ms=7, mfc="none",
-                    mew=1.4, color=MEAN_COLOR, capsize=4, lw=1.2, zorder=4,
-                    label="mean ± 95% t-interval")
-    if len(fin) > 1:
-        ax.plot(fin["p"], fin["mean"], color=MEAN_COLOR, lw=1.6, zorder=4)
-        band = fin.dropna(subset=["low"])
-        if len(band) > 1:
-            ax.fill_between(band["p"], band["low"], band["high"], color=MEAN_COLOR, alpha=0.15,
-                            lw=0)
-    inf = means[np.isinf(means["p"])]
-    if len(inf):
-        mean = float(inf["mean"].iloc[0])
-        if len(fin):  # dotted: the axis is broken between the last finite p and inf
-            ax.plot([fin["p"].iloc[-1], axis.x_inf], [fin["mean"].iloc[-1], mean], ls=":",
-                    color=MEAN_COLOR, lw=1.2, zorder=4)
-
+    continuous = continuous_p(df)
+    axis = PAxis.of(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna(), logx, continuous)
+    draw = _continuous_series if continuous else _grid_series
+    few = []
+    for name, color, group in _series(runs, by):
+        if not draw(ax, axis, group, metric, name, color, mark_best):
+            few.append(name)
+    if few:  # a legend entry without a mark: the legend is placed off the data
+        ax.plot([], [], " ", label=f"no fit: {'a series has' if len(few) == 1 else 'series have'}"
+                f" < {MIN_FIT_POINTS} trials at ≥ 3 finite p")
     if baseline is not None:
-        base = means[means["p"] == baseline]
+        base = runs.loc[runs["norm.p"] == baseline, metric]
         if len(base):
-            ax.axhline(float(base["mean"].iloc[0]), color="0.35", ls="--", lw=1, zorder=2,
+            ax.axhline(float(base.mean()), color="0.35", ls="--", lw=1, zorder=2,
                        label=f"p={format_p(baseline)} mean (baseline)")
     _other_kinds(ax, df, metric)
     axis.apply(ax)
@@ -170,6 +194,86 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     ax.grid(True, alpha=0.3, lw=0.6)
     if title:
         ax.set_title(title, fontsize=10)
+
+
+def _series(runs: pd.DataFrame, by) -> list[tuple[str, str | None, pd.DataFrame]]:
+    """(name, colour, runs) per value of the `by` keys; one unnamed series without them."""
+    by = [k for k in by if k not in ("norm.p",)]
+    if not by:
+        return [("", None, runs)]
+    out = []
+    for i, (values, group) in enumerate(runs.groupby(by, dropna=False, sort=True)):
+        values = values if isinstance(values, tuple) else (values,)
+        name = ", ".join(f"{k}={v}" for k, v in zip(by, values))
+        out.append((name, SERIES_COLORS[i % len(SERIES_COLORS)], group))
+    return out
+
+
+def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
+                 color: str | None, mark_best: bool = False) -> bool:
+    """The runs of one series on a grid: dots, mean ± 95% t-interval per p, a band between
+    (the means show the best p; mark_best is for the continuous figure)."""
+    prefix = f"{name}: " if name else ""
+    xs = np.array([axis.x(p) for p in runs["norm.p"]], dtype=float)
+    ax.scatter(xs, runs[metric].to_numpy(dtype=float), s=22, color=color or RUN_COLOR,
+               alpha=0.65, edgecolors="none", zorder=5, gid=RUN_GID,
+               label=f"{prefix}one run ({len(runs)} completed)")
+    color = color or MEAN_COLOR
+    means = _group_means(runs, metric)
+    fin = means[np.isfinite(means["p"])]
+    if len(means):  # mean and its interval at every p, inf included
+        xm = np.array([axis.x(p) for p in means["p"]])
+        yerr = np.vstack([means["mean"] - means["low"], means["high"] - means["mean"]])
+        ax.errorbar(xm, means["mean"], yerr=np.nan_to_num(yerr), fmt="D", ms=7, mfc="none",
+                    mew=1.4, color=color, capsize=4, lw=1.2, zorder=4,
+                    label=f"{prefix}mean ± 95% t-interval")
+    if len(fin) > 1:
+        ax.plot(fin["p"], fin["mean"], color=color, lw=1.6, zorder=4)
+        band = fin.dropna(subset=["low"])
+        if len(band) > 1:
+            ax.fill_between(band["p"], band["low"], band["high"], color=color, alpha=0.15,
+                            lw=0)
+    inf = means[np.isinf(means["p"])]
+    if len(inf) and len(fin):  # dotted: the axis is broken between the last finite p and inf
+        ax.plot([fin["p"].iloc[-1], axis.x_inf], [fin["mean"].iloc[-1], inf["mean"].iloc[0]],
+                ls=":", color=color, lw=1.2, zorder=4)
+    return True
+
+
+def _continuous_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
+                       color: str | None, mark_best: bool = False) -> bool:
+    """One series of a continuous search: runs as faint dots, each trial a point (a line spans
+    its runs), the quadratic fit in log p with its 95% band, the best trial a star. False when
+    there were too few trials for the fit."""
+    prefix, color = f"{name}: " if name else "", color or RUN_COLOR
+    ax.scatter([axis.x(p) for p in runs["norm.p"]], runs[metric].to_numpy(dtype=float), s=8,
+               color=color, alpha=0.35, edgecolors="none", zorder=4, gid=RUN_GID)
+    trials = trial_means(runs, metric)
+    if not len(trials):
+        return True
+    xt = [axis.x(p) for p in trials["p"]]
+    ax.vlines(xt, trials["min"], trials["max"], color=color, lw=0.8, alpha=0.5, zorder=4)
+    ax.scatter(xt, trials["mean"], s=34, color=color, edgecolors="white", linewidths=0.6,
+               zorder=6, gid=TRIAL_GID, label=f"{prefix}{len(trials)} trials (each the mean "
+               "of its runs)")
+    fin = trials[np.isfinite(trials["p"])]
+    fitted = False
+    if len(fin):
+        grid = np.geomspace(fin["p"].min(), fin["p"].max(), 200)
+        fit = quadratic_fit(np.log(fin["p"]), fin["mean"], np.log(grid))
+        if fit is not None:
+            mean, low, high = fit
+            ax.plot(grid, mean, color=color, lw=1.6, zorder=5,
+                    label=f"{prefix}quadratic fit in log p ± 95%")
+            ax.fill_between(grid, low, high, color=color, alpha=0.15, lw=0, zorder=3)
+            fitted = True
+    if not mark_best:
+        return fitted
+    best = trials.loc[trials["mean"].idxmin()]
+    ax.scatter([axis.x(best["p"])], [best["mean"]], marker="*", s=190, color=color,
+               edgecolors="black", linewidths=0.7, zorder=7, gid=BEST_GID,
+               label=f"{prefix}best p={format_p(best['p'], 4)} ({best['mean']:.4f})")
+    return fitted
 
 
 def _other_kinds(ax: Axes, df: pd.DataFrame, metric: str) -> None:
@@ -185,12 +289,18 @@ def _other_kinds(ax: Axes, df: pd.DataFrame, metric: str) -> None:
 
 
 def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float | None = 2.0,
-              logx: bool = False) -> Figure:
+              logx: bool = False, by: list[str] | tuple[str, ...] = ()) -> Figure:
     fig, (ax,) = new_figure()
     n = len(_lp_runs(df, metric))
-    metric_vs_p(ax, df, metric, logx, baseline,
-                title=f"{metric} vs p: each completed run a dot, mean ± 95% t-interval (n={n})")
-    ax.legend(fontsize=8, frameon=False)
+    what = ("each trial a point, quadratic fit in log p ± 95%" if continuous_p(df)
+            else "each completed run a dot, mean ± 95% t-interval")
+    metric_vs_p(ax, df, metric, logx, baseline, title=f"{metric} vs p: {what} (n={n})", by=by,
+                mark_best=True)
+    if by:  # a legend entry per series and mark: below the axes, off the data
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2,
+                   fontsize=7, frameon=False)
+    else:
+        ax.legend(fontsize=8, frameon=False)
     return fig
 
 

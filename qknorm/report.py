@@ -25,7 +25,8 @@ STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: ki
 @dataclass
 class Options:
     metric: str = DEFAULT_METRIC
-    baseline: float | None = 2.0
+    baseline: float | str | None = stats.AUTO  # a p, "auto" (2, or see resolve_baseline), None
+    baseline_note: str = ""  # set by load(): what "auto" did when p = 2 was not run
     by: list[str] = field(default_factory=list)
     logx: bool = False
     formats: tuple[str, ...] = ("png", "pdf")
@@ -42,9 +43,11 @@ class Report:
 # validation: every check before anything is computed or written
 
 def parse_p(text: str) -> float | None:
-    """'2' -> 2.0, 'inf' -> inf, 'none' -> None (no baseline)."""
+    """'2' -> 2.0, 'inf' -> inf, 'none' -> None (no baseline), 'auto' -> 'auto'."""
     if text.strip().lower() == "none":
         return None
+    if text.strip().lower() == stats.AUTO:
+        return stats.AUTO
     try:
         value = float(text)
     except ValueError:
@@ -70,11 +73,15 @@ def check_columns(runs: pd.DataFrame, metric: str, by: list[str]) -> None:
 
 
 def load(root: Path, options: Options) -> results.Collection:
-    """Collect the runs and check the options against them (UserError on any bad value)."""
+    """Collect the runs and check the options against them (UserError on any bad value).
+
+    Resolves options.baseline in place to the run p it names (or None), with baseline_note
+    saying what the default did when p = 2 was not run.
+    """
     collection = results.collect(root)
     check_columns(collection.runs, options.metric, options.by)
-    if options.baseline is not None:
-        stats.check_baseline(collection.runs, options.baseline)
+    options.baseline, options.baseline_note = stats.resolve_baseline(collection.runs,
+                                                                     options.baseline)
     return collection
 
 
@@ -138,6 +145,7 @@ class Statistics:
 
     keys: list[str]  # the group columns: norm.p, plus norm.kind and --by keys when they vary
     excluded: dict[str, int]  # status -> runs left out of statistics
+    folded: pd.Series  # label (norm=none, p=2) -> completed runs counted once (results.duplicates)
     per_metric: dict[str, pd.DataFrame]  # metric -> group_summary (the chosen metric, wall time)
     best: pd.DataFrame
     paired: pd.DataFrame | None  # None without a baseline
@@ -146,6 +154,7 @@ class Statistics:
     readings_paired: dict[str, pd.DataFrame]  # reading -> paired Δ vs the baseline
     disagreement: stats.Disagreement | None
     ranking: pd.DataFrame | None  # None without curves, or with --by
+    fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
 
 
 def compute(collection: results.Collection, options: Options,
@@ -157,11 +166,13 @@ def compute(collection: results.Collection, options: Options,
     paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by)
                for m in dict.fromkeys(compared)} if options.baseline is not None else {})
     return Statistics(
-        keys=stats.group_keys(runs, by), excluded=stats.excluded(runs), per_metric=per_metric,
+        keys=stats.group_keys(runs, by), excluded=stats.excluded(runs),
+        folded=results.duplicates(runs), per_metric=per_metric,
         best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
         ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
         readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
         disagreement=stats.readings_disagree(readings) if readings is not None else None,
+        fits=stats.fit_minima(runs, metric, by) if stats.continuous_p(runs) else None,
     )
 
 
@@ -171,6 +182,10 @@ def summarize(collection: results.Collection, options: Options,
     s = compute(collection, options, curves)
     runs, metric = collection.runs, options.metric
     out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), ""]
+    out += _folded_note(s.folded)
+    if s.fits is not None:
+        out += ["The p values come from a continuous search: loss_vs_p draws each trial as a "
+                "point with a quadratic fit in log p and its 95% band per series.", ""]
     counts = s.per_metric[metric]["n"]
     if len(counts) and counts.max() < 2:
         out += ["One completed run per p: no std, intervals or tests. Replicate each p over folds "
@@ -179,12 +194,16 @@ def summarize(collection: results.Collection, options: Options,
     for m, table in s.per_metric.items():
         out += [f"## {m} per p", "", _per_group_table(table, s.keys, m) if len(table)
                 else "no completed runs", ""]
+    if options.baseline_note:
+        out += [options.baseline_note, ""]
     if s.paired is not None:
         out += _delta_section(s.paired, s.keys, metric, options.baseline)
     if s.readings is not None and len(s.readings):
         out += _readings_section(s, metric, options.baseline)
     if s.ranking is not None and len(s.ranking):
         out += _ranking_section(s.ranking)
+    if s.fits is not None:
+        out += _fit_section(s.fits, options.by, metric)
     out += _best_section(s.best, s.keys, metric)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
@@ -196,12 +215,21 @@ def summarize(collection: results.Collection, options: Options,
 
 
 def _counts_line(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
-    line = (f"{len(runs)} runs, {len(stats.completed(runs))} completed (only completed runs "
-            "count in statistics)")
+    n_done = int((runs["status"] == rundir.COMPLETED).sum())  # repeats too: _folded_note
+    line = f"{len(runs)} runs, {n_done} completed (only completed runs count in statistics)"
     if excluded:
         line += "; excluded: " + ", ".join(f"{n} {s} ({STATUS_MEANING[s]})"
                                            for s, n in excluded.items())
     return line + "."
+
+
+def _folded_note(folded: pd.Series) -> list[str]:
+    if not len(folded):
+        return []
+    labels = ", ".join(f"{k} ×{n}" for k, n in folded.items())
+    return [f"Counted once: {int(folded.sum())} completed run(s) repeat another run's effective "
+            f"config, seed and fold ({labels}), the same deterministic run again, not a "
+            "replicate; results.csv's duplicate_of names the run each repeats.", ""]
 
 
 def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
@@ -278,6 +306,25 @@ def _ranking_section(ranking: pd.DataFrame) -> list[str]:
                             for r in ranking.itertuples()]), ""]
 
 
+def _fit_section(fits: pd.DataFrame, by: list[str], metric: str) -> list[str]:
+    """Where each series' quadratic fit in log p is lowest (the curve of loss_vs_p), with the 95%
+    interval of the fitted mean there."""
+    rows = []
+    for _, r in fits.iterrows():
+        if pd.isna(r["p"]):
+            cells = ["-", "-", "-", f"no fit: fewer than {stats.MIN_FIT_POINTS} trials at 3 or "
+                     "more finite p"]
+        else:
+            cells = [stats.format_p(r["p"], 3), _num(r["mean"]),
+                     f"[{_num(r['low'])}, {_num(r['high'])}]",
+                     f"the {r['edge']} finite p run" if r["edge"] else ""]
+        rows.append([str(r[k]) for k in by] + [str(int(r["trials"]))] + cells)
+    return [f"## Quadratic fit of {metric} in log p (loss_vs_p's curve)", "",
+            "Fitted to the trial means at finite p; a trend to read the search by, not a model.",
+            "", markdown_table(list(by) + ["trials", "lowest at p", "fitted mean",
+                                           "95% interval", "note"], rows), ""]
+
+
 def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]:
     out = [f"## Best (lowest mean {metric})", ""]
     if not len(best):
@@ -301,7 +348,8 @@ def figures(collection: results.Collection, options: Options,
             curves: pd.DataFrame) -> dict[str, object]:
     runs = collection.runs
     figs: dict[str, object] = {
-        "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx),
+        "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
+                                     options.by),
         "curves": plots.curves(curves),
         "time_vs_p": plots.time_vs_p(runs, options.logx),
         "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from qknorm import rundir
-from qknorm.config import P_KINDS, flatten
+from qknorm.config import P_KINDS, effective_key, flatten
 from qknorm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,9 @@ FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "w
                 "threads"]
 FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
                 "steady_tokens_per_s", "p_final", "gamma", "norm.p"}
-TAIL = ["run_dir", "trial", "trial_state"]
+TAIL = ["run_dir", "trial", "trial_state", "duplicate_of"]
 NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
+LABEL_KEYS = ("name",)  # the sweep folder's name: the same run under two names is one run
 
 
 @dataclass
@@ -152,12 +153,38 @@ def collect(root: Path | str) -> Collection:
         df[key] = pd.to_numeric(df[key], errors="coerce").astype("Int64")
     for key in FLOAT_FIELDS:
         df[key] = pd.to_numeric(df[key], errors="coerce").astype(float)
+    df["duplicate_of"] = _duplicate_of(df, configs)
     collection.runs = df
     unreadable = sum(1 for c in configs if not c)
     if unreadable:
         collection.warnings.append(f"{unreadable} run dir(s) without a readable .hydra/config.yaml "
                                    "(job starting, or its config was removed): listed as incomplete")
     return collection
+
+
+def _duplicate_of(df: pd.DataFrame, configs: list[dict[str, Any]]) -> list[str | None]:
+    """For each completed run that repeats an earlier completed run's effective config (seed and
+    data.fold included; keys its norm kind does not use, the sweep's name and Optuna bookkeeping
+    left out), that run's run_dir; None otherwise. Such a run is the same deterministic run
+    again: statistics count it once (qknorm.stats.completed)."""
+    first: dict[str, str] = {}
+    out: list[str | None] = []
+    for config, status, run_dir in zip(configs, df["status"], df["run_dir"]):
+        if status != rundir.COMPLETED or not config:
+            out.append(None)
+            continue
+        key = effective_key({k: v for k, v in config.items() if k not in LABEL_KEYS})
+        out.append(first.get(key))
+        first.setdefault(key, run_dir)
+    return out
+
+
+def duplicates(runs: pd.DataFrame) -> pd.Series:
+    """How many runs were folded into another, per label (norm=none, p=2, ...), for the summary."""
+    dup = runs[runs["duplicate_of"].notna()]
+    labels = [f"norm={k}" if pd.isna(p) else f"p={p:g}" for k, p in zip(dup["norm.kind"],
+                                                                        dup["norm.p"])]
+    return pd.Series(labels, dtype=object).value_counts(sort=False)
 
 
 def swept_keys(runs: pd.DataFrame) -> list[str]:
@@ -227,7 +254,7 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     """One row per (run, eval): run_dir, norm.kind, norm.p, status and metrics.jsonl's keys."""
     root = Path(root)
     frames = []
-    for run in runs.itertuples(index=False):
+    for run in runs[runs["duplicate_of"].isna()].itertuples(index=False):  # a repeat: once
         rows = rundir.read_metrics(root / run.run_dir)
         if not rows:
             continue

@@ -25,7 +25,12 @@ PAIR_KEYS = ["seed", "data.fold"]
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"] == COMPLETED]
+    """Completed runs, each counted once: a run that repeats another's effective config, seed
+    and fold (results.csv's duplicate_of) is the same deterministic run, not a replicate."""
+    done = df["status"] == COMPLETED
+    if "duplicate_of" in df.columns:
+        done &= df["duplicate_of"].isna()
+    return df[done]
 
 
 def excluded(df: pd.DataFrame) -> dict[str, int]:
@@ -82,13 +87,74 @@ def best(summary: pd.DataFrame, metric: str, by: list[str] | tuple[str, ...] = (
     return ranked.groupby(by, dropna=False).head(1) if by else ranked.head(1)
 
 
-def check_baseline(df: pd.DataFrame, baseline: float) -> None:
-    """UserError unless some Lp run used norm.p == baseline."""
-    ps = df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna().unique()
-    if not any(p == baseline for p in ps):
-        run = ", ".join(format_p(p) for p in sorted(ps)) or "none"
-        raise UserError(f"--baseline {format_p(baseline)}: no run used norm.p={format_p(baseline)} "
-                        f"(p values run: {run}); pass --baseline with one of those")
+AUTO = "auto"  # --baseline's default: p = 2 when run, else what resolve_baseline says
+
+
+def run_ps(df: pd.DataFrame) -> list[float]:
+    """The distinct p values of the Lp runs, sorted (inf last)."""
+    return sorted(set(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna()))
+
+
+def label_digits(ps) -> int:
+    """Significant digits that print every p distinctly: 6, more where two would print alike."""
+    ps = set(ps)
+    return next((d for d in range(6, 17) if len({format_p(p, d) for p in ps}) == len(ps)), 17)
+
+
+def p_labels(ps) -> dict[float, str]:
+    """Each p as the report's tables and errors print it."""
+    digits = label_digits(ps)
+    return {p: format_p(p, digits) for p in sorted(set(ps))}
+
+
+def continuous_p(df: pd.DataFrame) -> bool:
+    """Whether the p values are a continuous search's rather than a grid's.
+
+    A grid's p values are typed (or listed by a preset) and print exactly at 6 significant
+    digits; a sampler's (TPE, GP, random over an interval) almost never do. More than 12
+    distinct finite p are drawn as a continuous search too: no axis holds one tick per p.
+    """
+    finite = [p for p in run_ps(df) if math.isfinite(p)]
+    return len(finite) > 12 or any(float(format_p(p)) != p for p in finite)
+
+
+def check_baseline(df: pd.DataFrame, baseline: float) -> float:
+    """The run p that `baseline` names: equal to it, or printed the same (the report's tables
+    and this error round p to 6 significant digits). UserError naming every p run otherwise."""
+    ps = run_ps(df)
+    if baseline in ps:
+        return baseline
+    digits, labels = label_digits(ps), p_labels(ps)
+    for p, label in labels.items():  # labels are distinct: at most one matches
+        if format_p(baseline, digits) == label:
+            return p
+    run = ", ".join(labels.values()) or "none"
+    raise UserError(f"--baseline {format_p(baseline)}: no run used norm.p={format_p(baseline)} "
+                    f"(p values run, each accepted as written: {run}); pass one of those, or "
+                    "--baseline none")
+
+
+def resolve_baseline(df: pd.DataFrame, baseline: float | str | None) -> tuple[float | None, str]:
+    """(the baseline p, or None for no paired table; one sentence for the summary when the
+    default could not be p = 2). A p the user gave must have been run (UserError)."""
+    if baseline is None:
+        return None, ""
+    if baseline != AUTO:
+        return check_baseline(df, float(baseline)), ""
+    ps = run_ps(df)
+    if 2.0 in ps:
+        return 2.0, ""
+    if not ps:
+        return None, "No run has a p (norm=none or rms only), so there is no paired Δ table."
+    if continuous_p(df):
+        return None, ("p=2 was not run and the p values come from a continuous search, "
+                      "where any one p is a single trial, so there is no paired Δ table; the "
+                      "loss_vs_p figure's fit shows the trend, and --baseline P with a p from "
+                      "the tables above compares every p with that one.")
+    nearest = min(ps, key=lambda p: abs(math.log(p / 2.0)))  # inf is infinitely far
+    return nearest, (f"p=2 was not run, so the baseline is the run p nearest to 2, "
+                     f"p={p_labels(ps)[nearest]}; --baseline P picks another, --baseline none "
+                     "drops the comparison.")
 
 
 @dataclass
@@ -234,10 +300,87 @@ def readings_disagree(summary: pd.DataFrame) -> Disagreement | None:
                         [i for i in summary.index if i not in improving])
 
 
-def format_p(p: float) -> str:
-    """2.0 -> '2', 2.5 -> '2.5', inf -> 'inf', NaN -> '-' (a kind without p)."""
+MIN_FIT_POINTS = 6  # a quadratic has 3 coefficients: 6 points leave 3 degrees of freedom
+
+
+def quadratic_fit(x, y, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Least squares y ~ a + b z + c z^2 (z = x standardised), evaluated on `grid`: (mean,
+    low, high) with the 95% t-interval of the fitted mean, t(n-3) * s * sqrt(g (X'X)^-1 g').
+
+    The report fits trial means against log p: a smooth trend with its uncertainty, not a model
+    of the loss. None with fewer than MIN_FIT_POINTS points or fewer than 3 distinct x (the
+    curve would be undetermined). Solved through QR, so nearly collinear x stay stable.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(x) < MIN_FIT_POINTS or len(np.unique(x)) < 3:
+        return None
+    center, scale = x.mean(), x.std()
+
+    def design(v):
+        z = (np.asarray(v, dtype=float) - center) / scale
+        return np.column_stack([np.ones_like(z), z, z * z])
+
+    q, r = np.linalg.qr(design(x))
+    coef = np.linalg.solve(r, q.T @ y)
+    dof = len(x) - 3
+    s = math.sqrt(float(np.sum((y - design(x) @ coef) ** 2)) / dof)
+    g = design(grid)
+    se = s * np.linalg.norm(np.linalg.solve(r.T, g.T), axis=0)  # ||R^-T g'|| = sqrt(g (X'X)^-1 g')
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
+    mean = g @ coef
+    return mean, mean - half, mean + half
+
+
+def trial_means(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One row per trial (the runs of one Optuna trial, or of one p outside a study): p, and
+    the mean, min and max of its runs' metric."""
+    keys = ["norm.p", "trial"] if "trial" in runs.columns else ["norm.p"]
+    points = runs.groupby(keys, dropna=False, sort=True)[metric].agg(["mean", "min", "max"])
+    return points.reset_index().rename(columns={"norm.p": "p"})
+
+
+def fit_minimum(ps, values) -> dict | None:
+    """Where the quadratic fit in log p of (ps, values) is lowest within the finite p run: p,
+    the fitted mean there with its 95% interval, and `edge`: "smallest" or "largest" when that
+    is an end of the range run (the minimum may lie beyond it), else "". None when
+    quadratic_fit draws no curve."""
+    ps, values = np.asarray(ps, dtype=float), np.asarray(values, dtype=float)
+    finite = np.isfinite(ps)
+    if not finite.any():
+        return None
+    grid = np.geomspace(ps[finite].min(), ps[finite].max(), 400)
+    fit = quadratic_fit(np.log(ps[finite]), values[finite], np.log(grid))
+    if fit is None:
+        return None
+    i = int(np.argmin(fit[0]))
+    return {"p": float(grid[i]), "mean": float(fit[0][i]), "low": float(fit[1][i]),
+            "high": float(fit[2][i]),
+            "edge": "smallest" if i == 0 else "largest" if i == len(grid) - 1 else ""}
+
+
+def fit_minima(df: pd.DataFrame, metric: str, by: list[str] | tuple[str, ...] = ()
+               ) -> pd.DataFrame:
+    """Per value of the `by` keys (one row without them): the number of trials of its completed
+    Lp runs and fit_minimum of the trial means (p, mean, low, high, edge; NaN p: no fit)."""
+    by = list(by)
+    lp = completed(df)
+    lp = lp[lp["norm.kind"].isin(P_KINDS) & lp[metric].notna()]
+    rows = []
+    for values, group in lp.groupby(by, dropna=False, sort=True) if by else [((), lp)]:
+        values = values if isinstance(values, tuple) else (values,)
+        trials = trial_means(group, metric)
+        lowest = fit_minimum(trials["p"], trials["mean"]) or {}
+        rows.append({**dict(zip(by, values)), "trials": len(trials), **lowest})
+    return pd.DataFrame(rows, columns=[*by, "trials", "p", "mean", "low", "high", "edge"])
+
+
+def format_p(p: float, digits: int = 6) -> str:
+    """2.0 -> '2', 2.5 -> '2.5', inf -> 'inf', NaN -> '-' (a kind without p); `digits`
+    significant digits."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "-"
     if math.isinf(p):
         return "inf"
-    return f"{p:g}"
+    return f"{p:.{digits}g}"

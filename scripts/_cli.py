@@ -18,6 +18,7 @@ if str(REPO) not in sys.path:
 from qknorm import plots, rundir  # noqa: E402
 from qknorm.errors import UserError  # noqa: E402
 from qknorm.report import DEFAULT_METRIC, Options, parse_p  # noqa: E402
+from qknorm.stats import AUTO  # noqa: E402
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -38,8 +39,10 @@ def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) ->
                         "run dir, or outputs/ for every run")
     parser.add_argument("--metric", default=DEFAULT_METRIC,
                         help="results.csv column to analyse (default: best_val_loss)")
-    parser.add_argument("--baseline", default="2", help="p every other p is compared with, "
-                        "paired by (seed, data.fold); 'none' for no comparison (default: 2)")
+    parser.add_argument("--baseline", default=AUTO, help="p every other p is compared "
+                        "with, paired by (seed, data.fold), as printed in the tables; 'none' for "
+                        "no comparison (default: 2 if run, else the run p nearest 2 for a grid "
+                        "and no comparison for a continuous search)")
     parser.add_argument("--by", nargs="*", default=[], metavar="KEY",
                         help="other swept keys to group by, e.g. optimizer.lr")
     parser.add_argument("--logx", action="store_true", help="log-scale the p axis")

@@ -1,6 +1,6 @@
 """One figure of a sweep: `python scripts/plot.py KIND DIR [options]`.
 
-    python scripts/plot.py loss_vs_p DIR [--metric best_val_loss] [--baseline 2] [--logx] [--out F]
+    python scripts/plot.py loss_vs_p DIR [--metric best_val_loss] [--baseline P] [--by KEY] [--logx] [--out F]
     python scripts/plot.py curves DIR [--metric val_loss|train_loss|gamma_mean] [--out F]
     python scripts/plot.py time_vs_p DIR [--logx] [--out F]
     python scripts/plot.py gamma_vs_p DIR [--logx] [--out F]
@@ -54,7 +54,7 @@ def figure(kind: str, args: argparse.Namespace):
     collection = load(args.dir, options)
     runs = collection.runs
     if kind == "loss_vs_p":
-        return plots.loss_vs_p(runs, options.metric, options.baseline, options.logx)
+        return plots.loss_vs_p(runs, options.metric, options.baseline, options.logx, options.by)
     if kind == "time_vs_p":
         return plots.time_vs_p(runs, options.logx)
     curves = results.collect_curves(runs, collection.root)

@@ -98,3 +98,48 @@ def add_runs_without_p(root: Path, kind: str, losses: list[float], first_job: in
         write_config(run, config(2.0, i, kind=kind))
         write_curve(run, loss, math.nan, math.nan)
         rundir.write_final(run, final("completed", loss, 9.0, math.nan, 0, i, gamma=None))
+
+
+# ---------------------------------------------------------------------------------------------
+# A continuous search (issue 12): sampled p values that no grid would list, two learning rates,
+# every trial trained on folds 8 and 9. Loss is a parabola in log p per lr, plus a fold offset.
+
+SEARCH_P = {1e-3: [1.0948461190338146, 1.2719834109, 1.7604252702890315, 2.6079596259224207,
+                   3.5017715337, 6.2338112299],
+            3e-3: [1.1904531255, 1.4421307763, 1.835255759775752, 2.2852587421703228,
+                   4.1299613517, 11.477195425941396, math.inf]}
+SEARCH_FOLDS = {8: -0.01, 9: 0.01}
+
+
+def search_loss(p: float, lr: float) -> float:
+    """The trial mean: lowest at p = 1.5 for lr 3e-3, at p = 2 for lr 1e-3; inf as at p = 16."""
+    u = math.log(min(p, 16.0))
+    return (3.36 if lr == 3e-3 else 3.74) + 0.05 * (u - math.log(1.5 if lr == 3e-3 else 2.0)) ** 2
+
+
+def make_search(root: Path) -> Path:
+    """Job dirs trial<N>_<fold>, as the Optuna sweeper names them (trial numbers, no storage)."""
+    number = 0
+    for lr, ps in SEARCH_P.items():
+        for p in ps:
+            for fold, offset in SEARCH_FOLDS.items():
+                run = root / f"trial{number}_{fold}"
+                cfg = config(p, fold, lr=lr, study=("p_tpe", "sqlite:///absent.db", number))
+                write_config(run, cfg)
+                loss = search_loss(p, lr) + offset
+                write_curve(run, loss, 10.0, p)
+                rundir.write_final(run, final("completed", loss, 1.0, p, 0, fold))
+            number += 1
+    return root
+
+
+def add_repeats(root: Path, kind: str, ps: list[float], folds: list[int], loss: float) -> None:
+    """Runs of a kind without p, once per p as a plain grid launched them before issue 12:
+    every p after the first repeats the same run (same effective config, seed and fold)."""
+    for p in ps:
+        for fold in folds:
+            run = root / f"{kind}_{p:g}_{fold}"
+            write_config(run, config(p, fold, kind=kind))
+            write_curve(run, loss + fold / 100, math.nan, math.nan)
+            rundir.write_final(run, final("completed", loss + fold / 100, 9.0, math.nan, 0,
+                                          fold, gamma=None))

@@ -10,7 +10,7 @@ import pytest
 from qknorm import plots, results
 from qknorm.report import Options, build_report, write_report
 
-from .synthetic_runs import BEST, add_runs_without_p, make_sweep
+from .synthetic_runs import BEST, SEARCH_P, add_runs_without_p, make_search, make_sweep, search_loss
 
 FIGURES = ["loss_vs_p", "curves", "time_vs_p", "gamma_vs_p"]
 
@@ -90,3 +90,60 @@ def test_report_writes_every_figure_non_empty(sweep):
     assert "| 20 | 4 < 2 < inf | 1.00 |" in summary  # the ranking table, from the curves
     assert not [p for p in sweep.rglob("*") if ".tmp" in p.name or p.name.count(".") > 1
                 and p.suffix not in (".png", ".pdf", ".csv", ".md", ".json", ".jsonl", ".yaml")]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 12: a continuous search's figure, and --by on a grid
+
+def collections(ax, gid):
+    return [c for c in ax.collections if c.get_gid() == gid]
+
+
+def test_continuous_search_figure_one_series_per_by_value(tmp_path):
+    runs = results.collect(make_search(tmp_path)).runs
+    (ax,) = plots.loss_vs_p(runs, baseline=None, by=["optimizer.lr"]).axes
+    axis = plots.PAxis.of(runs["norm.p"], continuous=True)
+    trials = collections(ax, plots.TRIAL_GID)
+    assert [len(c.get_offsets()) for c in trials] == [6, 7]  # one point per trial, per lr
+    for c, lr in zip(trials, SEARCH_P):
+        expected = sorted((axis.x(p), search_loss(p, lr)) for p in SEARCH_P[lr])
+        assert np.allclose(sorted(map(tuple, c.get_offsets())), expected)  # fold offsets cancel
+    assert len(run_dots(ax)) == 26  # every run too, faintly
+    stars = [c.get_offsets()[0] for c in collections(ax, plots.BEST_GID)]
+    assert np.allclose(stars, [(1.7604252702890315, search_loss(1.7604252702890315, 1e-3)),
+                               (1.4421307763, search_loss(1.4421307763, 3e-3))])
+    fits = [ln for ln in ax.get_lines() if "quadratic fit" in ln.get_label()]
+    assert [ln.get_label().split(":")[0] for ln in fits] == ["optimizer.lr=0.001",
+                                                           "optimizer.lr=0.003"]
+    for line, lr in zip(fits, SEARCH_P):  # the data is a parabola in log p: the fit is exact
+        assert line.get_ydata() == pytest.approx([search_loss(p, lr) for p in line.get_xdata()])
+        assert max(line.get_xdata()) == pytest.approx(max(p for p in SEARCH_P[lr]
+                                                          if math.isfinite(p)))
+    assert ax.get_xscale() == "log"
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["1", "2", "4", "8", "∞"]  # round ticks, inf at the right end
+    assert ax.get_xticks()[-1] == pytest.approx(axis.x_inf) and axis.x_inf > 11.48
+
+
+def test_nice_p_ticks_are_round_and_few():
+    assert plots.nice_p_ticks([1.2, 3.1]) == [1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
+    assert plots.nice_p_ticks([1.0, 60.0]) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    assert plots.nice_p_ticks([1.0, 1000.0]) == [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0]
+    assert plots.nice_p_ticks([1.8, 1.84]) == [1.75, 1.875, 2.0]  # eighths: the finest level
+
+
+def test_grid_figure_draws_one_mean_line_per_by_value(sweep):
+    runs = results.collect(sweep).runs
+    runs["optimizer.lr"] = np.where(runs["data.fold"] % 2 == 0, 1e-3, 3e-3)
+    (ax,) = plots.loss_vs_p(runs, baseline=2.0, by=["optimizer.lr"]).axes
+    labels = [c.get_label() for c in ax.containers]  # errorbars: mean ± interval per series
+    assert labels == ["optimizer.lr=0.001: mean ± 95% t-interval",
+                      "optimizer.lr=0.003: mean ± 95% t-interval"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "4", "∞"]
+
+
+def test_report_of_runs_without_p_draws_levels_and_says_why_no_delta(tmp_path):
+    add_runs_without_p(tmp_path, "none", [1.9, 2.1], first_job=0)
+    report = build_report(tmp_path, Options())  # p=2 by default, but no run has a p
+    assert "No run has a p (norm=none or rms only), so there is no paired Δ table." in report.summary
+    assert report.files["report/loss_vs_p.png"][:8] == b"\x89PNG\r\n\x1a\n"

@@ -10,9 +10,25 @@ import pytest
 from scipy import stats as sps
 
 from qknorm import results, rundir, stats
+from qknorm.config import effective_config, effective_key, flatten
 from qknorm.errors import UserError
+from qknorm.report import Options, load, summarize
 
-from .synthetic_runs import BEST, DIVERGED, FOLDS, KILLED, P_VALUES, WALL, config, make_sweep, write_config
+from .synthetic_runs import (
+    BEST,
+    DIVERGED,
+    FOLDS,
+    KILLED,
+    P_VALUES,
+    SEARCH_P,
+    WALL,
+    add_repeats,
+    config,
+    make_search,
+    make_sweep,
+    search_loss,
+    write_config,
+)
 
 # Student t 0.975 quantiles: df=2 in closed form, (2a-1)/sqrt(2a(1-a)) at a=0.975; df=3 from a table
 T975 = {2: 0.95 / math.sqrt(2 * 0.975 * 0.025), 3: 3.182446305284}
@@ -179,3 +195,113 @@ def test_ranking_by_step_needs_two_p_values(sweep):
     ranking = stats.ranking_by_step(curves)
     assert ranking["order"].tolist() == ["4 < 2 < inf"] * 3
     assert ranking["kendall_tau"].tolist() == [1.0, 1.0, 1.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 12: the baseline of a search, and repeated runs counted once
+
+def test_baseline_as_printed_names_the_run_p(tmp_path):
+    runs = results.collect(make_search(tmp_path)).runs
+    exact = 1.835255759775752
+    assert stats.check_baseline(runs, 1.83526) == exact  # as the tables print it
+    assert stats.check_baseline(runs, exact) == exact
+    assert stats.check_baseline(runs, math.inf) == math.inf
+    with pytest.raises(UserError) as e:
+        stats.check_baseline(runs, 1.8353)  # 5 digits: not how any p prints
+    listed = str(e.value).split("accepted as written: ")[1].split(")")[0].split(", ")
+    assert listed[:3] == ["1.09485", "1.19045", "1.27198"] and listed[-1] == "inf"
+    assert len(listed) == 13  # every p run, each accepted as written:
+    assert sorted(stats.check_baseline(runs, float(text)) for text in listed) == stats.run_ps(runs)
+
+
+def test_p_labels_add_digits_only_where_two_p_would_print_alike():
+    assert stats.p_labels([2.0, 2.0000001, math.inf]) == {2.0: "2", 2.0000001: "2.0000001",
+                                                          math.inf: "inf"}
+    assert stats.p_labels([1.835255759775752, 4.0]) == {1.835255759775752: "1.83526", 4.0: "4"}
+
+
+def test_default_baseline_when_p2_was_not_run(tmp_path, sweep):
+    runs = results.collect(sweep).runs
+    assert stats.resolve_baseline(runs, stats.AUTO) == (2.0, "")
+    grid = runs[runs["norm.p"] != 2.0]  # p in {4, inf}: a grid, the nearest p to 2 is 4
+    p, note = stats.resolve_baseline(grid, stats.AUTO)
+    assert p == 4.0 and note.startswith("p=2 was not run, so the baseline is the run p "
+                                        "nearest to 2, p=4;")
+    search = results.collect(make_search(tmp_path / "search")).runs
+    assert stats.continuous_p(search) and not stats.continuous_p(runs)
+    p, note = stats.resolve_baseline(search, stats.AUTO)
+    assert p is None and "continuous search" in note and "no paired Δ table" in note
+    none_only = runs.assign(**{"norm.kind": "none", "norm.p": math.nan})
+    assert stats.resolve_baseline(none_only, stats.AUTO)[0] is None
+    assert stats.resolve_baseline(runs, None) == (None, "")
+
+
+def test_quadratic_fit_equals_the_textbook_least_squares_band():
+    x = np.log([1.1, 1.3, 1.7, 2.2, 3.0, 4.5, 7.0, 12.0])
+    y = np.array([3.40, 3.37, 3.35, 3.36, 3.38, 3.41, 3.40, 3.47])
+    grid = np.linspace(x.min(), x.max(), 7)
+    mean, low, high = stats.quadratic_fit(x, y, grid)
+    X = np.column_stack([np.ones_like(x), x, x**2])  # raw x, normal equations: another route
+    beta = np.linalg.inv(X.T @ X) @ X.T @ y
+    s2 = np.sum((y - X @ beta) ** 2) / (len(x) - 3)
+    G = np.column_stack([np.ones_like(grid), grid, grid**2])
+    se = np.sqrt(s2 * np.einsum("ij,jk,ik->i", G, np.linalg.inv(X.T @ X), G))
+    t = sps.t.ppf(0.975, len(x) - 3)
+    assert mean == pytest.approx(G @ beta, abs=1e-10)
+    assert high - mean == pytest.approx(t * se, abs=1e-10)
+    assert mean - low == pytest.approx(t * se, abs=1e-10)
+    exact = stats.quadratic_fit(x, 1 + 2 * x - x**2, grid)  # no noise: the curve, zero width
+    assert exact[0] == pytest.approx(1 + 2 * grid - grid**2, abs=1e-12)
+    assert exact[2] - exact[1] == pytest.approx(np.zeros_like(grid), abs=1e-9)
+    assert stats.quadratic_fit(x[:5], y[:5], grid) is None  # fewer than MIN_FIT_POINTS
+    assert stats.quadratic_fit(np.r_[x[:2], x[:2], x[:2]], y[:6], grid) is None  # 2 distinct x
+
+
+def test_effective_config_drops_the_keys_a_norm_kind_does_not_use():
+    flat = flatten(config(4.0, 8, kind="none", study=("s", "sqlite:///x", 3)))
+    assert "norm.p" not in effective_config(flat) and "norm.gamma_init" not in effective_config(flat)
+    assert "optuna.trial" not in effective_config(flat) and "data.fold" in effective_config(flat)
+    assert effective_key(flat) == effective_key(flatten(config(2.0, 8, kind="none")))
+    assert effective_key(flatten(config(2.0, 8, kind="rms"))) == effective_key(
+        flatten(config(4.0, 8, kind="rms")))
+    assert effective_key(flatten(config(2.0, 8))) != effective_key(flatten(config(4.0, 8)))
+    assert effective_key(flatten(config(2.0, 8, kind="none"))) != effective_key(
+        flatten(config(2.0, 9, kind="none")))  # another fold is another run
+
+
+def test_runs_that_repeat_an_effective_config_count_once(tmp_path):
+    add_repeats(tmp_path, "none", [2.0, 4.0], [8, 9], loss=1.9)  # 4 dirs, 2 distinct runs
+    add_repeats(tmp_path, "rms", [2.0, 4.0, 1.5], [8], loss=1.7)  # 3 dirs, 1 distinct run
+    for fold in (8, 9):
+        for p in (2.0, 4.0):
+            run = tmp_path / f"lp_{p:g}_{fold}"
+            write_config(run, config(p, fold))
+            rundir.write_final(run, {"status": "completed", "best_val_loss": p / 2 + fold / 100})
+    runs = results.collect(tmp_path).runs
+    repeats = runs.dropna(subset=["duplicate_of"]).set_index("run_dir")["duplicate_of"]
+    assert repeats.to_dict() == {"none_4_8": "none_2_8", "none_4_9": "none_2_9",
+                                 "rms_2_8": "rms_1.5_8", "rms_4_8": "rms_1.5_8"}
+    table = stats.group_summary(runs, ["best_val_loss"])
+    assert list(zip(table["norm.kind"], table["norm.p"].fillna(0), table["n"])) == [
+        ("lp", 2.0, 2), ("lp", 4.0, 2), ("none", 0, 2), ("rms", 0, 1)]
+    none = table[table["norm.kind"] == "none"].iloc[0]
+    assert none["best_val_loss_mean"] == pytest.approx(1.9 + 0.085)  # folds 8, 9 once each
+    assert results.duplicates(runs).to_dict() == {"norm=none": 2, "norm=rms": 2}
+    assert len(results.collect_curves(runs, tmp_path).groupby("run_dir")) == 3  # none x2, rms
+
+
+def test_fit_minimum_finds_the_parabolas_vertex_and_the_summary_reports_it(tmp_path):
+    runs = results.collect(make_search(tmp_path)).runs
+    for lr, vertex in ((1e-3, 2.0), (3e-3, 1.5)):
+        trials = stats.trial_means(runs[runs["optimizer.lr"] == lr], "best_val_loss")
+        assert len(trials) == len(SEARCH_P[lr])  # one row per trial, inf included
+        low = stats.fit_minimum(trials["p"], trials["mean"])
+        assert low["p"] == pytest.approx(vertex, rel=0.01)  # the grid's spacing in p
+        assert low["mean"] == pytest.approx(search_loss(vertex, lr), abs=1e-6)
+        assert low["high"] - low["low"] == pytest.approx(0, abs=1e-9) and low["edge"] == ""
+    falling = stats.fit_minimum([1.5, 2, 3, 4, 6, 8], [6, 5, 4, 3, 2, 1])  # still falling
+    assert falling["edge"] == "largest" and falling["p"] == pytest.approx(8)
+    options = Options(by=["optimizer.lr"])
+    text = summarize(load(tmp_path, options), options)
+    assert "| 0.001 | 6 | 2 | 3.7400 | [3.7400, 3.7400] |  |" in text
+    assert "| 0.003 | 7 | 1.5 | 3.3600 | [3.3600, 3.3600] |  |" in text

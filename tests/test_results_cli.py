@@ -4,6 +4,7 @@ collector reading while a real multirun writes; a tiny Optuna study."""
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -11,11 +12,21 @@ import time
 import optuna
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from qknorm import results, rundir, stats
+from qknorm.report import Options, load, summarize
 
 from .conftest import REPO
-from .synthetic_runs import config, final, make_sweep, write_config, write_curve
+from .synthetic_runs import (
+    config,
+    final,
+    make_search,
+    make_sweep,
+    search_loss,
+    write_config,
+    write_curve,
+)
 
 REPORT = str(REPO / "scripts" / "report.py")
 PLOT = str(REPO / "scripts" / "plot_loss_vs_p.py")
@@ -189,3 +200,77 @@ def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
     csv = pd.read_csv(sweep / "results.csv")
     assert csv["trial_state"].tolist() == ["COMPLETE", "COMPLETE", "PRUNED"]
     assert math.isclose(csv.loc[0, "norm.p"], 2.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 12: the report of a Bayesian search; repeated runs counted once
+
+def test_search_report_cli_default_baseline_and_by(cli):
+    sweep = make_search(cli.cwd / "search")
+    r = cli(REPORT, "search", "--by", "optimizer.lr")  # --baseline left at its default
+    assert r.returncode == 0, r.stderr
+    assert "p=2 was not run and the p values come from a continuous search" in r.stdout
+    assert "## Δ" not in r.stdout  # no paired table, and the sentence above says why
+    assert (sweep / "report" / "loss_vs_p.png").stat().st_size > 1000
+    half = sps.t.ppf(0.975, 1) * math.sqrt(2 * 0.01**2) / math.sqrt(2)  # folds at mean ± 0.01
+    best = [ln for ln in r.stdout.splitlines() if ln.startswith("- norm.p=")]
+    expected = []
+    for p, label, lr in ((1.4421307763, "1.44213", 3e-3), (1.7604252702890315, "1.76043", 1e-3)):
+        m = search_loss(p, lr)
+        expected.append(f"- norm.p={label}, optimizer.lr={lr}: mean {m:.4f}, 95% t-interval "
+                        f"[{m - half:.4f}, {m + half:.4f}], n=2")
+    assert best == expected
+
+
+def test_search_report_cli_accepts_the_baseline_as_printed(cli):
+    make_search(cli.cwd / "search")
+    r = cli(REPORT, "search", "--by", "optimizer.lr", "--baseline", "1.83526")
+    assert r.returncode == 0, r.stderr
+    assert "## Δ best_val_loss vs p=1.83526 (group − baseline)" in r.stdout
+    assert "| 1.44213 | 0.003 | 2 |" in r.stdout  # paired with the baseline within lr=0.003
+
+
+def test_search_report_cli_bad_baseline_lists_each_p_as_accepted(cli):
+    sweep = make_search(cli.cwd / "search")
+    before = sorted(sweep.rglob("*"))
+    r = cli(REPORT, "search", "--baseline", "1.8353")
+    assert_user_error(r, "--baseline 1.8353: no run used norm.p=1.8353",
+                      "each accepted as written: 1.09485, 1.19045, 1.27198, 1.44213, 1.76043, "
+                      "1.83526, 2.28526, 2.60796, 3.50177, 4.12996, 6.23381, 11.4772, inf")
+    assert sorted(sweep.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_tpe_study_report_end_to_end(cli):
+    """The issue's flow: a TPE study over p and lr, then its report with the defaults and --by."""
+    r = cli("-m", "qknorm.train", "search=p_tpe", "experiment=smoke", "threads=1",
+            "train.max_iters=10", "train.eval_interval=5", "hydra.sweeper.n_trials=4",
+            "hydra.sweeper.replicates={data.fold:[9]}", "optimizer.lr=choice(1e-3,3e-3)",
+            "hydra.sweep.dir=tpe")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli(REPORT, "tpe", "--by", "optimizer.lr")
+    assert r.returncode == 0, r.stderr
+    assert "4 runs, 4 completed" in r.stdout and "continuous search" in r.stdout
+    assert pd.read_csv(cli.cwd / "tpe" / "results.csv")["trial"].nunique() == 4
+
+
+@pytest.mark.slow
+def test_mixed_grid_launches_each_effective_config_once_and_report_counts_it_once(cli):
+    r = cli("-m", "qknorm.train", "-m", "experiment=smoke", "threads=1", "train.max_iters=10",
+            "norm=none,rms,lp", "norm.p=2,4", "data.fold=8,9", "hydra.sweep.dir=grid")
+    assert r.returncode == 0, r.stderr[-2000:]
+    jobs = sorted(int(d.name) for d in (cli.cwd / "grid").iterdir() if d.is_dir())
+    assert jobs == list(range(8))  # none x 2 folds, rms x 2, lp x 2 p x 2; not 12
+    assert "8 of 12 jobs launched; 4 repeated an earlier job's effective config" in r.stdout
+    # the old launcher's repeats, as a grid before issue 12 left them: the report folds them
+    shutil.copytree(cli.cwd / "grid" / "0", cli.cwd / "grid" / "8")
+    cfg = cli.cwd / "grid" / "8" / ".hydra" / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("p: 2.0", "p: 4.0"))
+    options = Options(baseline=None)  # in-process: the report's figures are tested elsewhere
+    collection = load(cli.cwd / "grid", options)
+    assert collection.runs["duplicate_of"].fillna("").tolist() == [""] * 8 + ["0"]
+    table = stats.group_summary(collection.runs, ["best_val_loss"])
+    assert list(zip(table["norm.kind"], table["norm.p"].fillna(0), table["n"])) == [
+        ("lp", 2.0, 2), ("lp", 4.0, 2), ("none", 0, 2), ("rms", 0, 2)]
+    assert "Counted once: 1 completed run(s) repeat another run's effective config, seed and " \
+           "fold (norm=none ×1)" in summarize(collection, options)

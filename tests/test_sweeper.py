@@ -224,6 +224,24 @@ def test_pruner_and_sampler_switched_by_name(cli):
     assert trial.params == by_hand.params
 
 
+def test_grid_trial_that_repeats_an_effective_config_is_told_its_result_not_run(cli):
+    """norm=none never reads norm.p: of the grid's 4 points it runs 3 jobs (issue 12)."""
+    ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10",
+           "hydra.sweeper.study_name=rep", "norm=choice(none,lp)", "norm.p=choice(2,4)",
+           "hydra.sweeper.n_jobs=4"))
+    trials = study_of(cli.cwd, "rep").get_trials()
+    assert sorted((t.params["norm"], t.params["norm.p"]) for t in trials) == [
+        ("lp", 2), ("lp", 4), ("none", 2), ("none", 4)]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    (repeat,) = [t for t in trials if "duplicate_of" in t.user_attrs]
+    original = trials[repeat.user_attrs["duplicate_of"]]
+    assert repeat.params["norm"] == original.params["norm"] == "none"
+    assert repeat.value == original.value and repeat.user_attrs["jobs"] == original.user_attrs["jobs"]
+    (sweep,) = sweep_dirs(cli.cwd, "p_grid")
+    assert len(list(sweep.glob("trial[0-9]*"))) == 3  # the repeat launched no job
+    assert f"{repeat.number},COMPLETE,completed" in (sweep / "trials.csv").read_text()
+
+
 def test_multi_objective_study_writes_the_pareto_front(cli):
     r = cli("-m", "qknorm.train", "search=p_pareto", *FAST, "train.max_iters=10",
             "hydra.sweeper.study_name=mo", "hydra.sweeper.n_trials=4")

@@ -91,6 +91,7 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         row["duration_s"] = t.duration.total_seconds() if t.duration else math.nan
         row["jobs"] = ";".join(attrs.get("jobs", []))
         row["error"] = attrs.get("error", "")
+        row["duplicate_of"] = attrs.get("duplicate_of", "")  # a repeat: it ran no job
         rows.append(row)
     return pd.DataFrame(rows)
 

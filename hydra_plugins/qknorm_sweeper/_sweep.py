@@ -9,6 +9,7 @@ can get wrong is checked before the study is created or touched.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import statistics
@@ -39,10 +40,13 @@ from hydra_plugins.qknorm_sweeper._space import (
     replicate_combinations,
 )
 from qknorm import rundir
+from qknorm.config import effective_key, flatten
 from qknorm.rundir import COMPLETED, FAILED, PRUNED
 
 log = logging.getLogger(__name__)
 
+CONFIG_KEY_ATTR = "config_key"  # digest of the trial's jobs' effective configs
+DUPLICATE_ATTR = "duplicate_of"  # the trial a repeat took its result from (it ran no job)
 DIRECTIONS = ("minimize", "maximize")
 JOB_DIRS_ATTR = "job_dirs"  # trial user attr: replicate overrides -> the job's run dir
 
@@ -262,11 +266,72 @@ class OptunaSweep:
             batch = self._ask(study, plan, min(self.n_jobs, room), heartbeat)
             if not batch:
                 continue
+            batch, repeats = self._split_repeats(study, batch, plan, url)
             results_of, launched = self._launch(batch, plan, url, job_idx)
             job_idx += launched
             for trial in batch:
                 self._tell(study, trial, results_of[trial.number], plan)
                 heartbeat.discard(trial._trial_id)
+            for trial, original in repeats:
+                self._tell_repeat(study, trial, original, plan)
+                heartbeat.discard(trial._trial_id)
+
+    # -- trials that repeat another's effective config (issue 12: pseudo-replication) ------
+
+    def _split_repeats(self, study: optuna.Study, batch: list[optuna.Trial], plan: Plan,
+                       url: str) -> tuple[list[optuna.Trial], list[tuple[optuna.Trial, int]]]:
+        """(trials to launch, [(trial, number of the trial it repeats)]). A trial repeats one
+        when its jobs' effective configs (qknorm.config.effective_config) equal those of a
+        trial that completed or was pruned, or of one launched in this batch: e.g. a grid over
+        norm and norm.p reaches norm=none once per p. A repeat is told its original's result."""
+        known = {t.user_attrs[CONFIG_KEY_ATTR]: t.number
+                 for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get(STATUS_ATTR) in (COMPLETED, PRUNED)
+                 and CONFIG_KEY_ATTR in t.user_attrs}
+        launch, repeats = [], []
+        for trial in batch:
+            key = self._config_key(trial, plan, url)
+            trial.set_user_attr(CONFIG_KEY_ATTR, key)
+            if key in known:
+                repeats.append((trial, known[key]))
+            else:
+                known[key] = trial.number
+                launch.append(trial)
+        return launch, repeats
+
+    def _config_key(self, trial: optuna.Trial, plan: Plan, url: str) -> str:
+        """A digest of the effective configs of the trial's jobs (one per replicate)."""
+        keys = []
+        for combo in plan.combinations:
+            try:  # _check_keys composed every value already; this cannot fail on user input
+                cfg = self.hydra_context.config_loader.load_sweep_config(
+                    self.config, self._job_overrides(trial, combo, plan, url))
+            except Exception as e:  # then the trial runs as it would have: it repeats nothing
+                log.warning("trial %d: config not composed (%s); launched", trial.number, e)
+                return f"trial {trial.number}"
+            tree = OmegaConf.to_container(cfg, resolve=False)
+            tree.pop("hydra", None)
+            if "norm" not in tree:  # not qknorm's task: its runs may differ; launch them all
+                return f"trial {trial.number}"
+            keys.append(effective_key(flatten(tree)))
+        return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+    def _tell_repeat(self, study: optuna.Study, trial: optuna.Trial, number: int,
+                     plan: Plan) -> None:
+        """Tell a repeat its original's outcome without running it (the runs are deterministic);
+        it counts toward n_trials like the original, so a small space still ends."""
+        original = study.get_trials(deepcopy=False)[number]
+        for key in (STATUS_ATTR, "jobs", "n", "mean", "std", "error"):
+            if key in original.user_attrs:
+                trial.set_user_attr(key, original.user_attrs[key])
+        trial.set_user_attr(DUPLICATE_ATTR, number)
+        if original.state == TrialState.COMPLETE:
+            study.tell(trial, original.values)
+        else:
+            study.tell(trial, state=original.state)
+        label = " ".join(plan.space.overrides(trial.params)[len(plan.space.fixed):])
+        log.info("trial %d [%s] not run: same effective config as trial %d, told its result "
+                 "(%s)", trial.number, label, number, original.state.name)
 
     def _launch(self, batch: list[optuna.Trial], plan: Plan, url: str,
                 job_idx: int) -> tuple[dict[int, list[JobResult]], int]:
