@@ -22,6 +22,11 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 if not os.environ.get("QKNORM_DATA_DIR") and (SHARED_DATA / "tinyshakespeare").exists():
     os.environ["QKNORM_DATA_DIR"] = str(SHARED_DATA)
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs 2 workers on 2 cores: one torch thread each (inherited by the CLI runs
+    # they start). With 2 threads a worker's ops wait at every barrier for a core the other
+    # worker holds: test_overfits_one_batch[lp4] took 40 s that way against 1.2 s on one thread.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None):
