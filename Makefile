@@ -11,7 +11,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 SWEEP ?= $(shell ls -d outputs/sweeps/*/* 2>/dev/null | sort | tail -n 1)
 PYTEST_ARGS ?=
 # Tests in parallel (pytest-xdist): most run 1-thread training jobs, so 2 workers use both cores.
-# --dist loadgroup keeps the cluster tests on one worker (one PostgreSQL, one SLURM cluster).
+# --dist loadgroup keeps the tests of one cluster service on one worker (tests/test_cluster.py).
 PYTEST_WORKERS ?= 2
 
 .PHONY: help install test train sweep report bench lint clean

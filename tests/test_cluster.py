@@ -27,8 +27,10 @@ from hydra_plugins.qknorm_sweeper import _specs
 from tests.cluster import report_states
 from tests.test_sweeper import FAST, counted, ok, study_of
 
-# one worker runs them all under pytest-xdist (--dist loadgroup): one PostgreSQL, one SLURM
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# Under pytest-xdist (--dist loadgroup) the tests of one service share a worker, so each session
+# starts one PostgreSQL and one SLURM cluster, and the two chains run side by side.
+ON_POSTGRES, ON_SLURM = pytest.mark.xdist_group("postgres"), pytest.mark.xdist_group("slurm")
 
 GRID = "choice(1.0,1.5,2.0,3.0,4.0,inf)"  # 6 points: n_trials null = 6
 N_SWEEPERS = 3
@@ -137,6 +139,7 @@ def report_counts_each_finished_trial_once(cwd: Path, real: list) -> None:
     assert sum(row["status"] == "incomplete" for row in rows) <= 1
 
 
+@ON_POSTGRES
 @pytest.mark.parametrize("kind", ["grid", "tpe"])
 def test_three_sweepers_on_postgres_one_killed(tmp_path, postgres_url, kind):
     run_killed_scenario(tmp_path, kind, postgres_url, f"pg_{kind}")
@@ -187,6 +190,7 @@ def slurm_logs(sweep: Path, suffix: str) -> list[Path]:
     return sorted(sweep.glob(f".submitit/*/*_0_log.{suffix}"))
 
 
+@ON_SLURM
 def test_slurm_runs_a_p_grid_and_a_pruned_tpe_study(cli, slurm_conf):
     env = {"SLURM_CONF": slurm_conf}
     ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10", *SLURM,
@@ -219,6 +223,7 @@ def test_slurm_runs_a_p_grid_and_a_pruned_tpe_study(cli, slurm_conf):
     report_states("TPE with pruning through sbatch", states_of(study))
 
 
+@ON_SLURM
 def test_slurm_partition_that_does_not_exist_is_one_line(cli, slurm_conf):
     r = cli("-m", "qknorm.train", "search=p_grid", *FAST, *SLURM,
             "hydra.launcher.partition=nope", env={"SLURM_CONF": slurm_conf})
