@@ -67,27 +67,31 @@ def _have_postgres() -> bool:
     return bool(shutil.which("initdb") or glob.glob("/usr/lib/postgresql/*/bin/initdb"))
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    if not _have_postgres():
-        pytest.skip("no PostgreSQL server on this machine (initdb not found)")
-    if importlib.util.find_spec("psycopg") is None:
-        pytest.skip("psycopg is not installed: pip install -e '.[postgres]'")
-    env, exported = _start("postgres")
+def _serve(what: str, variable: str, missing: str | None) -> Iterator[str]:
+    """Start a service for the session, yield the variable it exported, stop it however the
+    session ends; skip with the one-line reason when the machine cannot run it."""
+    if missing:
+        pytest.skip(missing)
+    env, exported = _start(what)
     try:
-        yield exported["QKNORM_PG_URL"]
+        yield exported[variable]
     finally:
         _stop(env)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    missing = ("no PostgreSQL server on this machine (initdb not found)" if not _have_postgres()
+               else "psycopg is not installed: pip install -e '.[postgres]'"
+               if importlib.util.find_spec("psycopg") is None else None)
+    yield from _serve("postgres", "QKNORM_PG_URL", missing)
 
 
 @pytest.fixture(scope="session")
 def slurm_conf() -> Iterator[str]:
-    if not shutil.which("slurmctld"):
-        pytest.skip("no SLURM on this machine (slurmctld not found; apt-get install slurm-wlm munge)")
-    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
-        pytest.skip("hydra-submitit-launcher is not installed: pip install -e '.[slurm]'")
-    env, exported = _start("slurm")
-    try:
-        yield exported["SLURM_CONF"]
-    finally:
-        _stop(env)
+    missing = ("no SLURM on this machine (slurmctld not found; apt-get install slurm-wlm munge)"
+               if not shutil.which("slurmctld")
+               else "hydra-submitit-launcher is not installed: pip install -e '.[slurm]'"
+               if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None
+               else None)
+    yield from _serve("slurm", "SLURM_CONF", missing)

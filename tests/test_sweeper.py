@@ -260,16 +260,26 @@ def test_multi_objective_study_writes_the_pareto_front(cli):
     assert "optimization results: " in r.stdout and "trials: " in r.stdout
 
 
+def killable_tpe(study: str, n_trials: int, folds: str, max_iters: int,
+                 eval_interval: int) -> list[str]:
+    """A p_tpe sweep, one trial at a time, heartbeats every second: for tests that kill it."""
+    return ["-m", "qknorm.train", "search=p_tpe", *FAST, f"train.max_iters={max_iters}",
+            f"train.eval_interval={eval_interval}", f"hydra.sweeper.study_name={study}",
+            f"hydra.sweeper.n_trials={n_trials}", "hydra.sweeper.n_jobs=1",
+            "hydra.sweeper.pruner.name=none", f"hydra.sweeper.replicates={{data.fold:[{folds}]}}",
+            "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2"]
+
+
+def start_detached(cli, args: list[str]) -> subprocess.Popen:
+    """The command in its own process group, so os.killpg takes its jobs down with it."""
+    return subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli):
     # Slow enough jobs (200 steps) that the kill lands while one runs; heartbeats every second.
-    args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=200",
-            "train.eval_interval=50", "hydra.sweeper.study_name=kill", "hydra.sweeper.n_trials=3",
-            "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
-            "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
-            "hydra.sweeper.replicates={data.fold:[9]}", "hydra.sweeper.heartbeat_interval=1",
-            "hydra.sweeper.grace_period=2"]
-    proc = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    args = killable_tpe("kill", n_trials=3, folds="9", max_iters=200, eval_interval=50)
+    proc = start_detached(cli, args)
     db = cli.cwd / "outputs" / "optuna.db"
     try:
         deadline = time.monotonic() + 300
@@ -313,14 +323,8 @@ def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli
 
 def test_resumed_sweep_trains_only_the_replicates_the_killed_one_did_not_finish(cli):
     # One trial, two folds run one after the other (basic launcher): kill it during fold 9.
-    args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=400",
-            "train.eval_interval=100", "hydra.sweeper.study_name=reuse", "hydra.sweeper.n_trials=1",
-            "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
-            "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
-            "hydra.sweeper.replicates={data.fold:[8,9]}", "hydra.sweeper.heartbeat_interval=1",
-            "hydra.sweeper.grace_period=2"]
-    proc = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    args = killable_tpe("reuse", n_trials=1, folds="8,9", max_iters=400, eval_interval=100)
+    proc = start_detached(cli, args)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not list(cli.cwd.glob("outputs/sweeps/*/*/trial0_9")):
