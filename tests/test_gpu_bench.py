@@ -37,7 +37,9 @@ def test_two_jobs_at_once_sum_their_steady_throughput(tmp_path):
                                work=tmp_path, extra=CPU_TINY)
     assert [j["p"] for j in row["per_job"]] == [2.0, math.inf]
     assert row["sum_of_steady_tokens_per_s"] == sum(j["steady_tokens_per_s"] for j in row["per_job"])
-    assert row["aggregate_tokens_per_s"] > 0
+    # a common window exists only when the jobs' steady phases overlapped (on a loaded CI
+    # machine two 20-step CPU jobs may not); common_window_rate's numbers are tested above
+    assert (row["aggregate_tokens_per_s"] > 0) == (row["overlap"] > 0)
     assert 0.0 <= row["overlap"] <= 1.0
     # tiny model: 1 layer, 32 wide, block 32 (conf/model/tiny.yaml)
     n_params = row["per_job"][0]["flops_per_token"] - 12 * 1 * 32 * 32
