@@ -24,6 +24,7 @@ NORM_KINDS = ("none", "l2", "lp", "rms")
 P_KINDS = ("l2", "lp")  # the kinds whose norm.p means something (l2 is lp at p=2)
 GAMMA_INITS = ("qknorm", "sqrt_d", "calibrated")
 GAMMA_SHAPES = ("scalar", "head")
+GAMMA_PARAMS = ("linear", "log")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
 
@@ -45,6 +46,7 @@ class NormConfig:
     gamma_init: Any = "qknorm"  # qknorm | sqrt_d | calibrated | a number
     gamma_learnable: bool = True
     gamma_shape: str = "scalar"
+    gamma_param: str = "linear"  # linear: gamma is the parameter | log: gamma = gamma0 * exp(theta)
     p_learnable: bool = False
     eps: float = 1e-6
 
@@ -75,6 +77,7 @@ class TrainConfig:
     batch_size: int = 12
     eval_interval: int = 250
     eval_iters: int = 20
+    diag_batches: int = 4  # val eval batches the attention diagnostics read, at most eval_iters; 0: none
     save_checkpoint: bool = False
     resume: bool = False  # continue from the run dir's ckpt.pt (same hydra.run.dir)
 
@@ -122,7 +125,8 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 # Keys a norm kind never reads: runs that differ only in these are the same run. Hydra still
 # composes them (norm=none inherits norm.p from the schema), so a grid `norm=none,lp norm.p=2,4`
 # would launch norm=none twice and a report would count it twice (issue 12, pseudo-replication).
-GAMMA_KEYS = ("norm.gamma_init", "norm.gamma_learnable", "norm.gamma_shape", "norm.p_learnable")
+GAMMA_KEYS = ("norm.gamma_init", "norm.gamma_learnable", "norm.gamma_shape", "norm.gamma_param",
+              "norm.p_learnable")
 UNUSED_KEYS = {
     "none": ("norm.p", *GAMMA_KEYS, "norm.eps"),
     "rms": ("norm.p", *GAMMA_KEYS),
@@ -220,13 +224,16 @@ def validate(config: Config) -> None:
         _check(n.kind != "l2" or n.p == 2.0,
                f"norm=l2 fixes p=2 but norm.p={n.p}; use norm=lp norm.p={n.p} for other p")
         _choice("norm.gamma_shape", n.gamma_shape, GAMMA_SHAPES)
+        _choice("norm.gamma_param", n.gamma_param, GAMMA_PARAMS)
         if isinstance(n.gamma_init, str):
             _choice("norm.gamma_init", n.gamma_init, GAMMA_INITS)
         else:
             number = isinstance(n.gamma_init, (int, float)) and math.isfinite(n.gamma_init)
+            why = (" (norm.gamma_param=log: gamma = gamma_init * exp(theta) cannot cross 0)"
+                   if n.gamma_param == "log" else "")
             _check(number and n.gamma_init > 0,
                    f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
-                   "or a positive number")
+                   f"or a positive number{why}")
     _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
 
     _check(d.n_folds >= 2, f"data.n_folds={d.n_folds} must be >= 2 (one fold validates)")
@@ -243,6 +250,8 @@ def validate(config: Config) -> None:
     for key in ("batch_size", "eval_interval", "eval_iters"):
         _check(getattr(t, key) >= 1, f"train.{key}={getattr(t, key)} must be >= 1")
     _check(t.max_iters >= 0, f"train.max_iters={t.max_iters} must be >= 0")
+    _check(t.diag_batches >= 0, f"train.diag_batches={t.diag_batches} must be >= 0 (0 turns the "
+           "attention diagnostics off)")
 
     _choice("device", config.device, DEVICES)
     _choice("dtype", config.dtype, DTYPES)

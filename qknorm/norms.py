@@ -15,6 +15,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils import parametrize
 
 from qknorm.config import P_KINDS, NormConfig
 
@@ -205,6 +206,8 @@ class LpQKNorm(nn.Module):
         gamma = torch.full(gamma_shape, initial_gamma(cfg, head_dim, block_size))
         if cfg.gamma_learnable:
             self.gamma = nn.Parameter(gamma)
+            if cfg.gamma_param == "log":
+                parametrize.register_parametrization(self, "gamma", RelativeScale(gamma))
         else:
             self.register_buffer("gamma", gamma)
         if cfg.p_learnable:
@@ -225,6 +228,26 @@ class LpQKNorm(nn.Module):
         q = lp_normalize(q, self.p, eps=self.eps, gamma=self.gamma)
         k = lp_normalize(k, self.p, eps=self.eps)
         return q, k
+
+
+class RelativeScale(nn.Module):
+    """gamma = gamma0 * exp(theta), theta trained from 0 (norm.gamma_param=log).
+
+    Adam moves a parameter by about lr per step whatever its size, so a linear gamma of 12 at
+    lr 1e-3 can hardly move; a step on theta changes gamma by a factor exp(lr), so gamma can
+    find its temperature. Written relative to gamma0 (not as exp(log gamma0)) so the start is
+    exactly gamma0: exp(0) = 1.
+    """
+
+    def __init__(self, gamma0: torch.Tensor):
+        super().__init__()
+        self.register_buffer("gamma0", gamma0.detach().clone())
+
+    def forward(self, theta: torch.Tensor) -> torch.Tensor:
+        return self.gamma0 * theta.exp()
+
+    def right_inverse(self, gamma: torch.Tensor) -> torch.Tensor:
+        return (gamma / self.gamma0).log()
 
 
 class RMSQKNorm(nn.Module):

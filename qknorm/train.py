@@ -27,6 +27,7 @@ from tqdm import tqdm
 from qknorm import rundir
 from qknorm.config import Config, OptimizerConfig, flatten
 from qknorm.data import Splits, WindowSampler, load_splits
+from qknorm.diagnostics import attention_diagnostics
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
 from qknorm.model import GPT
 from qknorm.pruning import EvalHook
@@ -93,6 +94,7 @@ class Progress:
     # warm-up and torch.compile's compilation, which would hide the steady speed.
     steady_time_s: float = 0.0
     steady_tokens: int = 0
+    diagnostics: dict[str, float] = field(default_factory=dict)  # the last eval's (diagnostics.py)
 
     @property
     def tokens_per_s(self) -> float:
@@ -204,7 +206,7 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
             "train_loss": p.train_loss, "steps": p.step,
             "wall_time_s": time.perf_counter() - run.start, "tokens_per_s": p.tokens_per_s,
             "steady_tokens_per_s": p.steady_tokens_per_s, "p": run.raw_model.p_mean(),
-            "gamma": run.raw_model.gamma_mean(),
+            "gamma": run.raw_model.gamma_mean(), **p.diagnostics,
         })
         if error is not None:
             final["error"] = error
@@ -268,6 +270,10 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
     progress = run.progress
     progress.val_loss, progress.train_loss = val_loss, train_loss
     progress.best_val_loss = min(progress.best_val_loss, val_loss)
+    if run.cfg.train.diag_batches:
+        # The eager model (hooks), on the first val batches: outside the timed training steps.
+        progress.diagnostics = attention_diagnostics(
+            run.raw_model, run.eval_batches["val"][:run.cfg.train.diag_batches], run.autocast)
     row = {
         "step": step, "train_loss": train_loss, "val_loss": val_loss,
         "lr": run.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - run.start,
@@ -275,6 +281,7 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
         "steady_tokens_per_s": progress.steady_tokens_per_s,
         "gamma_mean": run.raw_model.gamma_mean(),
         "p_mean": run.raw_model.p_mean(),
+        **progress.diagnostics,
     }
     rundir.append_metrics(run.out_dir, row)
     bar.set_postfix(val=f"{val_loss:.4f}", tok_s=f"{progress.tokens_per_s:.0f}")
@@ -289,7 +296,8 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
 # checkpoints: everything a killed run needs to continue bitwise where it stopped
 
 # Keys that may differ between a run and its resumption (they do not change what is computed)
-RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "threads", "compile", "name",
+RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "train.diag_batches", "threads",
+                    "compile", "name",
                     "optuna.study_name", "optuna.storage", "optuna.trial")
 
 

@@ -9,6 +9,10 @@ from qknorm import rundir
 
 from .conftest import REPO
 
+# The smoke model has 1 layer (conf/model/tiny.yaml) and an Lp norm, so one gamma
+DIAGNOSTICS = {f"{name}{layer}" for name in ("attn_entropy", "attn_entropy_frac", "attn_max_weight",
+                                             "logit_std") for layer in ("", "_l0")} | {"gamma_l0"}
+
 
 def test_smoke_run_writes_metrics_and_final(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke")
@@ -23,7 +27,8 @@ def test_smoke_run_writes_metrics_and_final(cli):
     assert final["best_val_loss"] == min(row["val_loss"] for row in rows)
     assert set(json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])) == {
         "step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "steady_tokens_per_s",
-        "gamma_mean", "p_mean"}
+        "gamma_mean", "p_mean", *DIAGNOSTICS}
+    assert {k: final[k] for k in DIAGNOSTICS} == {k: rows[-1][k] for k in DIAGNOSTICS}
     # steady throughput leaves the first eval interval (warm-up, compilation) out: NaN until the
     # second interval is done
     assert [math.isnan(float(row["steady_tokens_per_s"])) for row in rows] == [True, True, False, False]

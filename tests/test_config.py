@@ -82,6 +82,10 @@ def test_wrong_type_fails_at_compose_time():
     ("norm.gamma_init=hot", "norm.gamma_init='hot'"),
     ("norm=l2 norm.p=4", "norm=l2 fixes p=2"),
     ("compile=yes", "compile='yes' is not one of auto, true, false"),
+    ("norm.gamma_param=exp", "norm.gamma_param='exp' is not one of linear, log"),
+    ("norm.gamma_param=log norm.gamma_init=-1", "norm.gamma_init=-1 must be one of qknorm, sqrt_d, "
+     "calibrated or a positive number (norm.gamma_param=log: gamma = gamma_init"),
+    ("train.diag_batches=-1", "train.diag_batches=-1 must be >= 0"),
 ])
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):

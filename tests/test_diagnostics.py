@@ -1,0 +1,96 @@
+"""Attention diagnostics and the log-parametrized gamma: values against hand computation."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import pytest
+import torch
+
+from qknorm.config import ModelConfig, NormConfig
+from qknorm.diagnostics import STATS, attention_diagnostics, row_stats
+from qknorm.model import GPT
+
+LN2 = math.log(2)
+
+
+def test_row_stats_equal_hand_computed_values():
+    # Row 1 sees logits (0, 0): uniform over 2 keys. Row 2 sees (0, 0, ln 2): weights
+    # (1/4, 1/4, 1/2). Entries above the diagonal (99) must not count.
+    logits = torch.tensor([[5.0, 99.0, 99.0],
+                           [0.0, 0.0, 99.0],
+                           [0.0, 0.0, LN2]], dtype=torch.float64)
+    s = row_stats(logits)
+    torch.testing.assert_close(s["attn_entropy"], torch.tensor([LN2, 1.5 * LN2], dtype=torch.float64))
+    torch.testing.assert_close(s["attn_entropy_frac"],
+                               torch.tensor([1.0, 1.5 * LN2 / math.log(3)], dtype=torch.float64))
+    torch.testing.assert_close(s["attn_max_weight"], torch.tensor([0.5, 0.5], dtype=torch.float64))
+    # population std of (0, 0, ln 2): sqrt(2/9) ln 2
+    torch.testing.assert_close(s["logit_std"],
+                               torch.tensor([0.0, math.sqrt(2 / 9) * LN2], dtype=torch.float64))
+
+
+def _model(norm: NormConfig, n_layer: int = 2, T: int = 8) -> GPT:
+    torch.manual_seed(0)
+    return GPT(ModelConfig(n_layer=n_layer, n_head=2, n_embd=16, block_size=T), norm, 65)
+
+
+def test_zero_queries_and_keys_give_uniform_attention_in_every_layer():
+    """q = k = 0 (c_attn's q/k rows zeroed): every logit is 0, so row t is uniform over t + 1
+    keys: entropy ln(t+1), fraction 1, largest weight 1/(t+1), logit spread 0."""
+    T = 8
+    model = _model(NormConfig(kind="lp", p=4.0, gamma_init=3.0), T=T)
+    for block in model.transformer.h:
+        with torch.no_grad():
+            block.attn.c_attn.weight[:32].zero_()  # the q and k thirds of the projection
+    x = torch.randint(65, (3, T), generator=torch.Generator().manual_seed(1))
+    d = attention_diagnostics(model, [(x, x), (x, x)], nullcontext())
+    rows = range(1, T)
+    for layer in ("", "_l0", "_l1"):
+        assert d[f"attn_entropy{layer}"] == pytest.approx(sum(math.log(t + 1) for t in rows) / (T - 1))
+        assert d[f"attn_entropy_frac{layer}"] == pytest.approx(1.0)
+        assert d[f"attn_max_weight{layer}"] == pytest.approx(sum(1 / (t + 1) for t in rows) / (T - 1))
+        assert d[f"logit_std{layer}"] == 0.0
+    assert d["gamma_l0"] == d["gamma_l1"] == 3.0
+
+
+def test_diagnostics_read_the_logits_the_attention_uses():
+    """For norm=none, logits are q.k/sqrt(d) of c_attn's q and k; the layer-0 numbers equal
+    row_stats of those, computed here by hand from the block's own weights."""
+    model = _model(NormConfig(kind="none"), n_layer=1).eval()
+    x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(2))
+    d = attention_diagnostics(model, [(x, x)], nullcontext())
+    with torch.no_grad():
+        emb = model.transformer.wte(x) + model.transformer.wpe(torch.arange(8))
+        attn = model.transformer.h[0].attn
+        q, k, _ = attn.c_attn(model.transformer.h[0].ln_1(emb)).split(16, dim=2)
+        q, k = (t.view(2, 8, 2, 8).transpose(1, 2) for t in (q, k))
+        want = row_stats(q @ k.transpose(-2, -1) / math.sqrt(8))
+    for name in STATS:
+        assert d[f"{name}_l0"] == pytest.approx(want[name].mean().item(), rel=1e-5)
+    assert "gamma_l0" not in d  # no gamma without an Lp norm
+
+
+def test_diagnostics_leave_training_mode_and_hooks_as_they_were():
+    model = _model(NormConfig(kind="l2"))
+    x = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(3))
+    attention_diagnostics(model, [(x, x)], nullcontext())
+    assert model.training
+    assert all(not b.attn.qk_norm._forward_hooks for b in model.transformer.h)
+
+
+def test_log_gamma_starts_at_exactly_the_linear_gamma_and_moves_by_factors():
+    for init in ("qknorm", "calibrated", 7.3):
+        linear = _model(NormConfig(kind="lp", p=3.5, gamma_init=init))
+        log = _model(NormConfig(kind="lp", p=3.5, gamma_init=init, gamma_param="log"))
+        for a, b in zip(linear.lp_norms(), log.lp_norms()):
+            assert torch.equal(a.gamma, b.gamma)
+    # one Adam step of size lr on theta multiplies gamma by exp(+-lr): a relative move
+    model = _model(NormConfig(kind="lp", p=2.0, gamma_init=12.0, gamma_param="log"))
+    opt = model.configure_optimizer(0.1, 0.0, (0.9, 0.99), "cpu")
+    x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(4))
+    model(x, x)[1].backward()
+    opt.step()
+    ratio = model.lp_norms()[0].gamma.item() / 12.0
+    assert ratio == pytest.approx(math.exp(0.1), rel=1e-4) or ratio == pytest.approx(math.exp(-0.1), rel=1e-4)
