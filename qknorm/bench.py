@@ -218,6 +218,33 @@ def _ratios(variant_list: list[Variant], times: dict[str, list[float]]) -> dict[
     return out
 
 
+def bench_eval(model: str = "cpu", extra: list[str] = (), norm: str = "lp_p4",
+               rounds: int = 15) -> dict[str, Any]:
+    """What the attention diagnostics add to an eval: one eval (train and val losses over
+    eval_iters batches each) and one diagnostics pass (diag_batches), interleaved per round.
+    Training steps do not run them, so they cost eval time only."""
+    from qknorm.diagnostics import attention_diagnostics
+    from qknorm.train import estimate_loss
+
+    run = build_run(Variant(norm), model, list(extra), {})
+    t = run.cfg.train
+    diag_batches = run.eval_batches["val"][:t.diag_batches]
+    evals, diags = [], []
+    for _ in range(rounds + 1):  # the first round warms up
+        start = time.perf_counter()
+        for split in ("train", "val"):
+            estimate_loss(run.compiled, run.eval_batches[split], run.autocast)
+        middle = time.perf_counter()
+        attention_diagnostics(run.raw_model, diag_batches, run.autocast)
+        evals.append(middle - start)
+        diags.append(time.perf_counter() - middle)
+    evals, diags = evals[1:], diags[1:]
+    return {"norm": norm, "eval_iters": t.eval_iters, "diag_batches": t.diag_batches,
+            "eval_ms": spread([1e3 * e for e in evals]),
+            "diagnostics_ms": spread([1e3 * d for d in diags]),
+            "diagnostics / eval": spread([d / e for d, e in zip(diags, evals)])}
+
+
 # ---------------------------------------------------------------------------------------------
 # the norm alone
 

@@ -37,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="comma-separated p values for the norm micro-benchmark (inf allowed)")
     ap.add_argument("--no-micro", action="store_true", help="skip the norm micro-benchmark")
     ap.add_argument("--no-overhead", action="store_true", help="skip the per-job overhead probe")
+    ap.add_argument("--no-eval", action="store_true",
+                    help="skip timing an eval against its attention diagnostics")
     ap.add_argument("--overhead-repeats", type=int, default=3)
     ap.add_argument("--out", default="outputs/bench.json", help="JSON file to write")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. train.batch_size=24")
@@ -76,6 +78,9 @@ def main(argv: list[str]) -> int:
         result["norm_micro"] = {"shape": list(shape),
                                 "rows": bench.bench_norm(shape, args.micro_ps, rounds=args.rounds,
                                                          reps=args.micro_reps)}
+    if not args.no_eval:
+        result["eval"] = bench.bench_eval(args.model, args.overrides, variant_list[0].norm,
+                                          rounds=args.rounds)
     if not args.no_overhead:
         result["overhead"] = bench.bench_overhead(args.model, args.overrides, args.threads,
                                                   repeats=args.overhead_repeats)
@@ -96,6 +101,12 @@ def _print_table(result: dict) -> None:
         print(f"{row['name']:32s} {s['median']:9.1f} {s['iqr']:7.1f} {t['median']:9.0f}")
     for name, r in result["ratios"].items():
         print(f"  {name:60s} {r['median']:.3f}  (IQR {r['q1']:.3f}-{r['q3']:.3f})")
+    if "eval" in result:
+        e = result["eval"]
+        print(f"eval ({e['eval_iters']} batches x train, val) {e['eval_ms']['median']:.1f} ms; "
+              f"attention diagnostics ({e['diag_batches']} batches) "
+              f"{e['diagnostics_ms']['median']:.1f} ms = {e['diagnostics / eval']['median']:.3f} "
+              "of the eval")
     if "overhead" in result:
         o = result["overhead"]
         print("per-job overhead (median s, wall / CPU): "

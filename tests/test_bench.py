@@ -61,6 +61,12 @@ def test_bench_cli_writes_json_with_every_section(cli):
     p2 = next(r for r in micro["rows"] if r["p"] == 2.0 and r["path"] == "fast")
     assert p2["ratio_vs_p2_fast"]["median"] == 1.0
 
+    e = d["eval"]  # the tiny model's defaults: 20 eval batches, diagnostics on 4 of them
+    assert (e["norm"], e["eval_iters"], e["diag_batches"]) == ("none", 20, 4)
+    for key in ("eval_ms", "diagnostics_ms", "diagnostics / eval"):
+        _check_spread(e[key], 3)
+        assert e[key]["median"] > 0
+
     o = d["overhead"]
     phases = ("import", "compose", "data", "model")
     for phase in (*phases, *(f"warm_{p}" for p in phases[1:]), "in_process", "process", "job",
