@@ -8,7 +8,8 @@ attention (row 0 attends to itself alone, so it says nothing), on fixed eval bat
   - attn_max_weight: the row's largest weight;
   - logit_std: the standard deviation of the row's logits over its keys j <= t (softmax ignores a
     row's shift, so the spread within a row is its temperature);
-and gamma for the Lp norms. Keys end in `_l{layer}`; the keys without it are the layer means.
+and, for the Lp norms, gamma per layer and a learned p per head. Keys end in `_l{layer}`; the
+keys without it are the layer means.
 
 The numbers come from an extra no-grad forward of the eager model (forward hooks read the
 normalized q and k), outside the training step: the step's time is unchanged.
@@ -93,8 +94,19 @@ def attention_diagnostics(model: GPT, batches: Iterable, autocast: AbstractConte
         values = [layer[name] for layer in per_layer]
         out[name] = sum(values) / len(values)
         out.update({f"{name}_l{i}": v for i, v in enumerate(values)})
-    for i, block in enumerate(blocks):
-        gamma = getattr(block.attn.qk_norm, "gamma", None)
-        if gamma is not None:
-            out[f"gamma_l{i}"] = gamma.float().mean().item()
+    out.update(readouts(model))
+    return out
+
+
+@torch.no_grad()
+def readouts(model: GPT) -> dict[str, float]:
+    """The norm's own parameters per layer: gamma_l{i} (its mean over heads), and with
+    norm.p_learnable p_l{i}_h{h} per head, which is where a learned p goes."""
+    out: dict[str, float] = {}
+    for i, block in enumerate(model.transformer.h):
+        norm = block.attn.qk_norm
+        if getattr(norm, "gamma", None) is not None:
+            out[f"gamma_l{i}"] = norm.gamma.float().mean().item()
+        if getattr(norm, "p_learnable", False):
+            out.update({f"p_l{i}_h{h}": p for h, p in enumerate(norm.p.flatten().tolist())})
     return out

@@ -72,6 +72,19 @@ def test_diagnostics_read_the_logits_the_attention_uses():
     assert "gamma_l0" not in d  # no gamma without an Lp norm
 
 
+def test_learned_p_is_read_out_per_layer_and_head():
+    model = _model(NormConfig(kind="lp", p=3.0, p_learnable=True))
+    with torch.no_grad():
+        model.lp_norms()[1].p_theta[1] += 1.0  # layer 1, head 1 moves up
+    x = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(3))
+    d = attention_diagnostics(model, [(x, x)], nullcontext())
+    assert d["p_l0_h0"] == d["p_l0_h1"] == d["p_l1_h0"] == pytest.approx(3.0)
+    # p = 1 + softplus(theta), theta0 = 2 + ln(1 - e^-2) so that p starts at 3; theta0 + 1:
+    assert d["p_l1_h1"] == pytest.approx(1 + math.log1p(math.exp(3.0) * (1 - math.exp(-2.0))))
+    assert "p_l0_h0" not in attention_diagnostics(_model(NormConfig(kind="lp", p=3.0)), [(x, x)],
+                                                  nullcontext())
+
+
 def test_diagnostics_leave_training_mode_and_hooks_as_they_were():
     model = _model(NormConfig(kind="l2"))
     x = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(3))
