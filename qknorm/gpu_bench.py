@@ -151,16 +151,7 @@ def _step_at(clock: list[tuple[float, int]], t: float) -> float:
 
 
 def write(result: dict[str, Any], out: Path) -> None:
-    rundir.atomic_write_text(out, json.dumps(_json_safe(result), indent=1) + "\n")
-
-
-def _json_safe(value: Any) -> Any:
-    """p = inf anywhere in the tree as the string 'inf', as final.json writes it."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value if not isinstance(value, float) or math.isfinite(value) else str(value)
+    rundir.atomic_write_text(out, json.dumps(rundir.jsonable(result), indent=1) + "\n")
 
 
 def mfu(aggregate: float, per_token: float, peak_tflops: float) -> float:

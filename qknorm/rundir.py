@@ -38,8 +38,13 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def _jsonable(value: Any) -> Any:
-    """inf and nan are not JSON: write them as the strings Python's float() reads back."""
+def jsonable(value: Any) -> Any:
+    """inf and nan are not JSON: write them, anywhere in a tree of dicts and lists, as the
+    strings Python's float() reads back."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # 'inf', '-inf', 'nan'
     return value
@@ -73,13 +78,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def write_final(run_dir: Path, final: dict[str, Any]) -> None:
     assert final.get("status") in STATUSES, final.get("status")
-    text = json.dumps({k: _jsonable(v) for k, v in final.items()}, indent=2) + "\n"
+    text = json.dumps(jsonable(final), indent=2) + "\n"
     atomic_write_text(run_dir / FINAL_FILE, text)
 
 
 def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
     with open(run_dir / METRICS_FILE, "a") as f:
-        f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+        f.write(json.dumps(jsonable(row)) + "\n")
 
 
 def read_final(run_dir: Path) -> dict[str, Any] | None:

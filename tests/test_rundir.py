@@ -29,3 +29,15 @@ def test_atomic_writer_makes_files_as_open_does(tmp_path):
     (tmp_path / "plain").write_text("x")  # mkstemp alone would make 0600
     modes = {stat.S_IMODE(os.stat(tmp_path / name).st_mode) for name in ("atomic", "plain")}
     assert len(modes) == 1
+
+
+def test_jsonable_writes_non_finite_floats_as_strings_anywhere_in_a_tree():
+    tree = {"p": float("inf"), "rows": [{"loss": float("nan")}, (1.5, -float("inf"))], "n": 3}
+    assert rundir.jsonable(tree) == {"p": "inf", "rows": [{"loss": "nan"}, [1.5, "-inf"]], "n": 3}
+
+
+def test_run_dirs_sort_numbered_before_named_and_numbers_as_numbers(tmp_path):
+    from qknorm.results import find_run_dirs
+    for name in ("10", "trial3_0", "2", "trial3_1"):  # a grid's jobs beside a study's
+        (tmp_path / "sweep" / name / ".hydra").mkdir(parents=True)
+    assert [d.name for d in find_run_dirs(tmp_path)] == ["2", "10", "trial3_0", "trial3_1"]
