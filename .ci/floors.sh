@@ -29,6 +29,7 @@ python3 .ci/floors.py --torch "$TORCH_VERSION" > "$VENV/floors.txt"
 echo "floors: installed $(tr '\n' ' ' < "$VENV/floors.txt")in $((SECONDS - start)) s"
 "$VENV/bin/ruff" check qknorm scripts tests hydra_plugins
 # Old releases' deprecation warnings about their own dependencies are noise here.
-"$VENV/bin/python" -m pytest -p no:cacheprovider -q -W ignore::DeprecationWarning -k "$SKIP" \
+# Two workers, as make test: the tests are independent and CI has two cores.
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q -n 2 -W ignore::DeprecationWarning -k "$SKIP" \
     "${TESTS[@]}"
 echo "floors: done in $((SECONDS - start)) s"
