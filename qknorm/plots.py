@@ -42,7 +42,16 @@ LABELS = {  # axis labels with units; losses are mean cross-entropy per characte
     "gamma": r"learned $\gamma$ at the end (mean over layers)",
     "p_final": "p at the end of training",
     "steps": "steps",
+    "attn_entropy": "attention entropy (nats, mean over layers)",
+    "attn_entropy_frac": "attention entropy / ln(t+1)",
+    "attn_max_weight": "largest attention weight per row (mean over layers)",
+    "logit_std": "std of the attention logits (mean over layers)",
 }
+# The entropy the figures show: as a fraction of its causal maximum ln(t+1), so rows that see
+# 2 tokens and rows that see 256 weigh alike and 1 always means uniform attention.
+ENTROPY = "attn_entropy_frac"
+ALPHA = 0.05  # delta_vs_p fills the marker of a comparison whose Holm-adjusted p is below
+HOLM_GID = "holm"  # delta_vs_p: the filled markers (Holm p < ALPHA); tests find them
 P_LABEL = r"p of the $L_p$ norm on q and k (norm.p)"
 RUN_GID = "runs"  # the scatter collections with one dot per run carry this gid (tests find them)
 TRIAL_GID = "trials"  # continuous search: one point per trial (the mean of its runs)
@@ -361,13 +370,124 @@ def curves(curves_df: pd.DataFrame, y: str = "val_loss") -> Figure:
     ax.set_xlabel("training step")
     ax.set_ylabel({"val_loss": "validation loss (nats/char)",
                    "train_loss": "training loss (nats/char)",
-                   "gamma_mean": r"learned $\gamma$ (mean over layers)"}.get(y, y))
+                   "gamma_mean": r"learned $\gamma$ (mean over layers)"}.get(y, metric_label(y)))
     ax.set_title(f"{y} during training: mean over completed runs ± 95% t-interval"
                  + (" (▼ lowest)" if y == "val_loss" else ""), fontsize=10)
     ax.grid(True, alpha=0.3, lw=0.6)
     if ax.lines:
         ax.legend(fontsize=8, frameon=False, ncols=2 if len(ax.lines) > 5 else 1)
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# paired differences and attention diagnostics (issue 14)
+
+def delta_vs_p(paired: pd.DataFrame, metric: str, baseline: float, logx: bool = False,
+               by: list[str] | tuple[str, ...] = (), continuous: bool = False) -> Figure:
+    """Paired Δ (group − baseline) of metric per p, from stats.paired_vs_baseline: the mean Δ
+    with its 95% t-interval, filled where the Holm-adjusted paired-t p < ALPHA, one series per
+    --by value, a zero line; kinds without p are levels with their interval, as in loss_vs_p.
+    The figure the comparisons are read from: each p's own spread over folds (loss_vs_p)
+    hides differences that pairing resolves."""
+    fig, (ax,) = new_figure()
+    has_p = paired["norm.p"].notna()
+    axis = PAxis.of([*paired.loc[has_p, "norm.p"], baseline], logx, continuous)
+    series = _series(paired[has_p], by)
+    for i, (name, color, group) in enumerate(series):
+        _delta_series(ax, axis, group, baseline, name, color or MEAN_COLOR,
+                      offset=i - (len(series) - 1) / 2)
+    ax.axhline(0.0, color="0.35", ls="--", lw=1, zorder=2,
+               label=f"Δ = 0 (baseline p={format_p(baseline)})")
+    _delta_levels(ax, paired[~has_p])
+    axis.apply(ax)
+    ax.set_ylabel(f"Δ {metric} vs p={format_p(baseline)}")
+    ax.set_title(f"Δ {metric} − baseline, paired by (seed, data.fold): mean ± 95% t-interval",
+                 fontsize=10)
+    ax.grid(True, alpha=0.3, lw=0.6)
+    if by:
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2,
+                   fontsize=7, frameon=False)
+    else:
+        ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def _dodge(axis: PAxis, xs: np.ndarray, offset: float) -> np.ndarray:
+    """Series side by side at the same p, so their intervals do not hide each other."""
+    if axis.logx:
+        return xs * 2.0 ** (0.04 * offset)
+    width = (axis.x_inf - axis.finite[0]) if axis.finite else 1.0
+    return xs + 0.012 * width * offset
+
+
+def _delta_series(ax: Axes, axis: PAxis, group: pd.DataFrame, baseline: float, name: str,
+                  color: str, offset: float) -> None:
+    """One series: error bars, hollow circles, filled diamonds where Holm p < ALPHA, and a line
+    through the baseline's Δ = 0 (dotted across the axis break to inf)."""
+    prefix = f"{name}: " if name else ""
+    group = group.sort_values("norm.p")
+    xs = _dodge(axis, np.array([axis.x(p) for p in group["norm.p"]], dtype=float), offset)
+    y = group["delta_mean"].to_numpy(dtype=float)
+    yerr = np.vstack([y - group["delta_ci_low"], group["delta_ci_high"] - y])
+    ax.errorbar(xs, y, yerr=np.nan_to_num(yerr), fmt="none", ecolor=color, capsize=4, lw=1.2,
+                zorder=4)
+    sig = (group["holm_pvalue"] < ALPHA).to_numpy()  # NaN (no test): not significant
+    if (~sig).any():
+        ax.scatter(xs[~sig], y[~sig], marker="o", s=40, facecolors="white", edgecolors=color,
+                   linewidths=1.4, zorder=5, label=f"{prefix}mean Δ ± 95% t-interval")
+    if sig.any():
+        ax.scatter(xs[sig], y[sig], marker="D", s=44, color=color, edgecolors="black",
+                   linewidths=0.6, zorder=6, gid=HOLM_GID,
+                   label=f"{prefix}Holm p < {ALPHA:g}")
+    line = pd.DataFrame({"p": [*group["norm.p"], baseline], "y": [*y, 0.0]}).sort_values("p")
+    xl = _dodge(axis, np.array([axis.x(p) for p in line["p"]], dtype=float), offset)
+    finite = np.isfinite(line["p"].to_numpy(dtype=float))
+    ax.plot(xl[finite], line["y"][finite], color=color, lw=1.0, alpha=0.6, zorder=3)
+    if finite.any() and not finite.all():  # sorted: inf is last; dotted across the break
+        ax.plot(xl[-2:], line["y"].iloc[-2:], ls=":", color=color, lw=1.0, alpha=0.6, zorder=3)
+
+
+def _delta_levels(ax: Axes, others: pd.DataFrame) -> None:
+    """Kinds without p (norm=none, rms): their Δ as a level with its shaded interval."""
+    for _, r in others.iterrows():
+        kind = r.get("norm.kind", "?")
+        color = OTHER_KIND_COLORS.get(kind, "0.5")
+        ax.axhline(r["delta_mean"], color=color, lw=1.4, ls="-.", zorder=2,
+                   label=f"norm={kind} Δ (no p, {int(r['n_pairs'])} pairs)")
+        if pd.notna(r["delta_ci_low"]):
+            ax.axhspan(r["delta_ci_low"], r["delta_ci_high"], color=color, alpha=0.12, lw=0)
+
+
+def logged(df: pd.DataFrame, column: str) -> bool:
+    """Whether any completed run has `column`: runs from before issue 14 have no diagnostics."""
+    return column in df.columns and completed(df)[column].notna().any()
+
+
+def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False,
+                 by: list[str] | tuple[str, ...] = ()) -> Figure:
+    """ENTROPY per p at step 0 (the untrained model, metrics.jsonl) and at the last eval
+    (final.json), side by side on one y scale, each drawn as loss_vs_p draws a metric."""
+    start = curves_df[curves_df["step"] == 0].groupby("run_dir")[ENTROPY].first()
+    frames = {"step 0 (untrained)": runs.assign(**{ENTROPY: runs["run_dir"].map(start)}),
+              "last eval": runs}
+    fig, axes = new_figure(2, width=5.2)
+    axes[1].sharey(axes[0])
+    for ax, (title, frame) in zip(axes, frames.items()):
+        metric_vs_p(ax, frame, ENTROPY, logx, title=title, by=by)
+    axes[1].set_ylabel("")  # one y scale, labelled once
+    fig.suptitle("attention entropy / its causal maximum ln(t+1), mean over layers, heads and "
+                 "rows t ≥ 1 (1 = uniform over the visible tokens)", fontsize=10)
+    if by:
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2,
+                   fontsize=7, frameon=False)
+    else:
+        axes[0].legend(fontsize=8, frameon=False)
+    return fig
+
+
+def entropy_curves(curves_df: pd.DataFrame) -> Figure:
+    """ENTROPY over training steps per p, from the runs that logged it."""
+    return curves(curves_df.dropna(subset=[ENTROPY]), y=ENTROPY)
 
 
 def gamma_vs_p(df: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False) -> Figure:

@@ -58,9 +58,30 @@ def parse_p(text: str) -> float | None:
     return value
 
 
+def metric_columns(runs: pd.DataFrame) -> list[str]:
+    """The numeric columns --metric can name: a diagnostic only where some run logged it."""
+    return [c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c])
+            and c not in ("trial",) and not (results.is_diagnostic(c) and runs[c].isna().all())]
+
+
+def check_logged(runs: pd.DataFrame, metric: str) -> None:
+    """UserError when `metric` is an attention diagnostic that no run logged: runs from before
+    issue 14 have none, and a table or figure of NaN would say nothing."""
+    if not results.is_diagnostic(metric) or metric in metric_columns(runs):
+        return
+    logged = [c for c in metric_columns(runs) if results.is_diagnostic(c)]
+    if not logged:
+        raise UserError(f"--metric {metric}: no run logged it, the runs predate attention "
+                        "diagnostics (issue 14); rerun them with this qknorm, or pick one of: "
+                        f"{', '.join(metric_columns(runs))}")
+    why = " (gamma_l<i>: only norms with a γ)" if metric.startswith("gamma_") else ""
+    raise UserError(f"--metric {metric}: no run logged it{why}; pick a diagnostic they logged: "
+                    f"{', '.join(logged)}")
+
+
 def check_columns(runs: pd.DataFrame, metric: str, by: list[str]) -> None:
-    numeric = [c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c])
-               and c not in ("trial",)]
+    check_logged(runs, metric)
+    numeric = metric_columns(runs)
     if metric not in runs.columns or metric not in numeric:
         what = "is not a numeric column" if metric in runs.columns else "is not a column"
         raise UserError(f"--metric {metric} {what} of results.csv; use one of: "
@@ -134,9 +155,25 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
         rows.append(_group_label(r, keys) + [
             str(int(r["n_pairs"])), _num(r["delta_mean"]),
             f"[{_num(r['delta_ci_low'])}, {_num(r['delta_ci_high'])}]",
-            _pval(r["t_pvalue"]), _pval(r["wilcoxon_pvalue"]), r["note"] or ""])
+            _pval(r["t_pvalue"]), _pval(r["holm_pvalue"]), _pval(r["wilcoxon_pvalue"]),
+            "-" if pd.isna(r["d_z"]) else f"{r['d_z']:.2f}", r["note"] or ""])
     return markdown_table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "paired t p",
-                          "Wilcoxon p", "note"], rows)
+                          "Holm p", "Wilcoxon p", "d_z", "note"], rows)
+
+
+def _holm_sentence(paired: pd.DataFrame, baseline: str) -> str:
+    """Which family the Holm column corrects over, and what that buys, in one sentence."""
+    m = int(paired["t_pvalue"].notna().sum())
+    if m == 0:
+        return "No comparison has a t-test (too few pairs), so Holm p is empty."
+    untested = len(paired) - m
+    left_out = f" ({untested} without a t-test left out)" if untested else ""
+    return (f"Holm p: Holm–Bonferroni step-down over the {m} comparison(s) against p={baseline} "
+            f"in this table{left_out}, on the paired-t p-values; it controls the family-wise "
+            "error rate: calling a difference wherever Holm p < α makes any false call with "
+            "probability at most α, whatever the dependence between the tests (they share the "
+            "baseline's runs). d_z = mean Δ / sd(Δ) (sd with ddof=1): Cohen's paired effect "
+            "size, Δ in units of its spread over pairs.")
 
 
 @dataclass
@@ -177,9 +214,10 @@ def compute(collection: results.Collection, options: Options,
 
 
 def summarize(collection: results.Collection, options: Options,
-              curves: pd.DataFrame | None = None) -> str:
-    """summary.md: the statistics of `compute`, formatted section by section."""
-    s = compute(collection, options, curves)
+              curves: pd.DataFrame | None = None, computed: Statistics | None = None) -> str:
+    """summary.md: the statistics of `compute` (computed here unless given), formatted section
+    by section."""
+    s = computed or compute(collection, options, curves)
     runs, metric = collection.runs, options.metric
     out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), ""]
     out += _folded_note(s.folded)
@@ -239,8 +277,8 @@ def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
             "Negative Δ: lower than the baseline. p-values: paired t-test "
             "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
             "two-sided.", "",
-            _delta_table(paired, keys) if len(paired) else
-            "no completed group to compare with the baseline", ""]
+            *([_holm_sentence(paired, b), "", _delta_table(paired, keys)] if len(paired) else
+              ["no completed group to compare with the baseline"]), ""]
 
 
 def _readings_section(s: Statistics, metric: str, baseline: float | None) -> list[str]:
@@ -344,8 +382,10 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def figures(collection: results.Collection, options: Options,
-            curves: pd.DataFrame) -> dict[str, object]:
+def figures(collection: results.Collection, options: Options, curves: pd.DataFrame,
+            paired: pd.DataFrame | None = None) -> dict[str, object]:
+    """Every figure; `paired` (compute's table vs the baseline) adds delta_vs_p. The entropy
+    figures need runs that logged attention diagnostics: older runs report without them."""
     runs = collection.runs
     figs: dict[str, object] = {
         "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
@@ -354,6 +394,12 @@ def figures(collection: results.Collection, options: Options,
         "time_vs_p": plots.time_vs_p(runs, options.logx),
         "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),
     }
+    if paired is not None and len(paired):
+        figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
+                                              options.logx, options.by, stats.continuous_p(runs))
+    if plots.logged(runs, plots.ENTROPY):
+        figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
+        figs["entropy_curves"] = plots.entropy_curves(curves)
     for (name, _), study in collection.studies.items():
         if study is None:
             continue  # results.collect noted why
@@ -370,12 +416,13 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
     collection = load(Path(root), options)
     curves = results.collect_curves(collection.runs, collection.root)
     collection.runs = results.add_best_step(collection.runs, curves)
+    computed = compute(collection, options, curves)  # once, for the figures and summary.md
     files: dict[str, bytes] = {}
-    for name, fig in figures(collection, options, curves).items():
+    for name, fig in figures(collection, options, curves, computed.paired).items():
         for fmt in options.formats:
             files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
         plots.close(fig)
-    summary = summarize(collection, options, curves)
+    summary = summarize(collection, options, curves, computed)
     files = {"results.csv": collection.runs.to_csv(index=False).encode(),
              "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,12 @@ FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "w
                 "threads"]
 FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
                 "steady_tokens_per_s", "p_final", "gamma", "norm.p"}
+# Attention diagnostics (issue 14), in metrics.jsonl at every eval and in final.json at the
+# last: means over layers, and per layer i as <name>_l<i> (plus gamma_l<i> for norms with a γ).
+# Runs from before have none: their columns are NaN, never an error; asking for one as a
+# report metric is (qknorm.report.check_columns).
+DIAGNOSTICS = ["attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std"]
+LAYER_DIAGNOSTIC = re.compile(rf"^({'|'.join([*DIAGNOSTICS, 'gamma'])})_l(\d+)$")
 TAIL = ["run_dir", "trial", "trial_state", "duplicate_of"]
 NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
 LABEL_KEYS = ("name",)  # the sweep folder's name: the same run under two names is one run
@@ -108,8 +115,26 @@ def read_run(run_dir: Path, root: Path, config: dict[str, Any] | None = None) ->
     for key in FINAL_FIELDS:
         value = final.get(key)
         row[key] = to_float(value) if key in FLOAT_FIELDS else value
+    for key in DIAGNOSTICS + [k for k in final if LAYER_DIAGNOSTIC.match(k)]:
+        row[key] = to_float(final.get(key))
     row["run_dir"] = run_dir.relative_to(root).as_posix() or "."
     return row
+
+
+def is_diagnostic(name: str) -> bool:
+    return name in DIAGNOSTICS or LAYER_DIAGNOSTIC.match(name) is not None
+
+
+def layer_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The per-layer diagnostics any row has, by diagnostic then layer (l2 before l10)."""
+    names = {k for row in rows for k in row if LAYER_DIAGNOSTIC.match(k)}
+    kinds = [*DIAGNOSTICS, "gamma"]
+
+    def order(name: str) -> tuple[int, int]:
+        kind, layer = LAYER_DIAGNOSTIC.match(name).groups()
+        return kinds.index(kind), int(layer)
+
+    return sorted(names, key=order)
 
 
 def _varying_keys(rows: list[dict[str, Any]], config_keys: list[str]) -> list[str]:
@@ -147,12 +172,13 @@ def collect(root: Path | str) -> Collection:
     trials = _trials(configs, collection.studies, collection.warnings)
     for row, (trial, state) in zip(rows, trials):
         row["trial"], row["trial_state"] = trial, state
-    columns = varying + ALWAYS + FINAL_FIELDS + TAIL
+    diagnostics = DIAGNOSTICS + layer_columns(rows)
+    columns = varying + ALWAYS + FINAL_FIELDS + diagnostics + TAIL
     df = pd.DataFrame(rows).reindex(columns=columns)
     df["trial"] = df["trial"].astype("Int64")
     for key in ("steps", "n_params", "diverged_step", "threads", "seed", "data.fold"):
         df[key] = pd.to_numeric(df[key], errors="coerce").astype("Int64")
-    for key in FLOAT_FIELDS:
+    for key in [*FLOAT_FIELDS, *diagnostics]:
         df[key] = pd.to_numeric(df[key], errors="coerce").astype(float)
     df["duplicate_of"] = _duplicate_of(df, configs)
     collection.runs = df
@@ -248,7 +274,7 @@ def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[in
 # curves: metrics.jsonl of every run, long format, for the val-loss-vs-step figure
 
 CURVE_KEYS = ["step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "gamma_mean",
-              "p_mean"]
+              "p_mean", *DIAGNOSTICS]
 
 
 def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:

@@ -166,10 +166,46 @@ class PairedTest:
     t_pvalue: float
     wilcoxon_pvalue: float
     note: str
+    d_z: float = math.nan  # Cohen's paired effect size, cohens_dz
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm–Bonferroni step-down adjusted p-values, in the input's order.
+
+    Sorted ascending, the i-th smallest of m becomes (m - i + 1) p_(i), made non-decreasing
+    (a larger p never gets a smaller adjusted p) and capped at 1. Rejecting where the adjusted
+    p < alpha controls the family-wise error rate at alpha under any dependence between the
+    tests (ours share the baseline's runs). NaN p-values (too few pairs: no test) stay NaN and
+    are not counted in m: a comparison that was never tested cannot be a false rejection.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, math.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = len(order)
+    steps = (m - np.arange(m)) * p[order]
+    out[order] = np.minimum(1.0, np.maximum.accumulate(steps))
+    return out
+
+
+def cohens_dz(d) -> float:
+    """Cohen's d_z of paired differences: mean(d) / sd(d), sd with ddof=1 (Cohen 1988; Lakens 2013).
+
+    NaN for fewer than 2 differences or when all are equal: there is no spread to scale by
+    (the same cases paired_test gives no t-test).
+    """
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2 or _no_spread(d):
+        return math.nan
+    return float(d.mean() / d.std(ddof=1))
+
+
+def _no_spread(d: np.ndarray) -> bool:
+    return bool(np.ptp(d) <= 1e-12 * max(1.0, abs(float(d.mean()))))  # rounding is not variance
 
 
 def paired_test(x, base) -> PairedTest:
-    """Delta x - base over pairs: mean, 95% t-interval, paired-t and Wilcoxon p-values.
+    """Delta x - base over pairs: mean, 95% t-interval, paired-t and Wilcoxon p-values, d_z.
 
     Too few pairs is said in `note`, never an exception: 1 pair gives no test; with k non-zero
     differences the smallest two-sided Wilcoxon p-value is 2/2^k, so k < 6 cannot reach 0.05.
@@ -184,7 +220,7 @@ def paired_test(x, base) -> PairedTest:
         if n < 2:
             notes.append(f"{n} pair(s): too few for a test")
         else:
-            if np.ptp(d) <= 1e-12 * max(1.0, abs(mean)):  # rounding noise is not variance
+            if _no_spread(d):
                 notes.append("all differences equal: no t-test")
             else:
                 t_p = float(stats.ttest_rel(x, base).pvalue)
@@ -196,7 +232,7 @@ def paired_test(x, base) -> PairedTest:
                 if 2.0 / 2**nonzero > 1 - CONFIDENCE:
                     notes.append(f"{nonzero} non-zero pairs: Wilcoxon cannot go below "
                                  f"p={2.0 / 2**nonzero:.3g}")
-    return PairedTest(n, mean, low, high, t_p, w_p, "; ".join(notes))
+    return PairedTest(n, mean, low, high, t_p, w_p, "; ".join(notes), cohens_dz(d))
 
 
 def _pair_table(group: pd.DataFrame, metric: str) -> tuple[pd.Series, int]:
@@ -208,7 +244,11 @@ def _pair_table(group: pd.DataFrame, metric: str) -> tuple[pd.Series, int]:
 
 def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
                        by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
-    """Delta (group - baseline p) of metric per group, paired by (seed, data.fold)."""
+    """Delta (group - baseline p) of metric per group, paired by (seed, data.fold).
+
+    holm_pvalue corrects t_pvalue over the family of every row of this table (one metric, all
+    groups, --by values included): the comparisons the table's reader scans for a difference.
+    """
     done = completed(df)
     keys = group_keys(df, by)
     extra = [k for k in keys if k not in ("norm.kind", "norm.p")]
@@ -230,11 +270,14 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
             notes.append(f"{dx + db} run(s) share a (seed, data.fold) with another: averaged")
         row.update({"n_pairs": test.n, "delta_mean": test.mean, "delta_ci_low": test.ci_low,
                     "delta_ci_high": test.ci_high, "t_pvalue": test.t_pvalue,
-                    "wilcoxon_pvalue": test.wilcoxon_pvalue, "note": "; ".join(notes)})
+                    "wilcoxon_pvalue": test.wilcoxon_pvalue, "d_z": test.d_z,
+                    "note": "; ".join(notes)})
         rows.append(row)
     columns = keys + ["n_pairs", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue",
-                      "wilcoxon_pvalue", "note"]
-    return pd.DataFrame(rows, columns=columns)
+                      "holm_pvalue", "wilcoxon_pvalue", "d_z", "note"]
+    table = pd.DataFrame(rows, columns=columns)
+    table["holm_pvalue"] = holm(table["t_pvalue"])
+    return table
 
 
 def ranking_by_step(curves: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:

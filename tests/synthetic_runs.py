@@ -51,12 +51,30 @@ def write_config(run_dir: Path, cfg: dict) -> None:
         yaml.safe_dump([f"norm.p={cfg['norm']['p']}", f"data.fold={cfg['data']['fold']}"]))
 
 
-def write_curve(run_dir: Path, best: float, gamma: float, p: float) -> None:
+# Attention diagnostics (issue 14), written only where a test asks for them (older run dirs
+# have none): attn_entropy_frac goes linearly from DIAG_START to DIAG_END over steps 0..20,
+# plus fold / 100; the other diagnostics follow from it. The one layer's values are the means.
+DIAG_START = {2.0: 0.9, 4.0: 0.8, math.inf: 0.7}  # by p; a kind without p: 0.95
+DIAG_END = {2.0: 0.6, 4.0: 0.5, math.inf: 0.3}  # ...: 0.5
+
+
+def diagnostics(p: float, fold: int, step: int) -> dict:
+    start, end = DIAG_START.get(p, 0.95), DIAG_END.get(p, 0.5)
+    frac = start + (end - start) * step / 20 + fold / 100
+    means = {"attn_entropy": 2.0 * frac, "attn_entropy_frac": frac, "attn_max_weight": 1 - frac,
+             "logit_std": 1.0 + step / 10}
+    gamma = {} if math.isnan(p) else {"gamma_l0": 10.0 + step / 100}  # none/rms have no γ
+    return {**means, **{f"{k}_l0": v for k, v in means.items()}, **gamma}
+
+
+def write_curve(run_dir: Path, best: float, gamma: float, p: float,
+                fold: int | None = None) -> None:
+    """Three evals ending at `best`; with a fold, the diagnostics of that (p, fold) too."""
     for step, val in ((0, best + 2.0), (10, best + 0.5), (20, best)):
         rundir.append_metrics(run_dir, {
             "step": step, "train_loss": val - 0.05, "val_loss": val, "lr": 1e-3,
             "elapsed_s": step / 10, "tokens_per_s": 1000.0, "gamma_mean": gamma + step / 100,
-            "p_mean": p})
+            "p_mean": p, **(diagnostics(p, fold, step) if fold is not None else {})})
 
 
 def final(status: str, best: float, wall: float, p: float, seed: int, fold: int, **extra) -> dict:
@@ -67,37 +85,43 @@ def final(status: str, best: float, wall: float, p: float, seed: int, fold: int,
             "threads": 1, **extra}
 
 
-def make_sweep(root: Path) -> Path:
-    """The 12 job dirs 0..11 (p-major, then fold, as Hydra numbers a grid); returns root."""
+def make_sweep(root: Path, with_diagnostics: bool = False) -> Path:
+    """The 12 job dirs 0..11 (p-major, then fold, as Hydra numbers a grid); returns root.
+    with_diagnostics: as runs log since issue 14 (metrics.jsonl and final.json)."""
     job = 0
     for p in P_VALUES:
         walls = iter(WALL[p])
         for fold in FOLDS:
             run = root / str(job)
             write_config(run, config(p, fold))
+            diag_fold = fold if with_diagnostics else None
+            last = diagnostics(p, fold, 20) if with_diagnostics else {}
             if (p, fold) == DIVERGED:
-                write_curve(run, 0.5, 10.0, p)
+                write_curve(run, 0.5, 10.0, p, diag_fold)
                 rundir.write_final(run, final("diverged", 0.5, 5.0, p, 0, fold, val_loss=math.nan,
                                               error="loss became nan at step 15",
-                                              diverged_step=15))
+                                              diverged_step=15, **last))
             elif (p, fold) == KILLED:
-                write_curve(run, 1.7, 10.0, p)
+                write_curve(run, 1.7, 10.0, p, diag_fold)
                 with open(run / rundir.METRICS_FILE, "a") as f:
                     f.write('{"step": 30, "train_loss": 1.6, "val_lo')  # killed mid-write
             else:
-                write_curve(run, BEST[p][fold], 10.0, p)
-                rundir.write_final(run, final("completed", BEST[p][fold], next(walls), p, 0, fold))
+                write_curve(run, BEST[p][fold], 10.0, p, diag_fold)
+                rundir.write_final(run, final("completed", BEST[p][fold], next(walls), p, 0, fold,
+                                              **last))
             job += 1
     return root
 
 
-def add_runs_without_p(root: Path, kind: str, losses: list[float], first_job: int) -> None:
+def add_runs_without_p(root: Path, kind: str, losses: list[float], first_job: int,
+                       with_diagnostics: bool = False) -> None:
     """Completed runs of a kind without p (none, rms): the config still says p=2, as Hydra's."""
     for i, loss in enumerate(losses):
         run = root / str(first_job + i)
         write_config(run, config(2.0, i, kind=kind))
-        write_curve(run, loss, math.nan, math.nan)
-        rundir.write_final(run, final("completed", loss, 9.0, math.nan, 0, i, gamma=None))
+        write_curve(run, loss, math.nan, math.nan, i if with_diagnostics else None)
+        last = diagnostics(math.nan, i, 20) if with_diagnostics else {}
+        rundir.write_final(run, final("completed", loss, 9.0, math.nan, 0, i, gamma=None, **last))
 
 
 # ---------------------------------------------------------------------------------------------

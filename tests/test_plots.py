@@ -12,7 +12,7 @@ from qknorm.report import Options, build_report, write_report
 
 from .synthetic_runs import BEST, SEARCH_P, add_runs_without_p, make_search, make_sweep, search_loss
 
-FIGURES = ["loss_vs_p", "curves", "time_vs_p", "gamma_vs_p"]
+FIGURES = ["loss_vs_p", "curves", "time_vs_p", "gamma_vs_p", "delta_vs_p"]  # no diagnostics: no entropy_*
 
 
 @pytest.fixture

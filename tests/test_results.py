@@ -44,7 +44,8 @@ def sweep(tmp_path):
 
 def test_one_row_per_run_with_its_status(sweep):
     runs = results.collect(sweep).runs
-    assert list(runs.columns) == (results.ALWAYS + results.FINAL_FIELDS + results.TAIL)
+    assert list(runs.columns) == (results.ALWAYS + results.FINAL_FIELDS + results.DIAGNOSTICS
+                                  + results.TAIL)
     assert list(runs["run_dir"]) == [str(i) for i in range(12)]  # 10 after 9, not after 1
     expected = [("completed" if (p, f) not in (DIVERGED, KILLED) else
                  "diverged" if (p, f) == DIVERGED else "incomplete", p, f)
