@@ -64,16 +64,17 @@ def metric_columns(runs: pd.DataFrame) -> list[str]:
             and c not in ("trial",) and not (results.is_diagnostic(c) and runs[c].isna().all())]
 
 
-def check_logged(runs: pd.DataFrame, metric: str) -> None:
+def check_logged(runs: pd.DataFrame, metric: str, choices: list[str] | None = None) -> None:
     """UserError when `metric` is an attention diagnostic that no run logged: runs from before
-    issue 14 have none, and a table or figure of NaN would say nothing."""
+    issue 14 have none, and a table or figure of NaN would say nothing. `choices`: the metrics
+    to offer instead (default: every column --metric can name)."""
     if not results.is_diagnostic(metric) or metric in metric_columns(runs):
         return
     logged = [c for c in metric_columns(runs) if results.is_diagnostic(c)]
     if not logged:
         raise UserError(f"--metric {metric}: no run logged it, the runs predate attention "
                         "diagnostics (issue 14); rerun them with this qknorm, or pick one of: "
-                        f"{', '.join(metric_columns(runs))}")
+                        f"{', '.join(choices or metric_columns(runs))}")
     why = " (gamma_l<i>: only norms with a γ)" if metric.startswith("gamma_") else ""
     raise UserError(f"--metric {metric}: no run logged it{why}; pick a diagnostic they logged: "
                     f"{', '.join(logged)}")

@@ -1,7 +1,7 @@
 """One figure of a sweep: `python scripts/plot.py KIND DIR [options]`.
 
     python scripts/plot.py loss_vs_p DIR [--metric best_val_loss] [--baseline P] [--by KEY] [--logx] [--out F]
-    python scripts/plot.py curves DIR [--metric val_loss|train_loss|gamma_mean] [--out F]
+    python scripts/plot.py curves DIR [--metric val_loss|train_loss|gamma_mean|attn_entropy|...] [--out F]
     python scripts/plot.py time_vs_p DIR [--logx] [--out F]
     python scripts/plot.py gamma_vs_p DIR [--logx] [--out F]
 
@@ -17,7 +17,7 @@ import _cli
 
 from qknorm import plots, results
 from qknorm.errors import UserError
-from qknorm.report import load
+from qknorm.report import check_logged, load
 
 # kind -> (what it draws, option defaults that differ from the report's)
 KINDS = {
@@ -53,6 +53,9 @@ def figure(kind: str, args: argparse.Namespace):
         options.metric = "best_val_loss"  # the curve's column is checked above, not in results.csv
     collection = load(args.dir, options)
     runs = collection.runs
+    if kind == "curves":  # a diagnostic's curve needs runs that logged it (not older ones)
+        check_logged(runs, args.metric, [k for k in results.CURVE_KEYS[1:]
+                                         if not results.is_diagnostic(k)])
     if kind == "loss_vs_p":
         return plots.loss_vs_p(runs, options.metric, options.baseline, options.logx, options.by)
     if kind == "time_vs_p":

@@ -47,6 +47,8 @@ def assert_user_error(r, *words):
     (["--baseline", "3"], ["--baseline 3: no run used norm.p=3", "2, 4, inf"]),
     (["--baseline", "two"], ["--baseline 'two' is not a number"]),
     (["--by", "optimizer.lr"], ["--by optimizer.lr is not a column"]),
+    (["--metric", "attn_entropy"], ["--metric attn_entropy: no run logged it, the runs predate "
+                                    "attention diagnostics", "rerun them", "best_val_loss"]),
 ])
 def test_bad_option_is_one_line_and_writes_nothing(cli, args, words):
     sweep = make_sweep(cli.cwd / "sweep")
@@ -81,6 +83,8 @@ def test_plot_py_takes_the_kind_first(cli):
     assert (cli.cwd / "sweep" / "report" / "gamma_vs_p.png").read_bytes()[:4] == b"\x89PNG"
     assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric", "x"),
                       "--metric x is not a metrics.jsonl column", "val_loss")
+    assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric",
+                          "attn_entropy_frac"), "--metric attn_entropy_frac: no run logged it")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,202 @@
+"""Issue 14, the report side: Holm-adjusted p-values and Cohen's d_z on textbook numbers, the
+attention-diagnostic columns of new and old run dirs, and the delta_vs_p and entropy figures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from qknorm import plots, results, stats
+from qknorm.errors import UserError
+from qknorm.report import (
+    Options,
+    check_columns,
+    compute,
+    figures,
+    load,
+    summarize,
+)
+
+from .synthetic_runs import (
+    BEST,
+    DIAG_END,
+    DIAG_START,
+    add_runs_without_p,
+    make_sweep,
+)
+from .test_plots import run_dots
+
+
+@pytest.fixture
+def new(tmp_path):
+    """The results tests' sweep as runs log since issue 14, plus two norm=none runs."""
+    root = make_sweep(tmp_path / "new", with_diagnostics=True)
+    add_runs_without_p(root, "none", [1.9, 2.1], first_job=12, with_diagnostics=True)
+    return root
+
+
+@pytest.fixture
+def old(tmp_path):
+    return make_sweep(tmp_path / "old")
+
+
+# ---------------------------------------------------------------------------------------------
+# Holm and d_z
+
+def test_holm_equals_the_textbook_step_down():
+    # Wikipedia's (and Holm 1979's style) example: m = 4, sorted 0.005, 0.01, 0.03, 0.04 become
+    # 4*0.005, 3*0.01, 2*0.03, then 1*0.04 raised to 0.06: no larger p gets a smaller value.
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # capped at 1: 2*0.6 = 1.2 -> 1, and 0.7 is raised to that 1, not left at 0.7
+    assert list(stats.holm([0.6, 0.7])) == [1.0, 1.0]
+    # NaN (no test) stays NaN and is not in the family: m = 2 here, not 3
+    out = stats.holm([0.02, math.nan, 0.04])
+    assert out[0] == pytest.approx(0.04) and math.isnan(out[1]) and out[2] == pytest.approx(0.04)
+    assert len(stats.holm([])) == 0
+
+
+def test_cohens_dz_is_mean_over_sample_sd():
+    # d = 1, 2, 3, 6: mean 3, squared deviations 4 + 1 + 0 + 9 = 14, sd = sqrt(14 / 3)
+    assert stats.cohens_dz([1, 2, 3, 6]) == pytest.approx(3 / math.sqrt(14 / 3), abs=1e-12)
+    test = stats.paired_test([2.0, 3.0, 4.0, 7.0], [1.0, 1.0, 1.0, 1.0])
+    assert test.d_z == pytest.approx(3 / math.sqrt(14 / 3), abs=1e-12)
+    assert math.isnan(stats.cohens_dz([0.5])) and math.isnan(stats.cohens_dz([0.2, 0.2]))
+
+
+def test_paired_table_holm_and_dz_on_the_synthetic_sweep(tmp_path):
+    runs = results.collect(make_sweep(tmp_path)).runs
+    paired = stats.paired_vs_baseline(runs, "best_val_loss", 2.0).set_index("norm.p")
+    # p=4 minus p=2 over folds 0, 1, 2: -0.2, -0.1, 0 (mean -0.1, sd 0.1); p=inf over folds
+    # 0, 1, 3: 0.5, 0.3, 0.2 (mean 1/3, squared deviations 42/900, variance 7/300)
+    dz = {4.0: -1.0, math.inf: (1 / 3) / math.sqrt(7 / 300)}
+    t_p = {p: 2 * sps.t.sf(abs(d) * math.sqrt(3), 2) for p, d in dz.items()}  # t = d_z sqrt(n)
+    low, high = sorted(t_p, key=t_p.get)
+    for p, d in dz.items():
+        assert paired.loc[p, "d_z"] == pytest.approx(d, abs=1e-12)
+        assert paired.loc[p, "t_pvalue"] == pytest.approx(t_p[p], abs=1e-12)
+    assert paired.loc[low, "holm_pvalue"] == pytest.approx(2 * t_p[low], abs=1e-12)
+    assert paired.loc[high, "holm_pvalue"] == pytest.approx(max(2 * t_p[low], t_p[high]),
+                                                             abs=1e-12)
+
+
+def test_summary_has_holm_and_dz_columns_and_names_the_family(new):
+    options = Options()
+    text = summarize(load(new, options), options)
+    assert ("| paired t p | Holm p | Wilcoxon p | d_z |" in text
+            and "| lp | 4 | 3 | -0.1000 |" in text and "| -1.00 |" in text)
+    # norm=none has no t-test (equal differences): left out of the family, said so
+    assert ("Holm–Bonferroni step-down over the 2 comparison(s) against p=2 in this table (1 "
+            "without a t-test left out)") in text
+
+
+# ---------------------------------------------------------------------------------------------
+# diagnostic columns
+
+def test_diagnostics_are_collected_from_final_json(new):
+    runs = results.collect(new).runs
+    assert results.layer_columns(runs.to_dict("records")) == [
+        "attn_entropy_l0", "attn_entropy_frac_l0", "attn_max_weight_l0", "logit_std_l0",
+        "gamma_l0"]
+    done = stats.completed(runs)
+    for _, row in done.iterrows():
+        frac = DIAG_END.get(row["norm.p"], 0.5) + row["data.fold"] / 100  # none: 0.5
+        assert row["attn_entropy_frac"] == pytest.approx(frac, abs=1e-12)
+        assert row["attn_entropy_frac_l0"] == pytest.approx(frac, abs=1e-12)
+        assert row["attn_entropy"] == pytest.approx(2 * frac, abs=1e-12)
+        assert row["logit_std"] == pytest.approx(3.0)
+    lp = done["norm.kind"] == "lp"
+    assert list(done.loc[lp, "gamma_l0"]) == pytest.approx([10.2] * 10)
+    assert done.loc[~lp, "gamma_l0"].isna().all()  # norm=none has no γ
+    assert results.layer_columns([{"gamma_l10": 1, "gamma_l2": 1, "logit_std_l1": 1}]) == [
+        "logit_std_l1", "gamma_l2", "gamma_l10"]  # by diagnostic, then layer as a number
+
+
+def test_old_run_dirs_report_with_empty_diagnostic_columns(old, new):
+    runs = results.collect(old).runs
+    assert runs[results.DIAGNOSTICS].isna().all().all()
+    assert not [c for c in runs.columns if results.LAYER_DIAGNOSTIC.match(c)]
+    # old and new runs under one root: old rows NaN, new rows their values
+    mixed = results.collect(old.parent).runs
+    old_rows = mixed["run_dir"].str.startswith("old/")
+    assert mixed.loc[old_rows, "attn_entropy_frac"].isna().all()
+    assert mixed.loc[~old_rows & (mixed["status"] == "completed"), "attn_entropy_frac"].notna().all()
+
+
+@pytest.mark.parametrize("metric, words", [
+    ("attn_entropy", ["--metric attn_entropy: no run logged it",
+                      "predate attention diagnostics", "rerun them", "best_val_loss"]),
+    ("logit_std_l0", ["--metric logit_std_l0: no run logged it"]),
+])
+def test_unlogged_diagnostic_metric_names_it_and_the_fix(old, metric, words):
+    with pytest.raises(UserError) as e:
+        check_columns(results.collect(old).runs, metric, [])
+    assert all(w in str(e.value) for w in words) and "attn_entropy_frac," not in str(e.value)
+
+
+def test_diagnostic_of_a_layer_not_run_lists_the_logged_ones(new):
+    with pytest.raises(UserError, match=r"--metric gamma_l3: no run logged it \(gamma_l<i>: "
+                       r"only norms with a γ\); pick a diagnostic they logged: attn_entropy,"):
+        check_columns(results.collect(new).runs, "gamma_l3", [])
+    check_columns(results.collect(new).runs, "attn_entropy_l0", [])  # logged: accepted
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+def report_figures(root, options: Options) -> dict:
+    """The figures the report draws, as build_report makes them (unrendered: cheaper)."""
+    collection = load(root, options)
+    curves = results.collect_curves(collection.runs, collection.root)
+    return figures(collection, options, curves, compute(collection, options, curves).paired)
+
+
+def names(figs: dict) -> set[str]:
+    for fig in figs.values():
+        plots.close(fig)
+    return set(figs)
+
+
+BASE = {"loss_vs_p", "curves", "time_vs_p", "gamma_vs_p"}
+
+
+def test_delta_and_entropy_figures_exist_exactly_when_they_should(old, new):
+    assert names(report_figures(old, Options())) == BASE | {"delta_vs_p"}  # no diagnostics
+    assert names(report_figures(old, Options(baseline=None))) == BASE  # no baseline: no Δ
+    figs = report_figures(new, Options())
+    for name in ("delta_vs_p", "entropy_vs_p", "entropy_curves"):
+        assert plots.render(figs[name], "png")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert names(figs) == BASE | {"delta_vs_p", "entropy_vs_p", "entropy_curves"}
+
+
+def test_delta_vs_p_draws_each_delta_and_fills_those_holm_keeps():
+    paired = pd.DataFrame({
+        "norm.p": [1.0, 4.0, math.inf], "n_pairs": [3, 3, 3], "delta_mean": [0.05, 0.01, 0.2],
+        "delta_ci_low": [0.03, -0.02, 0.1], "delta_ci_high": [0.07, 0.04, 0.3],
+        "holm_pvalue": [0.01, 0.5, math.nan]})
+    (ax,) = plots.delta_vs_p(paired, "best_val_loss", 2.0).axes
+    axis = plots.PAxis.of([1.0, 2.0, 4.0, math.inf])
+    filled = [c for c in ax.collections if c.get_gid() == plots.HOLM_GID]
+    assert len(filled) == 1 and filled[0].get_offsets().tolist() == [[1.0, 0.05]]
+    hollow = [c for c in ax.collections if c.get_label().endswith("mean Δ ± 95% t-interval")]
+    assert hollow[0].get_offsets().tolist() == [[4.0, 0.01], [axis.x(math.inf), 0.2]]
+    zero = next(line for line in ax.get_lines() if line.get_label().startswith("Δ = 0"))
+    assert list(zero.get_ydata()) == [0.0, 0.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "∞"]
+
+
+def test_entropy_vs_p_shows_step_0_and_the_last_eval(new):
+    runs = results.collect(new).runs
+    fig = plots.entropy_vs_p(runs, results.collect_curves(runs, new))
+    start, end = (sorted(map(tuple, run_dots(ax))) for ax in fig.axes)
+    axis = plots.PAxis.of(runs["norm.p"].dropna())
+    for dots, level in ((start, DIAG_START), (end, DIAG_END)):
+        expected = sorted((axis.x(p), level[p] + f / 100) for p, folds in BEST.items()
+                          for f in folds)
+        assert np.allclose(dots, expected)
+    curves = plots.entropy_curves(results.collect_curves(runs, new)).axes[0]
+    p2 = next(line for line in curves.get_lines() if line.get_label() == "p=2 (n=4)")
+    assert p2.get_ydata() == pytest.approx([0.915, 0.765, 0.615])  # folds 0..3 add 0.015
