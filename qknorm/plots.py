@@ -485,9 +485,30 @@ def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False
     return fig
 
 
-def entropy_curves(curves_df: pd.DataFrame) -> Figure:
-    """ENTROPY over training steps per p, from the runs that logged it."""
-    return curves(curves_df.dropna(subset=[ENTROPY]), y=ENTROPY)
+def entropy_curves(curves_df: pd.DataFrame, runs: pd.DataFrame | None = None,
+                   by: list[str] | tuple[str, ...] = ()) -> Figure:
+    """ENTROPY over training steps, mean ± 95% t-band per p, from the runs that logged it. With
+    `by` keys (columns of `runs`), one panel per value on one y scale: one mean per p over, say,
+    both gamma_init values would hide the difference the comparison is about."""
+    logged = curves_df.dropna(subset=[ENTROPY])
+    by = [k for k in by if k not in ("norm.p", "norm.kind")]
+    if not by or runs is None:
+        return curves(logged, y=ENTROPY)
+    panels = _series(logged.merge(runs[["run_dir", *by]], on="run_dir", how="left"), by)
+    fig, axes = new_figure(len(panels), width=5.2)
+    for ax, (name, _, group) in zip(axes, panels):
+        if ax is not axes[0]:
+            ax.sharey(axes[0])
+        for label, color, ls, g in _curve_groups(group):
+            _mean_band(ax, g, ENTROPY, label, color, ls)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("training step")
+        ax.grid(True, alpha=0.3, lw=0.6)
+    axes[0].set_ylabel(metric_label(ENTROPY))
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.suptitle(f"{ENTROPY} during training: mean over completed runs ± 95% t-interval",
+                 fontsize=10)
+    return fig
 
 
 def gamma_vs_p(df: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False) -> Figure:

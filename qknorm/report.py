@@ -400,7 +400,7 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
                                               options.logx, options.by, stats.continuous_p(runs))
     if plots.logged(runs, plots.ENTROPY):
         figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
-        figs["entropy_curves"] = plots.entropy_curves(curves)
+        figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
     for (name, _), study in collection.studies.items():
         if study is None:
             continue  # results.collect noted why

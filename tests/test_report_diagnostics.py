@@ -167,8 +167,8 @@ def test_delta_and_entropy_figures_exist_exactly_when_they_should(old, new):
     assert names(report_figures(old, Options())) == BASE | {"delta_vs_p"}  # no diagnostics
     assert names(report_figures(old, Options(baseline=None))) == BASE  # no baseline: no Δ
     figs = report_figures(new, Options())
-    for name in ("delta_vs_p", "entropy_vs_p", "entropy_curves"):
-        assert plots.render(figs[name], "png")[:8] == b"\x89PNG\r\n\x1a\n"
+    # rendered once here (layout runs at draw time); delta_vs_p is rendered by test_plots
+    assert plots.render(figs["entropy_vs_p"], "png")[:8] == b"\x89PNG\r\n\x1a\n"
     assert names(figs) == BASE | {"delta_vs_p", "entropy_vs_p", "entropy_curves"}
 
 
@@ -200,3 +200,13 @@ def test_entropy_vs_p_shows_step_0_and_the_last_eval(new):
     curves = plots.entropy_curves(results.collect_curves(runs, new)).axes[0]
     p2 = next(line for line in curves.get_lines() if line.get_label() == "p=2 (n=4)")
     assert p2.get_ydata() == pytest.approx([0.915, 0.765, 0.615])  # folds 0..3 add 0.015
+
+
+def test_entropy_curves_by_a_key_draw_one_panel_per_value(new):
+    runs = results.collect(new).runs
+    runs["norm.gamma_init"] = np.where(runs["data.fold"] < 2, "qknorm", "calibrated")
+    fig = plots.entropy_curves(results.collect_curves(runs, new), runs, by=["norm.gamma_init"])
+    assert [ax.get_title() for ax in fig.axes] == ["norm.gamma_init=calibrated",
+                                                   "norm.gamma_init=qknorm"]
+    p2 = next(line for line in fig.axes[0].get_lines() if line.get_label() == "p=2 (n=2)")
+    assert p2.get_ydata() == pytest.approx([0.925, 0.775, 0.625])  # folds 2, 3 add 0.025
