@@ -73,9 +73,11 @@ def check_logged(runs: pd.DataFrame, metric: str, choices: list[str] | None = No
     logged = [c for c in metric_columns(runs) if results.is_diagnostic(c)]
     if not logged:
         raise UserError(f"--metric {metric}: no run logged it, the runs predate attention "
-                        "diagnostics (issue 14); rerun them with this qknorm, or pick one of: "
+                        "diagnostics (issue 14) or ran with train.diag_batches=0; rerun them with "
+                        "this qknorm, or pick one of: "
                         f"{', '.join(choices or metric_columns(runs))}")
-    why = " (gamma_l<i>: only norms with a γ)" if metric.startswith("gamma_") else ""
+    why = {"gamma": " (gamma_l<i>: only norms with a γ)",
+           "p": " (p_l<i>_h<h>: only with norm.p_learnable)"}.get(metric.split("_")[0], "")
     raise UserError(f"--metric {metric}: no run logged it{why}; pick a diagnostic they logged: "
                     f"{', '.join(logged)}")
 

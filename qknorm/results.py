@@ -37,12 +37,13 @@ FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "w
                 "threads"]
 FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
                 "steady_tokens_per_s", "p_final", "gamma", "norm.p"}
-# Attention diagnostics (issue 14), in metrics.jsonl at every eval and in final.json at the
-# last: means over layers, and per layer i as <name>_l<i> (plus gamma_l<i> for norms with a γ).
-# Runs from before have none: their columns are NaN, never an error; asking for one as a
+# Attention diagnostics (issue 14, qknorm.diagnostics), in metrics.jsonl at every eval and in
+# final.json at the last: means over layers, per layer i as <name>_l<i>, gamma_l<i> for norms
+# with a γ and p_l<i>_h<h> per head with norm.p_learnable. Runs from before (or with
+# train.diag_batches=0) have none: their columns are NaN, never an error; asking for one as a
 # report metric is (qknorm.report.check_columns).
 DIAGNOSTICS = ["attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std"]
-LAYER_DIAGNOSTIC = re.compile(rf"^({'|'.join([*DIAGNOSTICS, 'gamma'])})_l(\d+)$")
+LAYER_DIAGNOSTIC = re.compile(rf"^({'|'.join([*DIAGNOSTICS, 'gamma', 'p'])})_l(\d+)(?:_h(\d+))?$")
 TAIL = ["run_dir", "trial", "trial_state", "duplicate_of"]
 NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
 LABEL_KEYS = ("name",)  # the sweep folder's name: the same run under two names is one run
@@ -126,13 +127,14 @@ def is_diagnostic(name: str) -> bool:
 
 
 def layer_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """The per-layer diagnostics any row has, by diagnostic then layer (l2 before l10)."""
+    """The per-layer diagnostics any row has, by diagnostic, then layer and head as numbers
+    (l2 before l10)."""
     names = {k for row in rows for k in row if LAYER_DIAGNOSTIC.match(k)}
-    kinds = [*DIAGNOSTICS, "gamma"]
+    kinds = [*DIAGNOSTICS, "gamma", "p"]
 
-    def order(name: str) -> tuple[int, int]:
-        kind, layer = LAYER_DIAGNOSTIC.match(name).groups()
-        return kinds.index(kind), int(layer)
+    def order(name: str) -> tuple[int, int, int]:
+        kind, layer, head = LAYER_DIAGNOSTIC.match(name).groups()
+        return kinds.index(kind), int(layer), int(head or 0)
 
     return sorted(names, key=order)
 

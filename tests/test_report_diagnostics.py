@@ -111,8 +111,9 @@ def test_diagnostics_are_collected_from_final_json(new):
     lp = done["norm.kind"] == "lp"
     assert list(done.loc[lp, "gamma_l0"]) == pytest.approx([10.2] * 10)
     assert done.loc[~lp, "gamma_l0"].isna().all()  # norm=none has no γ
-    assert results.layer_columns([{"gamma_l10": 1, "gamma_l2": 1, "logit_std_l1": 1}]) == [
-        "logit_std_l1", "gamma_l2", "gamma_l10"]  # by diagnostic, then layer as a number
+    assert results.layer_columns([{"gamma_l10": 1, "gamma_l2": 1, "logit_std_l1": 1, "p_l1_h10": 1,
+                                   "p_l1_h2": 1, "p_l0_h3": 1}]) == [
+        "logit_std_l1", "gamma_l2", "gamma_l10", "p_l0_h3", "p_l1_h2", "p_l1_h10"]  # as numbers
 
 
 def test_old_run_dirs_report_with_empty_diagnostic_columns(old, new):
@@ -141,6 +142,9 @@ def test_diagnostic_of_a_layer_not_run_lists_the_logged_ones(new):
     with pytest.raises(UserError, match=r"--metric gamma_l3: no run logged it \(gamma_l<i>: "
                        r"only norms with a γ\); pick a diagnostic they logged: attn_entropy,"):
         check_columns(results.collect(new).runs, "gamma_l3", [])
+    with pytest.raises(UserError, match=r"--metric p_l0_h1: no run logged it \(p_l<i>_h<h>: "
+                       r"only with norm.p_learnable\)"):
+        check_columns(results.collect(new).runs, "p_l0_h1", [])
     check_columns(results.collect(new).runs, "attn_entropy_l0", [])  # logged: accepted
 
 
