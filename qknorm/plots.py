@@ -580,3 +580,45 @@ def optuna_figures(study) -> tuple[dict[str, Figure], list[str]]:
         ax = np.ravel(axes)[0]
         figures[name] = ax.figure
     return figures, notes
+
+
+def learned_p_columns(runs: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """(layer, head) -> column of the learned p there (norm.p_learnable runs log p_l<i>_h<h>)."""
+    from qknorm.results import LAYER_DIAGNOSTIC
+
+    found = {}
+    for column in runs.columns:
+        match = LAYER_DIAGNOSTIC.match(column)
+        if match and match.group(1) == "p" and completed(runs)[column].notna().any():
+            found[int(match.group(2)), int(match.group(3))] = column
+    return found
+
+
+def learned_p(runs: pd.DataFrame) -> Figure:
+    """Where a learned p went: one heatmap per starting p (norm.p), layers down and heads
+    across, each cell the final p averaged over that start's completed runs (folds), written
+    in the cell with its sd."""
+    columns = learned_p_columns(runs)
+    n_layer, n_head = (max(k[i] for k in columns) + 1 for i in (0, 1))
+    done = completed(runs).dropna(subset=list(columns.values()))
+    starts = sorted(done["norm.p"].unique())
+    fig, axes = new_figure(len(starts), width=1.0 + 0.9 * n_head, height=1.2 + 0.8 * n_layer)
+    values = [done[done["norm.p"] == p][list(columns.values())] for p in starts]
+    low = min(v.mean().min() for v in values)
+    high = max(v.mean().max() for v in values)
+    for ax, p, v in zip(axes, starts, values):
+        mean, sd = np.full((n_layer, n_head), np.nan), np.full((n_layer, n_head), np.nan)
+        for (layer, head), column in columns.items():
+            mean[layer, head], sd[layer, head] = v[column].mean(), v[column].std()
+        image = ax.imshow(mean, cmap="viridis", vmin=low, vmax=high, aspect="auto")
+        for (layer, head), m in np.ndenumerate(mean):
+            ax.text(head, layer, f"{m:.2f}\n±{sd[layer, head]:.2f}" if len(v) > 1 else f"{m:.2f}",
+                    ha="center", va="center", fontsize=7, color="white" if m < (low + high) / 2
+                    else "black")
+        ax.set_title(f"start p = {format_p(p)} ({len(v)} runs)", fontsize=10)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_xticks(range(n_head))
+        ax.set_yticks(range(n_layer))
+    fig.colorbar(image, ax=axes, label="learned p at the end (mean over runs)")
+    return fig

@@ -195,6 +195,7 @@ class Statistics:
     disagreement: stats.Disagreement | None
     ranking: pd.DataFrame | None  # None without curves, or with --by
     fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
+    attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
 
 
 def compute(collection: results.Collection, options: Options,
@@ -213,6 +214,7 @@ def compute(collection: results.Collection, options: Options,
         readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
         disagreement=stats.readings_disagree(readings) if readings is not None else None,
         fits=stats.fit_minima(runs, metric, by) if stats.continuous_p(runs) else None,
+        attention=stats.attention_summary(runs, curves, by) if curves is not None else None,
     )
 
 
@@ -245,6 +247,8 @@ def summarize(collection: results.Collection, options: Options,
         out += _ranking_section(s.ranking)
     if s.fits is not None:
         out += _fit_section(s.fits, options.by, metric)
+    if s.attention is not None and len(s.attention):
+        out += _attention_section(s.attention, s.keys)
     out += _best_section(s.best, s.keys, metric)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
@@ -366,6 +370,26 @@ def _fit_section(fits: pd.DataFrame, by: list[str], metric: str) -> list[str]:
                                            "95% interval", "note"], rows), ""]
 
 
+def _attention_section(summary: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The attention diagnostics at step 0 and at the end, mean ± sd over each group's runs."""
+    def cell(row: pd.Series, name: str) -> str:
+        sd = row[f"{name}_std"]
+        return _num(row[f"{name}_mean"]) + ("" if pd.isna(sd) else f" ± {_num(sd)}")
+
+    columns = {"entropy/ln(t+1), step 0": "attn_entropy_frac_step0",
+               "entropy/ln(t+1), end": "attn_entropy_frac",
+               "max weight, step 0": "attn_max_weight_step0", "max weight, end": "attn_max_weight",
+               "logit sd, step 0": "logit_std_step0", "logit sd, end": "logit_std", "γ, end": "gamma"}
+    rows = [_group_label(r, keys) + [str(int(r["n"]))] + [cell(r, c) for c in columns.values()]
+            for _, r in summary.iterrows()]
+    return ["## Attention at step 0 and at the end", "",
+            "Means over layers, heads and rows t ≥ 1 of the causal attention on the first "
+            "train.diag_batches val batches (README, \"Attention diagnostics\"), then mean ± sd "
+            "over the runs: entropy as a fraction of its maximum ln(t+1) (1: uniform over the "
+            "visible tokens), the largest weight of a row, the sd of a row's logits.", "",
+            markdown_table(keys + ["runs", *columns], rows), ""]
+
+
 def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]:
     out = [f"## Best (lowest mean {metric})", ""]
     if not len(best):
@@ -403,6 +427,8 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
     if plots.logged(runs, plots.ENTROPY):
         figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
         figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
+    if plots.learned_p_columns(runs):
+        figs["learned_p"] = plots.learned_p(runs)
     for (name, _), study in collection.studies.items():
         if study is None:
             continue  # results.collect noted why

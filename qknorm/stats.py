@@ -280,6 +280,24 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
     return table
 
 
+ATTENTION = ("attn_entropy_frac", "attn_max_weight", "logit_std")  # the diagnostics table's
+
+
+def attention_summary(runs: pd.DataFrame, curves: pd.DataFrame,
+                      by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per group of completed runs that logged diagnostics: each ATTENTION diagnostic's mean at
+    step 0 (the untrained model, from the curves) and at the last eval (final.json), and gamma
+    at the last eval. Empty when no run logged them (runs from before the diagnostics)."""
+    logged = completed(runs).dropna(subset=[ATTENTION[0]])
+    if logged.empty:
+        return pd.DataFrame()
+    start = curves[curves["step"] == 0].groupby("run_dir")[list(ATTENTION)].first()
+    at_zero = logged[["run_dir"]].join(start, on="run_dir").drop(columns="run_dir")
+    frame = logged.assign(**{f"{name}_step0": at_zero[name] for name in ATTENTION})
+    metrics = [f"{name}_step0" for name in ATTENTION] + [*ATTENTION, "gamma"]
+    return group_summary(frame, metrics, by)
+
+
 def ranking_by_step(curves: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
     """Does the ranking of p settle? One row per eval step that every p reached: the p values
     ordered by their mean metric over completed runs (best first), and Kendall's tau between

@@ -214,3 +214,49 @@ def test_entropy_curves_by_a_key_draw_one_panel_per_value(new):
                                                    "norm.gamma_init=qknorm"]
     p2 = next(line for line in fig.axes[0].get_lines() if line.get_label() == "p=2 (n=2)")
     assert p2.get_ydata() == pytest.approx([0.925, 0.775, 0.625])  # folds 2, 3 add 0.025
+
+
+# ---------------------------------------------------------------------------------------------
+# the attention table and the learned-p figure
+
+def test_attention_summary_means_step_0_and_the_end_per_p(new):
+    collection = results.collect(new)
+    curves = results.collect_curves(collection.runs, new)
+    table = stats.attention_summary(collection.runs, curves).set_index("norm.p")
+    # synthetic_runs.diagnostics: frac = start/end by p + fold/100; p=2 has folds 0-3 completed
+    # (mean fold/100 = 0.015), p=4 folds 0-2 (fold 3 diverged: 0.01)
+    assert table.loc[2.0, "n"] == 4 and table.loc[4.0, "n"] == 3
+    assert table.loc[2.0, "attn_entropy_frac_step0_mean"] == pytest.approx(DIAG_START[2.0] + 0.015)
+    assert table.loc[2.0, "attn_entropy_frac_mean"] == pytest.approx(DIAG_END[2.0] + 0.015)
+    assert table.loc[4.0, "attn_max_weight_mean"] == pytest.approx(1 - DIAG_END[4.0] - 0.01)
+    assert table.loc[4.0, "logit_std_step0_mean"] == 1.0 and table.loc[4.0, "logit_std_mean"] == 3.0
+    assert table.loc[2.0, "gamma_mean"] == 10.0
+    options = Options()
+    summary = summarize(load(new, options), options, curves)
+    section = summary.split("## Attention at step 0 and at the end")[1].split("##")[0]
+    assert f"| 2 | 4 | {DIAG_START[2.0] + 0.015:.4f} ± " in section
+
+
+def test_attention_summary_is_empty_for_runs_without_diagnostics(old):
+    collection = results.collect(old)
+    curves = results.collect_curves(collection.runs, old)
+    assert stats.attention_summary(collection.runs, curves).empty
+    options = Options()
+    assert "## Attention at step 0" not in summarize(load(old, options), options, curves)
+
+
+def test_learned_p_figure_averages_each_layer_and_head_over_runs():
+    runs = pd.DataFrame({
+        "status": "completed", "norm.kind": "lp", "norm.p": [2.0, 2.0, 4.0],
+        "p_l0_h0": [2.5, 3.5, 4.0], "p_l0_h1": [2.0, 2.0, 5.0],
+        "p_l1_h0": [1.5, 2.5, 4.5], "p_l1_h1": [2.0, 4.0, 6.0]})
+    assert plots.learned_p_columns(runs) == {(0, 0): "p_l0_h0", (0, 1): "p_l0_h1",
+                                             (1, 0): "p_l1_h0", (1, 1): "p_l1_h1"}
+    fig = plots.learned_p(runs)
+    start2, start4 = (ax.images[0].get_array() for ax in fig.axes[:2])
+    np.testing.assert_allclose(start2, [[3.0, 2.0], [2.0, 3.0]])
+    np.testing.assert_allclose(start4, [[4.0, 5.0], [4.5, 6.0]])
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["start p = 2 (2 runs)", "start p = 4 (1 runs)"]
+    plots.close(fig)
+    assert plots.learned_p_columns(runs.drop(columns=["p_l0_h0", "p_l0_h1", "p_l1_h0",
+                                                      "p_l1_h1"])) == {}
