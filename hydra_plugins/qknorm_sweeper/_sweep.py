@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from optuna.trial import TrialState
 
 from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
+from hydra_plugins.qknorm_sweeper import _race, _slurm
 from hydra_plugins.qknorm_sweeper import _results as results
-from hydra_plugins.qknorm_sweeper import _slurm
 from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
 from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, Heartbeat, Tally
 from hydra_plugins.qknorm_sweeper._errors import SweepError
@@ -39,6 +40,7 @@ from hydra_plugins.qknorm_sweeper._space import (
     parse_space,
     replicate_combinations,
 )
+from qknorm import race as racing
 from qknorm import rundir
 from qknorm.config import effective_key, flatten
 from qknorm.rundir import COMPLETED, FAILED, PRUNED
@@ -78,6 +80,7 @@ class Plan:
     pruner: optuna.pruners.BasePruner
     pruner_spec: dict[str, Any]
     fail_values: list[float] | None
+    race: _race.RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
 
 
 class OptunaSweep:
@@ -86,7 +89,7 @@ class OptunaSweep:
     def __init__(self, study_name: str, storage: str, direction: Any, objectives: Sequence[str],
                  n_trials: int | None, n_jobs: int, sampler: Any, pruner: Any, replicates: Any,
                  max_failure_rate: float, fail_value: Any, heartbeat_interval: int,
-                 grace_period: int | None, params: Any) -> None:
+                 grace_period: int | None, params: Any, race: Any = None) -> None:
         self.study_name = study_name
         self.storage = storage
         self.direction = _to_container(direction)
@@ -101,6 +104,7 @@ class OptunaSweep:
         self.heartbeat_interval = heartbeat_interval
         self.grace_period = grace_period
         self.params = dict(_to_container(params) or {})
+        self.race = _to_container(race) or None  # {}: no race
         self.given: dict[str, set[str]] = {}  # sampler/pruner -> its keys the command line set
 
     def setup(self, hydra_context: HydraContext, task_function: TaskFunction,
@@ -148,11 +152,14 @@ class OptunaSweep:
                              "{name: none}")
         sampler_spec = self._resolve("sampler", self.sampler_spec, optuna_specs.SAMPLERS)
         sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
+        race = _race.plan(self.race, space, [_label(c) for c in combinations], directions,
+                          self.objectives, sampler_spec["name"], pruner_spec["name"],
+                          self.n_trials)
         n_trials = self._n_trials(space)
         self._check_keys(space, base, replicates)
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler, pruner=pruner,
-                    pruner_spec=pruner_spec, fail_values=self._fail_values())
+                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race)
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
@@ -232,9 +239,17 @@ class OptunaSweep:
             raise SweepError(f"study {self.study_name!r} in {self.storage} was created with "
                              f"direction {have}, not {plan.directions}; use another "
                              "hydra.sweeper.study_name")
+        if plan.race is not None:
+            _race.check_study(study, plan.race, self.study_name)
+            _race.record_settings(study, plan.race)
         log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", self.study_name,
                  self.storage, plan.n_trials, len(plan.combinations),
                  optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
+        if plan.race is not None:
+            log.info("race over %d replicates: every candidate runs the first %d, then those "
+                     "significantly worse than the leader stop (alpha=%g, baseline %s)",
+                     len(plan.race.blocks), plan.race.min_replicates, plan.race.alpha,
+                     plan.race.labels.get(plan.race.baseline, "none"))
         stop_message = None
         with Heartbeat(storage, self.heartbeat_interval) as heartbeat:
             stop_message = self._run(study, plan, url, heartbeat)
@@ -245,21 +260,21 @@ class OptunaSweep:
               f"({tally.failed} failed)")
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
+        if plan.race is not None:
+            print(racing.summary_line(study))
         if stop_message:
             raise SweepError(stop_message, exit_code=1)
 
     def _run(self, study: optuna.Study, plan: Plan, url: str, heartbeat: Heartbeat) -> str | None:
-        allowed_failures = math.floor(self.max_failure_rate * plan.n_trials)
+        if plan.race is not None:
+            return self._run_race(study, plan, url, heartbeat)
         job_idx = 0
         while True:
             optuna.storages.fail_stale_trials(study)  # killed sweepers' trials: FAIL + retry
+            stop = self._failure_stop(study, plan)
+            if stop:
+                return stop
             tally = Tally.of(study)
-            if tally.failed > allowed_failures:
-                return (f"{tally.failed} trials of study {self.study_name} "
-                        f"failed, more than max_failure_rate={self.max_failure_rate} x "
-                        f"n_trials={plan.n_trials} allows ({allowed_failures}); see the "
-                        "errors in trials.csv, fix their cause or raise "
-                        "hydra.sweeper.max_failure_rate")
             room = plan.n_trials - tally.finished - tally.running
             if room <= 0:
                 return None
@@ -275,6 +290,127 @@ class OptunaSweep:
             for trial, original in repeats:
                 self._tell_repeat(study, trial, original, plan)
                 heartbeat.discard(trial._trial_id)
+
+    def _failure_stop(self, study: optuna.Study, plan: Plan) -> str | None:
+        allowed_failures = math.floor(self.max_failure_rate * plan.n_trials)
+        tally = Tally.of(study)
+        if tally.failed <= allowed_failures:
+            return None
+        return (f"{tally.failed} trials of study {self.study_name} "
+                f"failed, more than max_failure_rate={self.max_failure_rate} x "
+                f"n_trials={plan.n_trials} allows ({allowed_failures}); see the "
+                "errors in trials.csv, fix their cause or raise "
+                "hydra.sweeper.max_failure_rate")
+
+    # -- racing over replicates (hydra.sweeper.race; statistics in qknorm/race.py) ---------
+
+    def _run_race(self, study: optuna.Study, plan: Plan, url: str,
+                  heartbeat: Heartbeat) -> str | None:
+        """A trial per candidate, launched a look at a time: ask the grid's candidates, run
+        the blocks the next look needs, tell each candidate once the race is done with it.
+        Every pass replays the race from the study, so blocks and decisions of another sweeper
+        (or of a killed one) count; this one waits while a look needs another's blocks."""
+        mine: dict[int, optuna.Trial] = {}  # this sweeper's candidates still racing
+        job_idx = 0
+        while True:
+            optuna.storages.fail_stale_trials(study)  # killed sweepers' trials: FAIL + retry
+            stop = self._failure_stop(study, plan)
+            if stop:
+                return stop
+            race = _race.state(study.get_trials(deepcopy=False), plan.race, plan.space)
+            self._settle(study, mine, race, plan, heartbeat)
+            todo = self._race_todo(mine, race, plan)
+            if todo:
+                job_idx += self._race_launch(study, mine, todo, plan, url, job_idx, heartbeat)
+                continue
+            tally = Tally.of(study)
+            room = plan.n_trials - tally.finished - tally.running
+            if room > 0:  # candidates nobody runs yet, or a killed sweeper's retries
+                for trial in self._ask(study, plan, min(self.n_jobs, room), heartbeat):
+                    trial.set_user_attr(racing.CANDIDATE_ATTR,
+                                        plan.race.labels[_race.candidate(trial, plan.space)])
+                    mine[trial.number] = trial
+                continue
+            if not mine:
+                return None
+            time.sleep(min(self.heartbeat_interval, 5))  # another sweeper runs this look's blocks
+
+    def _race_todo(self, mine: dict[int, optuna.Trial], race: racing.Race,
+                   plan: Plan) -> list[tuple[optuna.Trial, list[str]]]:
+        """(trial, replicate overrides) of the blocks my candidates need for the next look,
+        block-major like _launch, leaving out blocks already in the study."""
+        if race.over:
+            return []
+        alive = set(race.alive)
+        return [(trial, combo) for b, combo in enumerate(plan.combinations[:race.need])
+                for trial in mine.values()
+                if _race.candidate(trial, plan.space) in alive
+                and plan.race.blocks[b] not in trial.user_attrs.get(racing.RUNS_ATTR, {})]
+
+    def _race_launch(self, study: optuna.Study, mine: dict[int, optuna.Trial],
+                     todo: list[tuple[optuna.Trial, list[str]]], plan: Plan, url: str,
+                     job_idx: int, heartbeat: Heartbeat) -> int:
+        """Run the blocks and keep each result in its trial (user attr race_runs) as soon as
+        the launch returns; a block that failed fails its candidate, which leaves the race."""
+        results_of, launched = self._launch_jobs(todo, plan, url, job_idx)
+        for (trial, combo), job in zip(todo, results_of, strict=True):
+            if trial.number not in mine:
+                continue  # failed on an earlier block of this launch
+            value = _objective(job, self.objectives[0])
+            if value is None:
+                race = _race.state(study.get_trials(deepcopy=False), plan.race, plan.space)
+                jobs = self._race_jobs(trial, plan)
+                trial.set_user_attr(racing.RECORD_ATTR, _race.record(
+                    plan.race, race, _race.candidate(trial, plan.space), len(jobs), failed=True))
+                self._tell(study, trial, [*jobs, job], plan)
+                del mine[trial.number]
+                heartbeat.discard(trial._trial_id)
+                continue
+            runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+            runs[_label(combo)] = _race.run_entry(value, job.fields)
+            trial.set_user_attr(racing.RUNS_ATTR, runs)
+        return launched
+
+    def _race_jobs(self, trial: optuna.Trial, plan: Plan) -> list[JobResult]:
+        """The trial's completed blocks as job results, in block order (for _tell)."""
+        runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+        dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
+        return [JobResult(COMPLETED, dirs.get(b, "?"), {self.objectives[0]: runs[b]["value"]})
+                for b in plan.race.blocks if b in runs]
+
+    def _settle(self, study: optuna.Study, mine: dict[int, optuna.Trial], race: racing.Race,
+                plan: Plan, heartbeat: Heartbeat) -> None:
+        """Tell my candidates the race is done with: dropped ones PRUNED, and once it is over,
+        the rest COMPLETE with their mean over the blocks they ran. Each gets user attr
+        `race`: the outcome and the look that decided it (the report's elimination table)."""
+        dropped = race.dropped()
+        for number, trial in list(mine.items()):
+            c = _race.candidate(trial, plan.space)
+            if c not in dropped and not race.over:
+                continue
+            jobs = self._race_jobs(trial, plan)
+            trial.set_user_attr(racing.RECORD_ATTR, _race.record(plan.race, race, c, len(jobs)))
+            if c in dropped:
+                self._tell_dropped(study, trial, jobs, plan, dropped[c])
+            else:
+                self._tell(study, trial, jobs, plan)
+            del mine[number]
+            heartbeat.discard(trial._trial_id)
+
+    def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                      plan: Plan, look: racing.Look) -> None:
+        trial.set_user_attr("jobs", [j.run_dir for j in jobs])
+        trial.set_user_attr("n", len(jobs))
+        _mean_values(jobs, self.objectives, trial)  # its mean/std over the blocks it ran
+        trial.set_user_attr(STATUS_ATTR, PRUNED)
+        study.tell(trial, state=TrialState.PRUNED)
+        c = _race.candidate(trial, plan.space)
+        test = look.tests[c]
+        log.info("trial %d [%s] dropped after %s: worse than the leader %s by %.4g on %d "
+                 "paired replicates (one-sided paired t, Holm-adjusted p=%.3g <= alpha=%g)",
+                 trial.number, plan.race.labels[c], plan.race.blocks[look.n - 1],
+                 plan.race.labels[look.leader], plan.race.sign * test.delta, look.n,
+                 test.p_adjusted, plan.race.alpha)
 
     # -- trials that repeat another's effective config (issue 12: pseudo-replication) ------
 
@@ -340,14 +476,26 @@ class OptunaSweep:
         # Replicate-major: all trials' first fold, then their second, ...; a sweep stopped
         # early then holds whole folds, every p paired.
         jobs = [(trial, combo) for combo in plan.combinations for trial in batch]
+        results_of, launched = self._launch_jobs(jobs, plan, url, job_idx)
+        by_trial: dict[int, list[JobResult]] = {t.number: [] for t in batch}
+        for (trial, _), result in zip(jobs, results_of, strict=True):
+            by_trial[trial.number].append(result)
+        return by_trial, launched
+
+    def _launch_jobs(self, jobs: list[tuple[optuna.Trial, list[str]]], plan: Plan, url: str,
+                     job_idx: int) -> tuple[list[JobResult], int]:
+        """Run the (trial, replicate overrides) jobs an earlier attempt did not complete, in
+        one launch. Returns every job's result, in order, and the number launched."""
         results_of = [_reused_job(trial, combo) for trial, combo in jobs]
         todo = [i for i, r in enumerate(results_of) if r is None]
-        dirs: dict[int, dict[str, str]] = {t.number: {} for t in batch}
+        trials = {trial.number: trial for trial, _ in jobs}
+        # Kept: the dirs of replicates launched earlier (a race launches a look at a time).
+        dirs = {n: dict(t.user_attrs.get(JOB_DIRS_ATTR, {})) for n, t in trials.items()}
         for (trial, combo), reused in zip(jobs, results_of, strict=True):
             planned = (self.sweep_dir / _subdir(trial, combo)).resolve()
             dirs[trial.number][_label(combo)] = reused.run_dir if reused else str(planned)
-        for trial in batch:  # before launching: a killed sweep's retry finds them here
-            trial.set_user_attr(JOB_DIRS_ATTR, dirs[trial.number])
+        for number, trial in trials.items():  # before launching: a killed sweep's retry finds them
+            trial.set_user_attr(JOB_DIRS_ATTR, dirs[number])
         overrides = [self._job_overrides(*jobs[i], plan, url) for i in todo]
         try:
             returns = self.launcher.launch(overrides, initial_job_idx=job_idx) if todo else []
@@ -358,10 +506,7 @@ class OptunaSweep:
                         for _ in todo]
         for i, result in zip(todo, launched, strict=True):
             results_of[i] = result
-        by_trial: dict[int, list[JobResult]] = {t.number: [] for t in batch}
-        for (trial, _), result in zip(jobs, results_of, strict=True):
-            by_trial[trial.number].append(result)
-        return by_trial, len(todo)
+        return results_of, len(todo)
 
     def _ask(self, study: optuna.Study, plan: Plan, n: int,
              heartbeat: Heartbeat) -> list[optuna.Trial]:
@@ -459,6 +604,17 @@ def _given_keys(overrides: list[str], kind: str) -> set[str]:
         elif key.startswith(node + "."):
             keys.add(key[len(node) + 1:].split(".")[0])
     return keys
+
+
+def _objective(job: JobResult, name: str) -> float | None:
+    """A completed job's finite objective, or None (the job failed, or it has no such field)."""
+    if job.status != COMPLETED:
+        return None
+    try:
+        value = float(job.fields[name])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _mean_values(jobs: list[JobResult], objectives: list[str],

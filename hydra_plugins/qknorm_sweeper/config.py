@@ -44,6 +44,11 @@ class QknormOptunaSweeperConf:
     # choice(a, b, ...), or a fixed value. A key written `1/norm.p` searches the reciprocal
     # (0 means inf), so a search space can reach p = inf.
     params: Dict[str, Any] = field(default_factory=dict)
+    # {} (no race), or a race over the replicates: {min_replicates: 3, alpha: 0.05, baseline: 2.0}.
+    # Every grid point runs the first min_replicates; after each further one, those
+    # significantly worse than the leader (one-sided paired t, Holm) stop (qknorm/race.py).
+    # A dict, not Optional: Hydra cannot merge a command-line dict into a null node.
+    race: Dict[str, Any] = field(default_factory=dict)
 
 
 ConfigStore.instance().store(

@@ -1,0 +1,217 @@
+"""Race mode's checks and its state in the study (the statistics live in qknorm/race.py).
+
+With `hydra.sweeper.race` set, a trial is one candidate (a grid point) that runs its replicate
+blocks a look at a time; the sweeper (_sweep.py, _run_race) launches them. Everything the race
+decides follows from what the study holds: each trial's block results (user attr `race_runs`)
+and the race settings (study user attr `race`). So a rerun after a kill, or another sweeper on
+the same study, replays the same looks and runs only the blocks still missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS, retried_numbers
+from hydra_plugins.qknorm_sweeper._errors import SweepError
+from hydra_plugins.qknorm_sweeper._space import SearchSpace, format_value
+from qknorm import race as racing
+
+OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None}
+EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0}"
+
+
+@dataclass(frozen=True)
+class RaceSpec:
+    min_replicates: int
+    alpha: float
+    baseline: Hashable | None  # the baseline's candidate key (trial params, in space order)
+    candidates: tuple[Hashable, ...]  # every grid point, in grid order
+    labels: dict[Hashable, str]  # candidate -> "norm.p=2.0"
+    blocks: tuple[str, ...]  # replicate combinations as labels, in launch order
+    sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
+
+    def settings(self) -> dict[str, Any]:
+        """What a rerun must match (stored in the study): the same race, or another study."""
+        return {"min_replicates": self.min_replicates, "alpha": self.alpha,
+                "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
+                "candidates": [self.labels[c] for c in self.candidates]}
+
+
+def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
+         objectives: list[str], sampler: str, pruner: str, n_trials: int | None) -> RaceSpec | None:
+    """The race, every setting checked (SweepError names the value and the fix); None: off
+    (race: {} or null)."""
+    if spec is None or spec == {}:
+        return None
+    options = _options(spec)
+    if sampler != "grid":
+        raise SweepError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
+                         f"candidate at once), not sampler.name={sampler}")
+    if pruner != "none":
+        raise SweepError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
+                         f"pruner.name={pruner}")
+    if len(objectives) != 1:
+        raise SweepError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
+                         "in hydra.sweeper.objectives")
+    if n_trials is not None and n_trials != space.grid_size:
+        raise SweepError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
+                         f"n_trials: null (the grid's {space.grid_size} points)")
+    minimum = _min_replicates(options["min_replicates"])
+    alpha = options["alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise SweepError(f"hydra.sweeper.race.alpha={alpha!r} must be in (0, 1), e.g. 0.05")
+    if blocks == [""]:
+        raise SweepError("hydra.sweeper.race needs replicates to race over; set e.g. "
+                         "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
+    if len(blocks) < minimum:
+        raise SweepError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
+                         f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
+                         "min_replicates")
+    candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
+    labels = {c: _label(space, c) for c in candidates}
+    baseline = _baseline(options["baseline"], space, candidates)
+    return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
+                    1.0 if directions[0] == "minimize" else -1.0)
+
+
+def _options(spec: Any) -> dict[str, Any]:
+    if not isinstance(spec, dict):
+        raise SweepError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. {EXAMPLE}")
+    for key in spec:
+        if key not in OPTIONS:
+            raise SweepError(f"hydra.sweeper.race.{key} is not a race option "
+                             f"({', '.join(OPTIONS)}); fix its spelling or remove it")
+    return {**OPTIONS, **spec}
+
+
+def _min_replicates(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise SweepError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
+                         "(a paired t-test needs two pairs), e.g. 3")
+    return value
+
+
+def _label(space: SearchSpace, candidate: Sequence[Any]) -> str:
+    values = space.values(dict(zip((p.name for p in space.params), candidate, strict=True)))
+    return " ".join(f"{k}={format_value(v)}" for k, v in values.items())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """A baseline as written (2, 2.0, 'inf') against a config value (2.0, inf)."""
+    try:
+        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashable | None:
+    if value is None:
+        return None
+    keys = [p.key for p in space.params]
+    if not isinstance(value, dict):
+        if len(keys) > 1:
+            raise SweepError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
+                             f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
+                             f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
+        value = {keys[0]: value}
+    names = [p.name for p in space.params]
+    for c in candidates:
+        config = space.values(dict(zip(names, c, strict=True)))
+        if set(value) == set(config) and all(_same(value[k], config[k]) for k in config):
+            return c
+    shown = ", ".join(f"{k}={format_value(v)}" for k, v in value.items())
+    choices = "; ".join(" ".join(f"{k}={format_value(v)}" for k, v in
+                                 space.values(dict(zip(names, c, strict=True))).items())
+                        for c in candidates)
+    raise SweepError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
+                     f"({choices}); pick one of them, or null for none")
+
+
+def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
+    """A study holds one race: a rerun must race the same way. Raises before touching it."""
+    have = study.user_attrs.get(racing.SETTINGS_ATTR)
+    want = race.settings()
+    if have is None and study.get_trials(deepcopy=False):
+        raise SweepError(f"study {study_name!r} holds a sweep that was not a race; race under "
+                         "another hydra.sweeper.study_name")
+    for key, value in (have or {}).items():
+        if want.get(key) != value:
+            raise SweepError(f"study {study_name!r} was raced with {key}={value!r}, not "
+                             f"{want.get(key)!r}; rerun with its settings or use another "
+                             "hydra.sweeper.study_name")
+
+
+def record_settings(study: optuna.Study, race: RaceSpec) -> None:
+    if racing.SETTINGS_ATTR not in study.user_attrs:
+        study.set_user_attr(racing.SETTINGS_ATTR, race.settings())
+
+
+def candidate(trial: FrozenTrial | optuna.Trial, space: SearchSpace) -> Hashable:
+    """A trial's candidate: its param values in the space's order (a grid point)."""
+    return tuple(trial.params[p.name] for p in space.params)
+
+
+def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashable, FrozenTrial]:
+    """Each candidate's trial: the latest that is not a killed one's retried original or a
+    surplus one (a retry inherits the original's block results)."""
+    retried = retried_numbers(trials)
+    out: dict[Hashable, FrozenTrial] = {}
+    for t in trials:
+        if t.number in retried or t.user_attrs.get(STATUS_ATTR) == SURPLUS or not t.params:
+            continue
+        out[candidate(t, space)] = t
+    return out
+
+
+def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
+    """Block index -> sign * objective, for the blocks the trial completed."""
+    runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+    return {i: race.sign * runs[b]["value"] for i, b in enumerate(race.blocks) if b in runs}
+
+
+def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racing.Race:
+    """The race replayed from the study: looks so far, who is in, what the next look needs."""
+    current = current_trials(trials, space)
+    values = {c: block_values(t, race) for c, t in current.items()}
+    # Not started yet, or running/waiting for a sweeper: it can still run blocks.
+    live = {c for c in race.candidates
+            if c not in current or current[c].state in (TrialState.RUNNING, TrialState.WAITING)}
+    return racing.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
+                         race.alpha, race.baseline)
+
+
+def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
+           failed: bool = False) -> dict[str, Any]:
+    """The trial user attr `race`: how the candidate's race ended, with the look that decided
+    it (Δ in the objective's units: candidate - leader)."""
+    dropped = result.dropped()
+    outcome = (racing.FAILED if failed else racing.DROPPED if c in dropped else racing.SURVIVED)
+    out: dict[str, Any] = {"outcome": outcome, "n": n_run,
+                           "after": race.blocks[n_run - 1] if n_run else None}
+    lk = dropped.get(c) or (result.looks[-1] if result.looks and not failed else None)
+    if lk is not None:
+        test = lk.tests.get(c)
+        out.update(look=lk.n, leader=race.labels[lk.leader],
+                   delta=None if test is None else race.sign * test.delta,
+                   p=None if test is None else test.p,
+                   p_adjusted=None if test is None else test.p_adjusted)
+    return out
+
+
+def run_entry(value: float, fields: dict[str, Any]) -> dict[str, Any]:
+    """One block's result as the study keeps it: the value and the run's cost."""
+    steps, wall, threads = (fields.get(k) for k in ("steps", "wall_time_s", "threads"))
+    core_s = (float(wall) * float(threads)
+              if _finite(wall) and _finite(threads) else None)
+    return {"value": value, "steps": int(steps) if _finite(steps) else None, "core_s": core_s}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

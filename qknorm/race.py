@@ -1,0 +1,240 @@
+"""Racing candidates over replicates (e.g. folds): which candidates a race drops, and when.
+
+A race runs every candidate (a grid point of a sweep) on the first `min_replicates` blocks (a
+block is one replicate combination, e.g. data.fold=0), then looks: the leader is the candidate
+with the lowest mean over the blocks every candidate still in the race has run, every other one
+is tested against it with a one-sided paired t-test (H1: its mean paired difference to the
+leader is above 0), Holm's step-down adjusts those p-values over the candidates tested at that
+look, and each with an adjusted p <= alpha is dropped (the baseline never is). The others run
+one more block and the race looks again, until one candidate is left or the blocks run out.
+
+What this controls: at one look, Holm keeps the chance of dropping any candidate whose paired
+difference to that look's leader is in truth <= 0 at alpha or below (family-wise over the
+candidates of the look). What it does not: every further look is another chance to drop one
+(no alpha spending over looks), and the leader is picked on the same data it is tested with,
+which favours it when candidates are level. README "Racing over folds" has the measured rates.
+
+Everything here is a pure function of the values. The sweeper replays the race from the values
+recorded in the study (hydra_plugins/qknorm_sweeper/_race.py), so a resumed sweep, or a second
+sweeper on the same study, reaches the same decisions; the report reads the decisions back.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Names in the Optuna study: settings (study user attr), per-trial block results and decision.
+SETTINGS_ATTR = "race"
+RUNS_ATTR = "race_runs"  # trial user attr: block label -> {value, steps, core_s}
+RECORD_ATTR = "race"  # trial user attr: how the trial's race ended (see the sweeper's _record)
+DROPPED, SURVIVED, FAILED = "dropped", "survived", "failed"
+
+
+@dataclass(frozen=True)
+class Test:
+    delta: float  # mean paired difference, candidate - leader (> 0: worse)
+    p: float  # one-sided paired t-test, H1: delta > 0
+    p_adjusted: float  # Holm over the candidates tested at this look
+
+
+@dataclass(frozen=True)
+class Look:
+    n: int  # the first n blocks were compared
+    leader: Hashable
+    tests: dict[Hashable, Test]  # every candidate in the race but the leader
+    dropped: tuple[Hashable, ...]
+
+
+@dataclass
+class Race:
+    looks: list[Look] = field(default_factory=list)
+    alive: list[Hashable] = field(default_factory=list)  # in candidate order
+    need: int | None = None  # blocks every alive candidate needs for the next look; None: over
+    gone: dict[Hashable, int] = field(default_factory=dict)  # left without a drop, before look n
+
+    @property
+    def over(self) -> bool:
+        return self.need is None
+
+    def dropped(self) -> dict[Hashable, Look]:
+        return {c: lk for lk in self.looks for c in lk.dropped}
+
+
+def paired_t_greater(d: Sequence[float]) -> float:
+    """p-value of the one-sided paired t-test of H1: mean(d) > 0 (n >= 2 differences)."""
+    n, mean = len(d), statistics.fmean(d)
+    if max(d) - min(d) <= 1e-12 * max(1.0, abs(mean)):
+        # No spread (rounding noise is not variance): a sure sign, or a tie that never drops.
+        return 0.0 if mean > 1e-12 * max(1.0, abs(min(d))) else 1.0
+    # scipy.special, not scipy.stats: the sweeper imports this, and scipy.stats takes seconds.
+    from scipy.special import stdtr  # Student t CDF
+
+    t = mean / (statistics.stdev(d) / math.sqrt(n))
+    return float(stdtr(n - 1, -t))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order: reject where <= alpha.
+
+    A private copy while qknorm.stats gains its own Holm (issue 14); they should become one.
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
+         baseline: Hashable | None = None) -> Look:
+    """One look over candidates that all ran the same blocks (equal-length lists, in block
+    order). The leader is the lowest mean (the first one listed on a tie)."""
+    means = {c: statistics.fmean(v) for c, v in values.items()}
+    leader = min(means, key=means.__getitem__)
+    others = [c for c in values if c != leader]
+    diffs = {c: [x - y for x, y in zip(values[c], values[leader], strict=True)] for c in others}
+    raw = [paired_t_greater(diffs[c]) for c in others]
+    tests = {c: Test(statistics.fmean(diffs[c]), p, q)
+             for c, p, q in zip(others, raw, holm(raw), strict=True)}
+    # The baseline stays to the end so every candidate can be paired with it on its folds.
+    dropped = tuple(c for c in others if tests[c].p_adjusted <= alpha and c != baseline)
+    n = len(next(iter(values.values())))
+    return Look(n, leader, tests, dropped)
+
+
+def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int, float]],
+           live: set[Hashable], n_blocks: int, min_blocks: int, alpha: float,
+           baseline: Hashable | None = None) -> Race:
+    """The race so far, from each candidate's values by block index (lower is better).
+
+    `live`: candidates that can still run blocks (running, or not started yet). A candidate that
+    is not live and lacks a block the next look needs (its run failed) leaves the race there
+    without a test. The race waits (`need`) while a live candidate lacks a block.
+    """
+    race = Race(alive=list(candidates), need=min_blocks)
+    for n in range(min_blocks, n_blocks + 1):
+        has = {c: all(b in values.get(c, {}) for b in range(n)) for c in race.alive}
+        race.gone.update({c: n for c in race.alive if not has[c] and c not in live})
+        race.alive = [c for c in race.alive if has[c] or c in live]
+        if not all(has[c] for c in race.alive):
+            race.need = n
+            return race
+        if len(race.alive) < 2:
+            break
+        lk = look({c: [values[c][b] for b in range(n)] for c in race.alive}, alpha, baseline)
+        race.looks.append(lk)
+        race.alive = [c for c in race.alive if c not in lk.dropped]
+        if len(race.alive) < 2:
+            break
+    race.need = None
+    return race
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a race back from its Optuna study: the elimination table and the compute it spent.
+
+CANDIDATE_ATTR = "race_candidate"  # trial user attr: the candidate as overrides, norm.p=2.0
+
+
+@dataclass
+class Elimination:
+    blocks: list[str]
+    rows: list[dict]  # per candidate, in grid order: label, outcome, n, after, leader, delta, ...
+    spent: dict[str, float]  # runs, steps, core_s the race ran
+    grid: dict[str, float]  # the same for the full grid (steps, core_s: estimated)
+
+
+def _trials_by_candidate(study) -> dict[str, object]:
+    """Each candidate's latest trial, leaving out a killed sweeper's retried originals and
+    trials given up as surplus (as the sweeper counts them)."""
+    from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS, retried_numbers
+
+    trials = study.get_trials(deepcopy=False)
+    retried = retried_numbers(trials)
+    return {t.user_attrs[CANDIDATE_ATTR]: t for t in trials
+            if CANDIDATE_ATTR in t.user_attrs and t.number not in retried
+            and t.user_attrs.get(STATUS_ATTR) != SURPLUS}
+
+
+def elimination(study) -> Elimination | None:
+    """The race a study holds, or None when it holds no race."""
+    settings = study.user_attrs.get(SETTINGS_ATTR)
+    if not isinstance(settings, dict):
+        return None
+    blocks, trials = list(settings["blocks"]), _trials_by_candidate(study)
+    rows, spent, grid = [], {"runs": 0, "steps": 0, "core_s": 0.0}, {"steps": 0.0, "core_s": 0.0}
+    for label in settings["candidates"]:
+        t = trials.get(label)
+        record = t.user_attrs.get(RECORD_ATTR, {}) if t is not None else {}
+        runs = list(t.user_attrs.get(RUNS_ATTR, {}).values()) if t is not None else []
+        outcome = record.get("outcome") or ("racing" if t is not None else "not started")
+        rows.append({"candidate": label, "outcome": outcome, "n": len(runs),
+                     "mean": statistics.fmean(r["value"] for r in runs) if runs else math.nan,
+                     **{k: record.get(k) for k in ("after", "leader", "delta", "p",
+                                                   "p_adjusted")}})
+        spent["runs"] += len(runs)
+        for key in ("steps", "core_s"):
+            known = [r[key] for r in runs if r.get(key) is not None]
+            spent[key] += sum(known)
+            # The grid would have run every block: this candidate's mean run, len(blocks) times.
+            grid[key] += statistics.fmean(known) * len(blocks) if known else math.nan
+    grid["runs"] = len(settings["candidates"]) * len(blocks)
+    return Elimination(blocks, rows, spent, grid)
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole and math.isfinite(whole) else "-"
+
+
+def summary_line(study) -> str:
+    """One line for the console at the end of a race."""
+    e = elimination(study)
+    if e is None:
+        return "race: none recorded in this study"
+    dropped = [r for r in e.rows if r["outcome"] == DROPPED]
+    left = [r for r in e.rows if r["outcome"] == SURVIVED]
+    line = (f"race: {len(dropped)} of {len(e.rows)} candidates dropped, {len(left)} left "
+            f"({', '.join(r['candidate'] for r in left) or 'none'}); ran {e.spent['runs']} of "
+            f"{e.grid['runs']} runs ({_share(e.spent['runs'], e.grid['runs'])} of the grid)")
+    if e.spent["core_s"]:
+        line += (f", {e.spent['core_s']:,.0f} core-seconds "
+                 f"({_share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
+    return line
+
+
+def _num(x, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def report_lines(study, name: str) -> list[str]:
+    """summary.md's race section: the elimination table and the compute spent vs the grid."""
+    e = elimination(study)
+    if e is None:
+        return []
+    header = ["candidate", "outcome", "replicates run", "dropped after", "leader at that look",
+              "Δ vs leader", "one-sided paired t p", "Holm-adjusted p", "mean"]
+    rows = [[r["candidate"], r["outcome"], str(r["n"]),
+             r["after"] if r["outcome"] == DROPPED else "-", r["leader"] or "-",
+             _num(r["delta"], "+.4f"), _num(r["p"], ".3g"), _num(r["p_adjusted"], ".3g"),
+             _num(r["mean"], ".4f")] for r in e.rows]
+    table = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    table += ["| " + " | ".join(row) + " |" for row in rows]
+    s, g = e.spent, e.grid
+    return [
+        f"## Race: study {name}", "",
+        f"Every candidate ran the first replicates, then after each further one every candidate "
+        f"significantly worse than the leader was dropped (one-sided paired t, Holm over the "
+        f"candidates at that look). Replicates in order: {', '.join(e.blocks)}. For a survivor "
+        "the columns give its last look.", "",
+        *table, "",
+        f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
+        f"({_share(s['runs'], g['runs'])}), {s['steps']:,} of ≈{g['steps']:,.0f} training steps "
+        f"({_share(s['steps'], g['steps'])}), {s['core_s']:,.0f} of ≈{g['core_s']:,.0f} "
+        f"core-seconds ({_share(s['core_s'], g['core_s'])}; core-seconds = wall_time_s × "
+        "threads per run; the grid's steps and core-seconds are estimated as each candidate's "
+        "mean run times the number of replicates).", ""]

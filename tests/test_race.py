@@ -1,0 +1,253 @@
+"""Racing over replicates (issue 13, part 1): the decision rule on objectives with a known
+answer, the committed grids replayed as races, the checks, and a real race through the CLI that
+is killed and resumed (tests/race_task.py, a task whose losses are a table)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+from scipy import stats
+
+from hydra_plugins.qknorm_sweeper import _race
+from hydra_plugins.qknorm_sweeper._errors import SweepError
+from hydra_plugins.qknorm_sweeper._space import parse_space, replicate_combinations
+from qknorm import race
+
+REPO = Path(__file__).resolve().parents[1]
+P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
+
+
+# -- the statistics ----------------------------------------------------------------------------
+
+def test_one_sided_paired_t_is_scipys_and_ties_never_drop():
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5):
+        x, y = rng.normal(size=n), rng.normal(size=n)
+        want = stats.ttest_rel(x, y, alternative="greater").pvalue
+        assert race.paired_t_greater(list(x - y)) == pytest.approx(want, rel=1e-12)
+    assert race.paired_t_greater([0.0, 0.0, 0.0]) == 1.0  # identical runs: a tie
+    assert race.paired_t_greater([0.5, 0.5, 0.5]) == 0.0  # the same gap on every fold
+    assert race.paired_t_greater([-0.5, -0.5]) == 1.0
+
+
+def test_holm_adjusts_step_down_and_keeps_order():
+    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, then 0.04*1=0.04 lifted to 0.06
+    assert race.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert race.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert race.holm([]) == []
+
+
+# -- the race on synthetic objectives ------------------------------------------------------------
+
+def synthetic(means: dict, n_blocks: int, noise: float, seed: int = 0) -> dict:
+    """values[c][b] = mean_c + a block effect shared by every c (large) + noise (small)."""
+    rng = np.random.default_rng(seed)
+    block = rng.normal(scale=1.0, size=n_blocks)
+    return {c: dict(enumerate(m + block + rng.normal(scale=noise, size=n_blocks)))
+            for c, m in means.items()}
+
+
+def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
+    means = {"a": 0.0, "b": 0.0, "c": 0.3, "d": 0.6, "e": 1.0}
+    values = synthetic(means, n_blocks=6, noise=0.02)
+    values["a2"] = dict(values["a"])  # the same runs again: an exact tie with a
+    r = race.replay(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
+    assert [lk.n for lk in r.looks] == [3, 4, 5, 6] and r.over
+    assert r.looks[0].dropped == ("c", "d", "e")  # dropped after the minimum 3 blocks
+    assert all(not lk.dropped for lk in r.looks[1:])
+    assert r.alive == ["a", "b", "a2"]  # the best and its equals run every block
+    first = r.looks[0]
+    for c in "cde":  # the paired difference removes the block effect
+        assert first.tests[c].delta == pytest.approx(means[c], abs=0.05)
+    if first.leader in ("a", "a2"):
+        tie = "a2" if first.leader == "a" else "a"
+        assert first.tests[tie].delta == 0.0 and first.tests[tie].p_adjusted == 1.0
+
+
+def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
+    values = synthetic({"best": 0.0, "base": 0.5, "bad": 1.0}, n_blocks=5, noise=0.02)
+    without = race.replay(list(values), values, set(), 5, 3, 0.05)
+    assert without.alive == ["best"] and [lk.n for lk in without.looks] == [3]
+    kept = race.replay(list(values), values, set(), 5, 3, 0.05, baseline="base")
+    assert kept.alive == ["best", "base"] and [lk.n for lk in kept.looks] == [3, 4, 5]
+    assert kept.looks[0].dropped == ("bad",)
+    assert all(lk.tests["base"].p_adjusted <= 0.05 for lk in kept.looks)  # worse, but kept
+
+
+def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test():
+    values = synthetic({"a": 0.0, "b": 1.0, "c": 0.0}, n_blocks=4, noise=0.02)
+    partial = {"a": values["a"], "b": values["b"], "c": {0: values["c"][0]}}
+    waiting = race.replay(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
+    assert waiting.need == 3 and not waiting.looks and waiting.alive == ["a", "b", "c"]
+    failed = race.replay(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
+    assert failed.gone == {"c": 3} and "c" not in failed.looks[0].tests
+    assert failed.looks[0].dropped == ("b",) and failed.alive == ["a"] and failed.over
+
+
+@pytest.mark.parametrize("gamma_init, baseline, runs, dropped", [
+    ("qknorm", 2.0, 28, {1.0: 3, 2.5: 3, 3.0: 3, 3.5: 3, 4.0: 3, math.inf: 3}),
+    ("calibrated", 2.0, 39, {1.0: 4}),
+    ("calibrated", None, 38, {1.0: 4, 2.0: 4}),  # the issue's replay, p = 2 not protected
+])
+def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropped):
+    """docs/results' 5-fold grids, replayed fold by fold: which p a race would have dropped
+    after how many folds, and how many of the 40 runs it would have run."""
+    df = pd.read_csv(REPO / "docs" / "results" / "paper_cpu" / gamma_init / "results.csv")
+    values = {p: dict(zip(g["data.fold"], g["best_val_loss"], strict=True))
+              for p, g in df.groupby("norm.p")}
+    assert sorted(values) == P_GRID
+    r = race.replay(P_GRID, values, set(), 5, 3, 0.05, baseline)
+    assert {p: lk.n for p, lk in r.dropped().items()} == dropped
+    assert sum(dropped.get(p, 5) for p in P_GRID) == runs
+    assert r.looks[-1].leader == (2.0 if gamma_init == "qknorm" else 4.0)
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+def plan(race_spec, params=None, folds=(0, 1, 2, 3, 4), **kw):
+    space, _ = parse_space(params or {"norm.p": "choice(1.0,2.0,inf)"}, [])
+    combos = replicate_combinations({"data.fold": list(folds)} if folds else {})
+    blocks = [" ".join(c) for c in combos]
+    args = {"directions": ["minimize"], "objectives": ["best_val_loss"], "sampler": "grid",
+            "pruner": "none", "n_trials": None, **kw}
+    return _race.plan(race_spec, space, blocks, **args)
+
+
+def test_a_race_spec_names_its_candidates_blocks_and_baseline():
+    spec = plan({"min_replicates": 3, "alpha": 0.05, "baseline": 2})
+    assert spec.candidates == ((1.0,), (2.0,), (math.inf,)) and spec.baseline == (2.0,)
+    assert spec.labels[(math.inf,)] == "norm.p=inf" and spec.sign == 1.0
+    assert spec.blocks == tuple(f"data.fold={f}" for f in range(5))
+    assert plan({"baseline": "inf"}).baseline == (math.inf,)  # as a YAML file gives it
+    assert plan({}, directions=["maximize"]) is None  # {}: no race
+    assert plan({"alpha": 0.1}, directions=["maximize"]).sign == -1.0
+
+
+ON = {"alpha": 0.05}  # a race with every other setting at its default
+BAD_RACES = [
+    ({"min_replicates": 3}, {"folds": (0, 1)},
+     "hydra.sweeper.race.min_replicates=3 but the replicates give 2 (data.fold=0, data.fold=1)"),
+    (ON, {"folds": ()}, "hydra.sweeper.race needs replicates to race over"),
+    ({"alpha": 1.5}, {}, "hydra.sweeper.race.alpha=1.5 must be in (0, 1), e.g. 0.05"),
+    ({"alpha": 0}, {}, "hydra.sweeper.race.alpha=0 must be in (0, 1)"),
+    ({"min_replicates": 1}, {}, "hydra.sweeper.race.min_replicates=1 must be an integer >= 2"),
+    ({"baseline": 2.5}, {}, "hydra.sweeper.race.baseline=norm.p=2.5 is not among the "
+                            "candidates (norm.p=1.0; norm.p=2.0; norm.p=inf); pick one"),
+    ({"baseline": 2.0}, {"params": {"norm": "choice(lp,l2)", "norm.p": "choice(2.0,4.0)"}},
+     "hydra.sweeper.race.baseline=2.0 is ambiguous: the candidates vary norm, norm.p"),
+    ({"alpah": 0.1}, {}, "hydra.sweeper.race.alpah is not a race option (min_replicates, "
+                         "alpha, baseline)"),
+    (ON, {"sampler": "tpe"}, "hydra.sweeper.race needs sampler: {name: grid}"),
+    (ON, {"pruner": "median"}, "set pruner: {name: none}, not pruner.name=median"),
+    (ON, {"n_trials": 2}, "hydra.sweeper.n_trials=2: a race runs the whole grid"),
+    (ON, {"objectives": ["a", "b"], "directions": ["minimize"] * 2}, "races one objective"),
+]
+
+
+@pytest.mark.parametrize("spec, kw, message", BAD_RACES, ids=[
+    "fewer-folds", "no-replicates", "alpha-high", "alpha-zero", "min-1", "baseline",
+    "baseline-ambiguous", "unknown-key", "sampler", "pruner", "n-trials", "objectives"])
+def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, message):
+    with pytest.raises(SweepError) as e:
+        plan(spec, **kw)
+    assert message in str(e.value) and "\n" not in str(e.value) and e.value.exit_code == 2
+
+
+def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
+    spec = plan({"min_replicates": 3, "alpha": 0.05, "baseline": 2})
+    study = optuna.create_study()
+    _race.check_study(study, spec, "s")  # new and empty: fine
+    _race.record_settings(study, spec)
+    assert study.user_attrs["race"]["baseline"] == "norm.p=2.0"
+    _race.check_study(study, spec, "s")  # the same race: resumes
+    with pytest.raises(SweepError, match=r"^study 's' was raced with alpha=0.05, not 0.1; rerun "
+                                         "with its settings or use another hydra"):
+        _race.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
+    grid = optuna.create_study()
+    grid.tell(grid.ask(), 1.0)
+    with pytest.raises(SweepError, match="holds a sweep that was not a race"):
+        _race.check_study(grid, spec, "g")
+    assert grid.user_attrs == {}  # checked, not touched
+
+
+def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
+    from .test_experiments import _preset_sweeper
+
+    hydra_cfg = _preset_sweeper("paper_cpu", "search=p_race", "norm.gamma_init=calibrated")
+    sweeper = hydra_cfg.sweeper
+    assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0}
+    assert list(sweeper.replicates["data.fold"]) == [0, 1, 2, 3, 4]  # the experiment's folds
+    assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
+    assert sweeper.study_name == "paper_cpu_calibrated_race"  # never the grid's study
+    assert hydra_cfg.sweep.dir == "outputs/sweeps/paper_cpu_calibrated_race"
+
+
+# -- a real race through the command line ---------------------------------------------------------
+
+TASK = str(REPO / "tests" / "race_task.py")
+RACE = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4)", "hydra.sweeper.study_name=r",
+        "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=null",
+        "hydra.sweeper.n_jobs=4", "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
+        "++hydra.sweeper.race={min_replicates:2,alpha:0.05,baseline:2}",
+        "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2",
+        "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
+# What the table in race_task.py makes the race do: x=3 out after 2 folds, x=4 after 3.
+EXPECTED_RUNS = sorted([(1, f) for f in range(4)] + [(2, f) for f in range(4)]
+                       + [(3, 0), (3, 1), (4, 0), (4, 1), (4, 2)])
+
+
+@pytest.mark.slow
+def test_a_killed_race_resumes_running_only_the_missing_folds(cli):
+    from tests.race_task import THREADS, WALL_S, loss
+
+    killed = cli(TASK, *RACE, "kill_at='1,2'")  # dies as x=1 starts fold 2 (the second look)
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    time.sleep(2.5)  # past grace_period: the killed sweep's trials are stale
+
+    r = cli(TASK, *RACE, "kill_at='1,2'")
+    assert r.returncode == 0, r.stderr[-3000:]
+    calls = [tuple(map(int, ln.split())) for ln in (cli.cwd / "calls.log").read_text().split("\n")
+             if ln]
+    assert sorted(calls) == EXPECTED_RUNS  # every run once: nothing finished ran again
+
+    study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    e = race.elimination(study)
+    rows = {row["candidate"]: row for row in e.rows}
+    assert {c: (row["outcome"], row["n"], row["after"], row["leader"])
+            for c, row in rows.items()} == {
+        "x=1": ("survived", 4, "fold=3", "x=1"), "x=2": ("survived", 4, "fold=3", "x=1"),
+        "x=3": ("dropped", 2, "fold=1", "x=1"), "x=4": ("dropped", 3, "fold=2", "x=1")}
+    assert rows["x=3"]["p_adjusted"] == pytest.approx(0.0144, abs=1e-4)
+    assert rows["x=4"]["p_adjusted"] == pytest.approx(0.0415, abs=1e-4)
+    assert rows["x=4"]["delta"] == pytest.approx(statistics.fmean(
+        loss(4, f) - loss(1, f) for f in range(3)))
+    assert e.spent == {"runs": 13, "steps": 1300, "core_s": 13 * WALL_S * THREADS}
+    assert e.grid == {"runs": 16, "steps": 1600, "core_s": 16 * WALL_S * THREADS}
+    counted = [t for t in study.get_trials() if t.state != TrialState.FAIL]  # FAIL: killed
+    states = {t.user_attrs["race_candidate"]: t for t in counted}
+    assert {c: t.state for c, t in states.items()} == {
+        "x=1": TrialState.COMPLETE, "x=2": TrialState.COMPLETE,
+        "x=3": TrialState.PRUNED, "x=4": TrialState.PRUNED}
+    assert states["x=2"].value == pytest.approx(statistics.fmean(loss(2, f) for f in range(4)))
+    assert "race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of 16 runs" in r.stdout
+    assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(
+        race.report_lines(study, "r"))
+
+
+@pytest.mark.slow
+def test_bad_race_input_exits_2_before_any_job_or_study(cli):
+    r = cli(TASK, *[a.replace("min_replicates:2", "min_replicates:5") for a in RACE])
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: hydra.sweeper.race.min_replicates=5 but the replicates give 4 (fold=0, fold=1, "
+        "fold=2, fold=3); list at least 5 or lower min_replicates"]
+    assert not (cli.cwd / "outputs").exists() and not (cli.cwd / "calls.log").exists()
+
