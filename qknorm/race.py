@@ -144,6 +144,7 @@ CANDIDATE_ATTR = "race_candidate"  # trial user attr: the candidate as overrides
 @dataclass
 class Elimination:
     blocks: list[str]
+    baseline: str | None
     rows: list[dict]  # per candidate, in grid order: label, outcome, n, after, leader, delta, ...
     spent: dict[str, float]  # runs, steps, core_s the race ran
     grid: dict[str, float]  # the same for the full grid (steps, core_s: estimated)
@@ -184,7 +185,7 @@ def elimination(study) -> Elimination | None:
             # The grid would have run every block: this candidate's mean run, len(blocks) times.
             grid[key] += statistics.fmean(known) * len(blocks) if known else math.nan
     grid["runs"] = len(settings["candidates"]) * len(blocks)
-    return Elimination(blocks, rows, spent, grid)
+    return Elimination(blocks, settings.get("baseline"), rows, spent, grid)
 
 
 def _share(part: float, whole: float) -> str:
@@ -205,6 +206,11 @@ def summary_line(study) -> str:
         line += (f", {e.spent['core_s']:,.0f} core-seconds "
                  f"({_share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
     return line
+
+
+def _count(x: float) -> str:
+    """A total with thousands separators; "-" where the runs did not report it."""
+    return f"{x:,.0f}" if x and math.isfinite(x) else "-"
 
 
 def _num(x, spec: str) -> str:
@@ -229,12 +235,14 @@ def report_lines(study, name: str) -> list[str]:
         f"## Race: study {name}", "",
         f"Every candidate ran the first replicates, then after each further one every candidate "
         f"significantly worse than the leader was dropped (one-sided paired t, Holm over the "
-        f"candidates at that look). Replicates in order: {', '.join(e.blocks)}. For a survivor "
-        "the columns give its last look.", "",
+        f"candidates at that look; the baseline, {e.baseline or 'none here'}, is never "
+        f"dropped). Replicates in order: {', '.join(e.blocks)}. For a survivor the columns give "
+        "its last look.", "",
         *table, "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
-        f"({_share(s['runs'], g['runs'])}), {s['steps']:,} of ≈{g['steps']:,.0f} training steps "
-        f"({_share(s['steps'], g['steps'])}), {s['core_s']:,.0f} of ≈{g['core_s']:,.0f} "
-        f"core-seconds ({_share(s['core_s'], g['core_s'])}; core-seconds = wall_time_s × "
+        f"({_share(s['runs'], g['runs'])}), {_count(s['steps'])} of ≈{_count(g['steps'])} "
+        f"training steps ({_share(s['steps'], g['steps'])}), {_count(s['core_s'])} of "
+        f"≈{_count(g['core_s'])} core-seconds ({_share(s['core_s'], g['core_s'])}; "
+        "core-seconds = wall_time_s × "
         "threads per run; the grid's steps and core-seconds are estimated as each candidate's "
         "mean run times the number of replicates).", ""]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from qknorm import plots, results, rundir, stats
+from qknorm import plots, race, results, rundir, stats
 from qknorm.errors import UserError
 
 DEFAULT_METRIC = "best_val_loss"
@@ -250,6 +250,9 @@ def summarize(collection: results.Collection, options: Options,
     if s.attention is not None and len(s.attention):
         out += _attention_section(s.attention, s.keys)
     out += _best_section(s.best, s.keys, metric)
+    for (name, _), study in collection.studies.items():
+        if study is not None:  # a race's elimination table and the compute it spent
+            out += race.report_lines(study, name)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]

@@ -193,9 +193,11 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
 # -- a real race through the command line ---------------------------------------------------------
 
 TASK = str(REPO / "tests" / "race_task.py")
+# n_jobs=2 of 4 candidates: the first look needs all four, so the sweeper runs two, finds the look
+# not ready and asks the other two (the path a second sweeper's candidates would take).
 RACE = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4)", "hydra.sweeper.study_name=r",
         "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=null",
-        "hydra.sweeper.n_jobs=4", "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
+        "hydra.sweeper.n_jobs=2", "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
         "++hydra.sweeper.race={min_replicates:2,alpha:0.05,baseline:2}",
         "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2",
         "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
