@@ -190,6 +190,44 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
     assert hydra_cfg.sweep.dir == "outputs/sweeps/paper_cpu_calibrated_race"
 
 
+def test_the_report_summary_carries_the_elimination_table(tmp_path):
+    """summary.md of a race's sweep dir: each p's outcome, the look that dropped it and the
+    compute against the grid, read back from the study the runs name."""
+    from qknorm import report, rundir
+    from tests.synthetic_runs import config, final, write_config
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="r", storage=storage)
+    study.set_user_attr("race", {"min_replicates": 2, "alpha": 0.05, "baseline": "norm.p=2.0",
+                                 "blocks": ["data.fold=0", "data.fold=1", "data.fold=2"],
+                                 "candidates": ["norm.p=2.0", "norm.p=4.0"]})
+    loss = {2.0: [1.0, 1.1, 1.2], 4.0: [1.5, 1.6]}  # p = 4 dropped after 2 folds
+    dist = {"norm.p": optuna.distributions.CategoricalDistribution([2.0, 4.0])}
+    for number, (p, values) in enumerate(loss.items()):
+        runs = {f"data.fold={f}": {"value": v, "steps": 20, "core_s": 3.0}
+                for f, v in enumerate(values)}
+        record = ({"outcome": "survived", "n": 3, "after": "data.fold=2", "leader": "norm.p=2.0"}
+                  if p == 2.0 else
+                  {"outcome": "dropped", "n": 2, "after": "data.fold=1", "leader": "norm.p=2.0",
+                   "delta": 0.5, "p": 0.0, "p_adjusted": 0.0})
+        study.add_trial(optuna.trial.create_trial(
+            params={"norm.p": p}, distributions=dist,
+            state=TrialState.COMPLETE if p == 2.0 else TrialState.PRUNED,
+            value=statistics.fmean(values) if p == 2.0 else None,
+            user_attrs={"race_candidate": f"norm.p={p}", "race_runs": runs, "race": record}))
+        for f, v in enumerate(values):
+            run = tmp_path / "sweep" / f"trial{number}_{f}"
+            write_config(run, config(p, f, study=("r", storage, number)))
+            rundir.write_final(run, final("completed", v, 3.0, p, 0, f))
+    options = report.Options()
+    collection = report.load(tmp_path / "sweep", options)
+    text = report.summarize(collection, options)
+    assert "## Race: study r" in text and "the baseline, norm.p=2.0, is never dropped" in text
+    assert "| norm.p=4.0 | dropped | 2 | data.fold=1 | norm.p=2.0 | +0.5000 | 0 | 0 | 1.5500 |" in text
+    assert ("Compute: 5 of the full grid's 6 runs (83%), 100 of ≈120 training steps (83%), "
+            "15 of ≈18 core-seconds (83%;") in text
+
+
 # -- a real race through the command line ---------------------------------------------------------
 
 TASK = str(REPO / "tests" / "race_task.py")
