@@ -199,8 +199,13 @@ def summary_line(study) -> str:
         return "race: none recorded in this study"
     dropped = [r for r in e.rows if r["outcome"] == DROPPED]
     left = [r for r in e.rows if r["outcome"] == SURVIVED]
+    racing = [r for r in e.rows if r["outcome"] in ("racing", "not started")]
     line = (f"race: {len(dropped)} of {len(e.rows)} candidates dropped, {len(left)} left "
-            f"({', '.join(r['candidate'] for r in left) or 'none'}); ran {e.spent['runs']} of "
+            f"({', '.join(r['candidate'] for r in left) or 'none'})")
+    if racing:  # held by another sweeper on this study, or by one that was killed
+        line += (f", {len(racing)} still racing elsewhere "
+                 f"({', '.join(r['candidate'] for r in racing)})")
+    line += (f"; ran {e.spent['runs']} of "
             f"{e.grid['runs']} runs ({_share(e.spent['runs'], e.grid['runs'])} of the grid)")
     if e.spent["core_s"]:
         line += (f", {e.spent['core_s']:,.0f} core-seconds "

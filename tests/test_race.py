@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -245,14 +247,19 @@ EXPECTED_RUNS = sorted([(1, f) for f in range(4)] + [(2, f) for f in range(4)]
 
 
 @pytest.mark.slow
-def test_a_killed_race_resumes_running_only_the_missing_folds(cli):
+def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     from tests.race_task import THREADS, WALL_S, loss
 
     killed = cli(TASK, *RACE, "kill_at='1,2'")  # dies as x=1 starts fold 2 (the second look)
     assert killed.returncode == 9, killed.stderr[-2000:]
     time.sleep(2.5)  # past grace_period: the killed sweep's trials are stale
 
-    r = cli(TASK, *RACE, "kill_at='1,2'")
+    # Two sweepers resume it at once: they share the live candidates and every look.
+    with open(cli.cwd / "other.log", "w") as log:
+        other = subprocess.Popen([sys.executable, TASK, *RACE, "kill_at='1,2'"], cwd=cli.cwd,
+                                 stdout=log, stderr=subprocess.STDOUT)
+        r = cli(TASK, *RACE, "kill_at='1,2'")
+        assert other.wait(timeout=300) == 0, (cli.cwd / "other.log").read_text()[-3000:]
     assert r.returncode == 0, r.stderr[-3000:]
     calls = [tuple(map(int, ln.split())) for ln in (cli.cwd / "calls.log").read_text().split("\n")
              if ln]
@@ -277,7 +284,18 @@ def test_a_killed_race_resumes_running_only_the_missing_folds(cli):
         "x=1": TrialState.COMPLETE, "x=2": TrialState.COMPLETE,
         "x=3": TrialState.PRUNED, "x=4": TrialState.PRUNED}
     assert states["x=2"].value == pytest.approx(statistics.fmean(loss(2, f) for f in range(4)))
-    assert "race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of 16 runs" in r.stdout
+    from hydra_plugins.qknorm_sweeper._results import trials_frame
+
+    csv = trials_frame(study, ["best_val_loss"])  # trials.csv's rows, as the last sweeper wrote
+    assert sorted(zip(csv["x"], csv["race"].fillna(""), csv["race_after"].fillna(""))) == [
+        (1, "", ""), (1, "survived", "fold=3"), (2, "", ""), (2, "survived", "fold=3"),
+        (3, "dropped", "fold=1"), (4, "", ""), (4, "dropped", "fold=2")]  # "": killed trials
+    # The sweeper that finishes last prints the whole race; the other what it saw then.
+    lines = [ln for out in (r.stdout, (cli.cwd / "other.log").read_text())
+             for ln in out.splitlines() if ln.startswith("race: ")]
+    assert len(lines) == 2 and all("race: 2 of 4 candidates dropped" in ln for ln in lines)
+    assert any(ln.startswith("race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of "
+                             "16 runs (81% of the grid), 52 core-seconds") for ln in lines)
     assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(
         race.report_lines(study, "r"))
 

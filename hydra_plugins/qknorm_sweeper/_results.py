@@ -92,6 +92,9 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         row["jobs"] = ";".join(attrs.get("jobs", []))
         row["error"] = attrs.get("error", "")
         row["duplicate_of"] = attrs.get("duplicate_of", "")  # a repeat: it ran no job
+        if "race" in attrs:  # a race's decision (hydra.sweeper.race): dropped after which fold
+            row["race"] = attrs["race"].get("outcome", "")
+            row["race_after"] = attrs["race"].get("after", "")
         rows.append(row)
     return pd.DataFrame(rows)
 
