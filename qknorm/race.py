@@ -26,6 +26,8 @@ import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from qknorm.multitest import holm
+
 # Names in the Optuna study: settings (study user attr), per-trial block results and decision.
 SETTINGS_ATTR = "race"
 RUNS_ATTR = "race_runs"  # trial user attr: block label -> {value, steps, core_s}
@@ -74,21 +76,6 @@ def paired_t_greater(d: Sequence[float]) -> float:
 
     t = mean / (statistics.stdev(d) / math.sqrt(n))
     return float(stdtr(n - 1, -t))
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the input's order: reject where <= alpha.
-
-    The same numbers as qknorm.stats.holm (tests/test_race.py checks), written again here
-    because qknorm.stats imports scipy.stats and pandas, seconds at every sweeper start.
-    """
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def look(values: Mapping[Hashable, Sequence[float]], alpha: float,

@@ -18,6 +18,7 @@ from scipy import stats
 
 from qknorm.config import P_KINDS
 from qknorm.errors import UserError
+from qknorm.multitest import holm
 from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
 
 CONFIDENCE = 0.95
@@ -167,25 +168,6 @@ class PairedTest:
     wilcoxon_pvalue: float
     note: str
     d_z: float = math.nan  # Cohen's paired effect size, cohens_dz
-
-
-def holm(pvalues) -> np.ndarray:
-    """Holm–Bonferroni step-down adjusted p-values, in the input's order.
-
-    Sorted ascending, the i-th smallest of m becomes (m - i + 1) p_(i), made non-decreasing
-    (a larger p never gets a smaller adjusted p) and capped at 1. Rejecting where the adjusted
-    p < alpha controls the family-wise error rate at alpha under any dependence between the
-    tests (ours share the baseline's runs). NaN p-values (too few pairs: no test) stay NaN and
-    are not counted in m: a comparison that was never tested cannot be a false rejection.
-    """
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(p.shape, math.nan)
-    tested = np.flatnonzero(~np.isnan(p))
-    order = tested[np.argsort(p[tested], kind="stable")]
-    m = len(order)
-    steps = (m - np.arange(m)) * p[order]
-    out[order] = np.minimum(1.0, np.maximum.accumulate(steps))
-    return out
 
 
 def cohens_dz(d) -> float:

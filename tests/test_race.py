@@ -40,17 +40,6 @@ def test_one_sided_paired_t_is_scipys_and_ties_never_drop():
     assert race.paired_t_greater([-0.5, -0.5]) == 1.0
 
 
-def test_holm_adjusts_step_down_and_keeps_order():
-    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, then 0.04*1=0.04 lifted to 0.06
-    assert race.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert race.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
-    assert race.holm([]) == []
-    from qknorm import stats as report_stats  # the report's Holm: the same numbers
-
-    p = list(np.random.default_rng(1).uniform(0, 0.1, size=7)) + [0.02, 0.02]
-    assert race.holm(p) == pytest.approx(list(report_stats.holm(p)), rel=1e-15)
-
-
 # -- the race on synthetic objectives ------------------------------------------------------------
 
 def synthetic(means: dict, n_blocks: int, noise: float, seed: int = 0) -> dict:

@@ -12,6 +12,7 @@ from scipy import stats as sps
 
 from qknorm import plots, results, stats
 from qknorm.errors import UserError
+from qknorm.multitest import holm
 from qknorm.report import (
     Options,
     check_columns,
@@ -50,13 +51,13 @@ def old(tmp_path):
 def test_holm_equals_the_textbook_step_down():
     # Wikipedia's (and Holm 1979's style) example: m = 4, sorted 0.005, 0.01, 0.03, 0.04 become
     # 4*0.005, 3*0.01, 2*0.03, then 1*0.04 raised to 0.06: no larger p gets a smaller value.
-    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     # capped at 1: 2*0.6 = 1.2 -> 1, and 0.7 is raised to that 1, not left at 0.7
-    assert list(stats.holm([0.6, 0.7])) == [1.0, 1.0]
+    assert list(holm([0.6, 0.7])) == [1.0, 1.0]
     # NaN (no test) stays NaN and is not in the family: m = 2 here, not 3
-    out = stats.holm([0.02, math.nan, 0.04])
+    out = holm([0.02, math.nan, 0.04])
     assert out[0] == pytest.approx(0.04) and math.isnan(out[1]) and out[2] == pytest.approx(0.04)
-    assert len(stats.holm([])) == 0
+    assert len(holm([])) == 0
 
 
 def test_cohens_dz_is_mean_over_sample_sd():
