@@ -267,17 +267,18 @@ ATTENTION = ("attn_entropy_frac", "attn_max_weight", "logit_std")  # the diagnos
 
 def attention_summary(runs: pd.DataFrame, curves: pd.DataFrame,
                       by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
-    """Per group of completed runs that logged diagnostics: each ATTENTION diagnostic's mean at
-    step 0 (the untrained model, from the curves) and at the last eval (final.json), and gamma
-    at the last eval. Empty when no run logged them (runs from before the diagnostics)."""
-    logged = completed(runs).dropna(subset=[ATTENTION[0]])
-    if logged.empty:
+    """Per group of completed runs (the groups of group_summary on all runs, so the keys are
+    the report's): each ATTENTION diagnostic's mean at step 0 (the untrained model, from the
+    curves) and at the last eval (final.json), and gamma at the last eval. Groups where no run
+    logged diagnostics (runs from before them) are left out; none left: an empty frame."""
+    if completed(runs)[ATTENTION[0]].isna().all():
         return pd.DataFrame()
     start = curves[curves["step"] == 0].groupby("run_dir")[list(ATTENTION)].first()
-    at_zero = logged[["run_dir"]].join(start, on="run_dir").drop(columns="run_dir")
-    frame = logged.assign(**{f"{name}_step0": at_zero[name] for name in ATTENTION})
+    at_zero = runs[["run_dir"]].join(start, on="run_dir")
+    frame = runs.assign(**{f"{name}_step0": at_zero[name] for name in ATTENTION})
     metrics = [f"{name}_step0" for name in ATTENTION] + [*ATTENTION, "gamma"]
-    return group_summary(frame, metrics, by)
+    table = group_summary(frame, metrics, by)
+    return table[table[f"{ATTENTION[0]}_mean"].notna()].reset_index(drop=True)
 
 
 def ranking_by_step(curves: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:

@@ -286,7 +286,8 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     # The sweeper that finishes last prints the whole race; the other what it saw then.
     lines = [ln for out in (r.stdout, (cli.cwd / "other.log").read_text())
              for ln in out.splitlines() if ln.startswith("race: ")]
-    assert len(lines) == 2 and all("race: 2 of 4 candidates dropped" in ln for ln in lines)
+    # each sweeper prints the race as it stood when it stopped: the last one, the whole race
+    assert len(lines) == 2
     assert any(ln.startswith("race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of "
                              "16 runs (81% of the grid), 52 core-seconds") for ln in lines)
     assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(

@@ -238,6 +238,20 @@ def test_attention_summary_means_step_0_and_the_end_per_p(new):
     assert f"| 2 | 4 | {DIAG_START[2.0] + 0.015:.4f} ± " in section
 
 
+def test_attention_table_keeps_the_report_groups_when_only_some_runs_logged(tmp_path):
+    """norm=none runs from before the diagnostics beside Lp runs that logged them: the table
+    is grouped as the report is (norm.kind varies) and leaves the unlogged group out."""
+    root = make_sweep(tmp_path, with_diagnostics=True)
+    add_runs_without_p(root, "none", [1.9, 2.1], first_job=12)
+    options = Options()
+    collection = load(root, options)
+    curves = results.collect_curves(collection.runs, root)
+    table = stats.attention_summary(collection.runs, curves)
+    assert list(table["norm.kind"]) == ["lp"] * 3
+    section = summarize(collection, options, curves).split("## Attention at step 0")[1]
+    assert "| lp | 2 | 4 |" in section and "| none |" not in section.split("##")[0]
+
+
 def test_attention_summary_is_empty_for_runs_without_diagnostics(old):
     collection = results.collect(old)
     curves = results.collect_curves(collection.runs, old)
