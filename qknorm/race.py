@@ -138,24 +138,10 @@ class Elimination:
     grid: dict[str, float]  # the same for the full grid (steps, core_s: estimated)
 
 
-def _trials_by_candidate(study) -> dict[str, object]:
-    """Each candidate's latest trial, leaving out a killed sweeper's retried originals and
-    trials given up as surplus (as the sweeper counts them)."""
-    from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS, retried_numbers
-
-    trials = study.get_trials(deepcopy=False)
-    retried = retried_numbers(trials)
-    return {t.user_attrs[CANDIDATE_ATTR]: t for t in trials
-            if CANDIDATE_ATTR in t.user_attrs and t.number not in retried
-            and t.user_attrs.get(STATUS_ATTR) != SURPLUS}
-
-
-def elimination(study) -> Elimination | None:
-    """The race a study holds, or None when it holds no race."""
-    settings = study.user_attrs.get(SETTINGS_ATTR)
-    if not isinstance(settings, dict):
-        return None
-    blocks, trials = list(settings["blocks"]), _trials_by_candidate(study)
+def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
+    """The race a study holds: its settings (study user attr `race`) and each candidate's
+    counted trial by label (the sweeper's `_race.race_trials` picks them)."""
+    blocks = list(settings["blocks"])
     rows, spent, grid = [], {"runs": 0, "steps": 0, "core_s": 0.0}, {"steps": 0.0, "core_s": 0.0}
     for label in settings["candidates"]:
         t = trials.get(label)
@@ -180,11 +166,8 @@ def _share(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole and math.isfinite(whole) else "-"
 
 
-def summary_line(study) -> str:
+def summary_line(e: Elimination) -> str:
     """One line for the console at the end of a race."""
-    e = elimination(study)
-    if e is None:
-        return "race: none recorded in this study"
     dropped = [r for r in e.rows if r["outcome"] == DROPPED]
     left = [r for r in e.rows if r["outcome"] == SURVIVED]
     racing = [r for r in e.rows if r["outcome"] in ("racing", "not started")]
@@ -210,11 +193,8 @@ def _num(x, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def report_lines(study, name: str) -> list[str]:
+def report_lines(e: Elimination, name: str) -> list[str]:
     """summary.md's race section: the elimination table and the compute spent vs the grid."""
-    e = elimination(study)
-    if e is None:
-        return []
     header = ["candidate", "outcome", "replicates run", "dropped after", "leader at that look",
               "Δ vs leader", "one-sided paired t p", "Holm-adjusted p", "mean"]
     rows = [[r["candidate"], r["outcome"], str(r["n"]),

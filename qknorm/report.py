@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hydra_plugins.qknorm_sweeper import _race as sweeper_race
 from qknorm import plots, race, results, rundir, stats
 from qknorm.errors import UserError
 
@@ -251,8 +252,9 @@ def summarize(collection: results.Collection, options: Options,
         out += _attention_section(s.attention, s.keys)
     out += _best_section(s.best, s.keys, metric)
     for (name, _), study in collection.studies.items():
-        if study is not None:  # a race's elimination table and the compute it spent
-            out += race.report_lines(study, name)
+        held = sweeper_race.elimination(study) if study is not None else None
+        if held is not None:  # a race's elimination table and the compute it spent
+            out += race.report_lines(held, name)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]

@@ -259,7 +259,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert sorted(calls) == EXPECTED_RUNS  # every run once: nothing finished ran again
 
     study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
-    e = race.elimination(study)
+    e = _race.elimination(study)
     rows = {row["candidate"]: row for row in e.rows}
     assert {c: (row["outcome"], row["n"], row["after"], row["leader"])
             for c, row in rows.items()} == {
@@ -291,7 +291,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert any(ln.startswith("race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of "
                              "16 runs (81% of the grid), 52 core-seconds") for ln in lines)
     assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(
-        race.report_lines(study, "r"))
+        race.report_lines(_race.elimination(study), "r"))
 
 
 @pytest.mark.slow

@@ -158,16 +158,17 @@ def candidate(trial: FrozenTrial | optuna.Trial, space: SearchSpace) -> Hashable
     return tuple(trial.params[p.name] for p in space.params)
 
 
-def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashable, FrozenTrial]:
-    """Each candidate's trial: the latest that is not a killed one's retried original or a
-    surplus one (a retry inherits the original's block results)."""
+def _counted(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials a race counts, in order: not a killed sweeper's retried original (its retry
+    inherits the original's block results), not a surplus one."""
     retried = retried_numbers(trials)
-    out: dict[Hashable, FrozenTrial] = {}
-    for t in trials:
-        if t.number in retried or t.user_attrs.get(STATUS_ATTR) == SURPLUS or not t.params:
-            continue
-        out[candidate(t, space)] = t
-    return out
+    return [t for t in trials
+            if t.number not in retried and t.user_attrs.get(STATUS_ATTR) != SURPLUS]
+
+
+def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashable, FrozenTrial]:
+    """Each candidate's latest counted trial, by its grid point."""
+    return {candidate(t, space): t for t in _counted(trials) if t.params}
 
 
 def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
@@ -215,3 +216,17 @@ def run_entry(value: float, fields: dict[str, Any]) -> dict[str, Any]:
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def race_trials(study: optuna.Study) -> dict[str, FrozenTrial]:
+    """Each candidate's latest counted trial, by its label (what the report has)."""
+    return {t.user_attrs[racing.CANDIDATE_ATTR]: t for t in _counted(study.get_trials(deepcopy=False))
+            if racing.CANDIDATE_ATTR in t.user_attrs}
+
+
+def elimination(study: optuna.Study) -> racing.Elimination | None:
+    """The race a study holds (for the console line and the report), or None: no race."""
+    settings = study.user_attrs.get(racing.SETTINGS_ATTR)
+    if not isinstance(settings, dict):
+        return None
+    return racing.elimination(settings, race_trials(study))

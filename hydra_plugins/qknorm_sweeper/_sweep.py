@@ -261,7 +261,7 @@ class OptunaSweep:
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
         if plan.race is not None:
-            print(racing.summary_line(study))
+            print(racing.summary_line(_race.elimination(study)))
         if stop_message:
             raise SweepError(stop_message, exit_code=1)
 
