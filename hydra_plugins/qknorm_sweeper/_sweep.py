@@ -270,12 +270,10 @@ class OptunaSweep:
             return self._run_race(study, plan, url, heartbeat)
         job_idx = 0
         while True:
-            optuna.storages.fail_stale_trials(study)  # killed sweepers' trials: FAIL + retry
             stop = self._failure_stop(study, plan)
             if stop:
                 return stop
-            tally = Tally.of(study)
-            room = plan.n_trials - tally.finished - tally.running
+            room = self._room(study, plan)
             if room <= 0:
                 return None
             batch = self._ask(study, plan, min(self.n_jobs, room), heartbeat)
@@ -292,6 +290,9 @@ class OptunaSweep:
                 heartbeat.discard(trial._trial_id)
 
     def _failure_stop(self, study: optuna.Study, plan: Plan) -> str | None:
+        """Each pass first fails killed sweepers' stale trials (their params are retried),
+        then stops the sweep, with this message, once failures exceed max_failure_rate."""
+        optuna.storages.fail_stale_trials(study)
         allowed_failures = math.floor(self.max_failure_rate * plan.n_trials)
         tally = Tally.of(study)
         if tally.failed <= allowed_failures:
@@ -301,6 +302,12 @@ class OptunaSweep:
                 f"n_trials={plan.n_trials} allows ({allowed_failures}); see the "
                 "errors in trials.csv, fix their cause or raise "
                 "hydra.sweeper.max_failure_rate")
+
+    @staticmethod
+    def _room(study: optuna.Study, plan: Plan) -> int:
+        """Trials still to ask: n_trials less the finished and the running ones."""
+        tally = Tally.of(study)
+        return plan.n_trials - tally.finished - tally.running
 
     # -- racing over replicates (hydra.sweeper.race; statistics in qknorm/race.py) ---------
 
@@ -313,7 +320,6 @@ class OptunaSweep:
         mine: dict[int, optuna.Trial] = {}  # this sweeper's candidates still racing
         job_idx = 0
         while True:
-            optuna.storages.fail_stale_trials(study)  # killed sweepers' trials: FAIL + retry
             stop = self._failure_stop(study, plan)
             if stop:
                 return stop
@@ -323,8 +329,7 @@ class OptunaSweep:
             if todo:
                 job_idx += self._race_launch(study, mine, todo, plan, url, job_idx, heartbeat)
                 continue
-            tally = Tally.of(study)
-            room = plan.n_trials - tally.finished - tally.running
+            room = self._room(study, plan)
             if room > 0:  # candidates nobody runs yet, or a killed sweeper's retries
                 for trial in self._ask(study, plan, min(self.n_jobs, room), heartbeat):
                     trial.set_user_attr(racing.CANDIDATE_ATTR,
