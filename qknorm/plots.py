@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
+from qknorm.results import LAYER_DIAGNOSTIC
 from qknorm.stats import (
     MIN_FIT_POINTS,
     completed,
@@ -584,8 +585,6 @@ def optuna_figures(study) -> tuple[dict[str, Figure], list[str]]:
 
 def learned_p_columns(runs: pd.DataFrame) -> dict[tuple[int, int], str]:
     """(layer, head) -> column of the learned p there (norm.p_learnable runs log p_l<i>_h<h>)."""
-    from qknorm.results import LAYER_DIAGNOSTIC
-
     found = {}
     for column in runs.columns:
         match = LAYER_DIAGNOSTIC.match(column)
