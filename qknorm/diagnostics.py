@@ -54,7 +54,7 @@ class _LayerRecorder:
     """A forward hook on one layer's q/k norm: sums each statistic over the rows it sees."""
 
     def __init__(self, module: torch.nn.Module, head_dim: int):
-        self.sums = dict.fromkeys(STATS, 0.0)
+        self.sums: dict[str, torch.Tensor | float] = dict.fromkeys(STATS, 0.0)
         self.rows = 0
         # The scale SDPA applies: the norm's own (1 for Lp, gamma folded into q) or 1/sqrt(d).
         self.scale = module.scale if module.scale is not None else head_dim ** -0.5
@@ -63,12 +63,12 @@ class _LayerRecorder:
     def __call__(self, module, inputs, output) -> None:
         q, k = (t.float() for t in output)
         stats = row_stats(self.scale * q @ k.transpose(-2, -1))
-        for name, values in stats.items():
-            self.sums[name] += values.double().sum().item()
+        for name, values in stats.items():  # summed on the device: one read-back, in means()
+            self.sums[name] = self.sums[name] + values.double().sum()
         self.rows += stats["attn_entropy"].numel()
 
     def means(self) -> dict[str, float]:
-        return {name: total / self.rows for name, total in self.sums.items()}
+        return {name: float(total) / self.rows for name, total in self.sums.items()}
 
 
 @torch.no_grad()
