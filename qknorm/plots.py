@@ -26,6 +26,7 @@ from qknorm.config import P_KINDS
 from qknorm.results import LAYER_DIAGNOSTIC
 from qknorm.stats import (
     MIN_FIT_POINTS,
+    at_step0,
     completed,
     continuous_p,
     format_p,
@@ -468,8 +469,8 @@ def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False
                  by: list[str] | tuple[str, ...] = ()) -> Figure:
     """ENTROPY per p at step 0 (the untrained model, metrics.jsonl) and at the last eval
     (final.json), side by side on one y scale, each drawn as loss_vs_p draws a metric."""
-    start = curves_df[curves_df["step"] == 0].groupby("run_dir")[ENTROPY].first()
-    frames = {"step 0 (untrained)": runs.assign(**{ENTROPY: runs["run_dir"].map(start)}),
+    start = at_step0(runs, curves_df, [ENTROPY])[ENTROPY]
+    frames = {"step 0 (untrained)": runs.assign(**{ENTROPY: start}),
               "last eval": runs}
     fig, axes = new_figure(2, width=5.2)
     axes[1].sharey(axes[0])
@@ -585,10 +586,10 @@ def optuna_figures(study) -> tuple[dict[str, Figure], list[str]]:
 
 def learned_p_columns(runs: pd.DataFrame) -> dict[tuple[int, int], str]:
     """(layer, head) -> column of the learned p there (norm.p_learnable runs log p_l<i>_h<h>)."""
-    found = {}
+    found, done = {}, completed(runs)
     for column in runs.columns:
         match = LAYER_DIAGNOSTIC.match(column)
-        if match and match.group(1) == "p" and completed(runs)[column].notna().any():
+        if match and match.group(1) == "p" and done[column].notna().any():
             found[int(match.group(2)), int(match.group(3))] = column
     return found
 

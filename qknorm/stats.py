@@ -265,6 +265,13 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
 ATTENTION = ("attn_entropy_frac", "attn_max_weight", "logit_std")  # the diagnostics table's
 
 
+def at_step0(runs: pd.DataFrame, curves: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Each run's `columns` at step 0 (the untrained model, from its metrics.jsonl curve),
+    aligned with `runs`' rows; NaN for a run whose curve has no step 0."""
+    start = curves[curves["step"] == 0].groupby("run_dir")[columns].first()
+    return runs[["run_dir"]].join(start, on="run_dir")[columns]
+
+
 def attention_summary(runs: pd.DataFrame, curves: pd.DataFrame,
                       by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
     """Per group of completed runs (the groups of group_summary on all runs, so the keys are
@@ -273,9 +280,8 @@ def attention_summary(runs: pd.DataFrame, curves: pd.DataFrame,
     logged diagnostics (runs from before them) are left out; none left: an empty frame."""
     if completed(runs)[ATTENTION[0]].isna().all():
         return pd.DataFrame()
-    start = curves[curves["step"] == 0].groupby("run_dir")[list(ATTENTION)].first()
-    at_zero = runs[["run_dir"]].join(start, on="run_dir")
-    frame = runs.assign(**{f"{name}_step0": at_zero[name] for name in ATTENTION})
+    start = at_step0(runs, curves, list(ATTENTION))
+    frame = runs.assign(**{f"{name}_step0": start[name] for name in ATTENTION})
     metrics = [f"{name}_step0" for name in ATTENTION] + [*ATTENTION, "gamma"]
     table = group_summary(frame, metrics, by)
     return table[table[f"{ATTENTION[0]}_mean"].notna()].reset_index(drop=True)
