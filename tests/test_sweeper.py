@@ -21,6 +21,7 @@ import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
+from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
 from qknorm import rundir
 
 pytestmark = pytest.mark.slow
@@ -53,12 +54,12 @@ def ok(r: subprocess.CompletedProcess) -> None:
 
 def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):
     args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.study_name=t",
-            "hydra.sweeper.n_trials=6", "hydra.sweeper.pruner.name=none",
+            "hydra.sweeper.n_trials=4", "hydra.sweeper.pruner.name=none",
             "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
             "hydra.sweeper.replicates={data.fold:[0,1]}"]
     ok(cli(*args))
     trials = study_of(cli.cwd, "t").get_trials()
-    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
     for t in trials:
         jobs = t.user_attrs["jobs"]
         assert sorted(job_config(j)["data"]["fold"] for j in jobs) == [0, 1]
@@ -75,19 +76,22 @@ def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):
     results = yaml.safe_load((first / "optimization_results.yaml").read_text())
     best = min(trials, key=lambda t: t.value)
     assert (results["best_trial"], results["best_value"]) == (best.number, best.value)
-    assert (first / "trials.csv").read_text().count("\n") == 7  # header + 6 trials
+    assert (first / "trials.csv").read_text().count("\n") == 5  # header + 4 trials
 
     time.sleep(1.1)  # a new sweep dir (stamped to the second)
     ok(cli(*args))  # the study is complete: nothing runs
-    assert len(study_of(cli.cwd, "t").get_trials()) == 6
+    assert len(study_of(cli.cwd, "t").get_trials()) == 4
     time.sleep(1.1)
-    ok(cli(*args, "hydra.sweeper.n_trials=8"))
+    # Still inside TPE's 6 random start-up trials: a new process with the same seed must not
+    # replay the stream that proposed trials 0-3 (it did: the top-up ran nothing new).
+    ok(cli(*args, "hydra.sweeper.n_trials=6"))
     trials = study_of(cli.cwd, "t").get_trials()
-    assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert len({t.params["1/norm.p"] for t in trials}) == 6
     second, third = sweep_dirs(cli.cwd, "p_tpe")[1:]
     assert not list(second.glob("trial[0-9]*")), "the rerun of a finished study launched jobs"
     assert sorted(p.name for p in third.glob("trial[0-9]*")) == [
-        "trial6_0", "trial6_1", "trial7_0", "trial7_1"]
+        "trial4_0", "trial4_1", "trial5_0", "trial5_1"]
 
 
 @pytest.mark.parametrize("launcher", ["basic", "parallel"])
@@ -218,9 +222,11 @@ def test_pruner_and_sampler_switched_by_name(cli):
     (trial,) = study_of(cli.cwd, "byname").get_trials()
     assert trial.state == TrialState.COMPLETE
     assert trial.user_attrs["pruner"] == {"name": "none"}  # the spec its job rebuilt
-    # The preset's seed 0 reached RandomSampler: the same first draw as one built by hand.
+    # The preset's seed 0 reached RandomSampler: the same first draw as one built by hand with
+    # seed 0 as the sweeper derives it for a study's first trial (_specs.reseeded).
     space = {"1/norm.p": optuna.distributions.FloatDistribution(0.0, 1.0)}
-    by_hand = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask(space)
+    seed = optuna_specs.reseeded({"name": "random", "seed": 0}, 0)["seed"]
+    by_hand = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask(space)
     assert trial.params == by_hand.params
 
 

@@ -75,3 +75,36 @@ def test_given_keys_are_read_from_the_hydra_overrides():
                  "hydra.sweeper.sampler={name: random, seed: 1}", "hydra.sweeper.prunerx.a=1"]
     assert _given_keys(overrides, "pruner") == {"name", "percentile", "n_warmup_steps"}
     assert _given_keys(overrides, "sampler") == {"name", "seed"}
+
+
+def _propose(study: optuna.Study, spec: dict, n: int, reseed: bool) -> None:
+    """n trials asked by a new sweeper process: a fresh sampler, as _sweep._ask builds it."""
+    study.sampler = specs.build_sampler(spec, None)
+    for _ in range(n):
+        if reseed:
+            study.sampler = specs.build_sampler(specs.reseeded(spec, len(study.trials)), None)
+        trial = study.ask({"p": optuna.distributions.FloatDistribution(1.0, 8.0)})
+        study.tell(trial, 0.0)
+
+
+@pytest.mark.parametrize("reseed", [False, True])
+def test_a_resumed_seeded_sampler_does_not_replay_its_start_up_points(reseed):
+    study = optuna.create_study()
+    _propose(study, TPE, 3, reseed)
+    _propose(study, TPE, 3, reseed)  # the same command again, topping up during start-up
+    points = [t.params["p"] for t in study.trials]
+    # Plain seeding replays the first process's three random points; reseeding by the number
+    # of trials already in the study proposes new ones.
+    assert (points[3:] == points[:3]) is not reseed
+    assert len(set(points)) == (6 if reseed else 3)
+
+
+def test_reseeded_is_deterministic_and_leaves_grid_qmc_and_unseeded_samplers_alone():
+    assert specs.reseeded(TPE, 5) == specs.reseeded(TPE, 5)
+    seeds = {specs.reseeded(TPE, n)["seed"] for n in range(100)}
+    assert len(seeds) == 100
+    assert specs.reseeded({**TPE, "seed": 1}, 5)["seed"] != specs.reseeded(TPE, 5)["seed"]
+    assert specs.reseeded({**TPE, "seed": 0}, 5) == {**TPE, "seed": specs.reseeded(TPE, 5)["seed"]}
+    for spec in ({"name": "grid", "seed": 0}, {"name": "qmc", "seed": 0},
+                 {"name": "tpe", "seed": None}, {"name": "random"}):
+        assert specs.reseeded(spec, 5) is None

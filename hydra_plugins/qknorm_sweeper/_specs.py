@@ -8,6 +8,7 @@ under, whatever a later rerun configures, and job configs carry no pruner keys.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import time
 import warnings
@@ -160,6 +161,24 @@ def build_sampler(spec: Mapping[str, Any],
                              "or range(...); use those, or another sampler for intervals")
         options = {"search_space": dict(grid), **options}
     return _construct("sampler", name, SAMPLERS[name], options)
+
+
+# Samplers that propose from their own random stream. Seeded, each new process replays that
+# stream from its start, so a resumed or topped-up study, or a second sweeper with the same seed,
+# was proposed the points it had already run (TPE's and GP's random start-up trials). Not grid
+# (its next point is an unvisited one, read from the study) nor qmc (the seed is its scramble;
+# the sequence index comes from the study).
+STREAM_SAMPLERS = ("tpe", "gp", "random", "cmaes", "nsgaii")
+
+
+def reseeded(spec: Mapping[str, Any], n_before: int) -> dict[str, Any] | None:
+    """The sampler spec for a study's next trial, seeded by (seed, trials already in the study):
+    the same command gives the same proposals, and no proposal repeats an earlier trial's
+    stream. None: the sampler keeps its seed (unseeded, or not a stream sampler)."""
+    if spec.get("name") not in STREAM_SAMPLERS or spec.get("seed") is None:
+        return None
+    digest = hashlib.sha256(f"{spec['seed']}/{n_before}".encode()).digest()
+    return {**spec, "seed": int.from_bytes(digest[:4], "little")}
 
 
 def storage_file(url: str) -> Path | None:

@@ -77,6 +77,7 @@ class Plan:
     directions: list[str]
     n_trials: int
     sampler: optuna.samplers.BaseSampler
+    sampler_spec: dict[str, Any]
     pruner: optuna.pruners.BasePruner
     pruner_spec: dict[str, Any]
     fail_values: list[float] | None
@@ -158,7 +159,8 @@ class OptunaSweep:
         n_trials = self._n_trials(space)
         self._check_keys(space, base, replicates)
         return Plan(space=space, base_overrides=base, combinations=combinations,
-                    directions=directions, n_trials=n_trials, sampler=sampler, pruner=pruner,
+                    directions=directions, n_trials=n_trials, sampler=sampler,
+                    sampler_spec=sampler_spec, pruner=pruner,
                     pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race)
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
@@ -517,6 +519,10 @@ class OptunaSweep:
              heartbeat: Heartbeat) -> list[optuna.Trial]:
         batch = []
         for _ in range(n):
+            spec = optuna_specs.reseeded(plan.sampler_spec,
+                                         len(study.get_trials(deepcopy=False)))
+            if spec is not None:
+                study.sampler = optuna_specs.build_sampler(spec, plan.space.grid)
             trial = study.ask(plan.space.distributions)
             heartbeat.add(trial._trial_id)
             trial.set_user_attr(optuna_specs.PRUNER_ATTR, plan.pruner_spec)
