@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL server and a one-node SLURM cluster on this machine, on 127.0.0.1 only:
+# A throwaway PostgreSQL server and a one-node SLURM cluster with accounting (slurmdbd on a
+# throwaway MariaDB: `sacct`, and so submitit, need it to see a job end), on 127.0.0.1 only:
 # what the cluster tests run against, and a way to try `hydra.sweeper.storage=postgresql+...`
 # or `hydra/launcher=slurm` without a database host or a cluster.
 #
@@ -8,12 +9,14 @@
 #   scripts/local_cluster.sh stop                         # stops what start started, deletes DIR
 #
 # DIR is $QKNORM_CLUSTER_DIR (default /tmp/qknorm-cluster-$UID); it holds the data, the logs and
-# `env`. PostgreSQL refuses to run as root: as root the server runs as the `postgres` user.
+# `env`. PostgreSQL refuses to run as root: as root the server runs as the `postgres` user;
+# MariaDB likewise runs as the `mysql` user.
 set -euo pipefail
 
 DIR="${QKNORM_CLUSTER_DIR:-/tmp/qknorm-cluster-$(id -u)}"
 PG="$DIR/postgres"
 SL="$DIR/slurm"
+DB="$SL/mariadb"  # slurmdbd's database
 WAIT_S=30  # every wait below gives up after this many seconds
 
 die() { echo "error: $*" >&2; exit 2; }
@@ -24,6 +27,10 @@ as_pg() {  # run a PostgreSQL binary as the server's user
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+all_cpus() {  # nproc honours OMP_NUM_THREADS, which the test workers set to 1
+    env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
 }
 
 pg_bin() {  # initdb/pg_ctl on PATH, else Debian's versioned directory
@@ -54,7 +61,69 @@ stop_postgres() {
     rm -f "$PG/port"
 }
 
-write_slurm_conf() {  # one node (this host, its CPUs), no accounting, no cgroups (no systemd)
+start_mariadb() {  # a private datadir, socket and 127.0.0.1 port; a `slurm` user for slurmdbd
+    local port end
+    command -v mariadbd >/dev/null && command -v mariadb-install-db >/dev/null \
+        || die "mariadbd not found; install it (apt-get install mariadb-server)"
+    mkdir -p "$DB"; chown mysql "$DB"
+    # Small InnoDB files, no binlog, no fsync per commit: a database that lives for one session.
+    # (The buffer pool and lock wait are the sizes slurmdbd asks for, or it logs an error.)
+    local opts=(--no-defaults --datadir="$DB/data" --user=mysql --skip-name-resolve
+                --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
+                --innodb-buffer-pool-size=1G --innodb-lock-wait-timeout=900)
+    mariadb-install-db "${opts[@]}" --auth-root-authentication-method=socket --skip-test-db \
+        >"$DB/install.log" 2>&1 || die "mariadb-install-db failed; see $DB/install.log"
+    port=$(free_port)
+    # mariadbd stays in the foreground: detach it, its output to its log, not our caller's pipe.
+    setsid mariadbd "${opts[@]}" --socket="$DB/mysqld.sock" --port="$port" \
+        --bind-address=127.0.0.1 --pid-file="$DB/mariadbd.pid" --log-error="$DB/mariadbd.log" \
+        </dev/null >/dev/null 2>&1 &
+    end=$((SECONDS + WAIT_S))
+    until mariadb-admin --no-defaults --socket="$DB/mysqld.sock" -u root ping >/dev/null 2>&1; do
+        ((SECONDS < end)) || die "MariaDB did not start; see $DB/mariadbd.log"
+        sleep 0.1
+    done
+    DB_PORT=$port
+    DB_PASS=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    mariadb --no-defaults --socket="$DB/mysqld.sock" -u root -e "
+        CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "MariaDB: cannot add user slurm"
+}
+
+write_slurmdbd_conf() {  # slurmdbd reads it next to $SLURM_CONF; it must be 600, the SlurmUser's
+    (umask 077; cat >"$SL/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$SL/munge/munge.socket.2
+DbdHost=$(hostname -s)
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=$(id -un)
+PidFile=$SL/slurmdbd.pid
+LogFile=$SL/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+    )
+}
+
+start_slurmdbd() {  # then register the cluster, so that slurmctld can record its jobs
+    local end=$((SECONDS + WAIT_S))
+    write_slurmdbd_conf
+    SLURM_CONF="$SL/slurm.conf" slurmdbd || die "slurmdbd did not start; see $SL/slurmdbd.log"
+    # It creates its tables on the first start, then answers.
+    until SLURM_CONF="$SL/slurm.conf" sacctmgr -n list cluster >/dev/null 2>&1; do
+        ((SECONDS < end)) || die "slurmdbd never answered; see $SL/slurmdbd.log"
+        sleep 0.2
+    done
+    SLURM_CONF="$SL/slurm.conf" sacctmgr -i add cluster qknorm >/dev/null \
+        || die "sacctmgr add cluster failed; see $SL/slurmdbd.log"
+}
+
+write_slurm_conf() {  # one node (this host, its CPUs), accounting by slurmdbd, no cgroups (no systemd)
     local host mem
     host=$(hostname -s)
     mem=$(awk '/MemTotal/ {print int($2 / 1024) - 1024}' /proc/meminfo)
@@ -76,19 +145,22 @@ SlurmdLogFile=$SL/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$SL/munge/munge.socket.2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
 MpiDefault=none
 ReturnToService=2
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(all_cpus) RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
 start_slurm() {
-    command -v slurmctld >/dev/null && command -v munged >/dev/null \
-        || die "slurmctld/munged not found; install them (apt-get install slurm-wlm munge)"
+    command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v slurmdbd >/dev/null \
+        || die "slurmctld/slurmdbd/munged not found; install them (apt-get install slurm-wlm slurmdbd munge)"
     [ "$(id -u)" = 0 ] || die "the local SLURM cluster runs its daemons as root; run start slurm as root"
     if [ -f "$SL/slurmctld.pid" ]; then echo "slurm: already running" >&2; return; fi
     mkdir -p "$SL/state" "$SL/spool" "$SL/munge"
@@ -98,7 +170,10 @@ start_slurm() {
     runuser -u munge -- munged --socket="$SL/munge/munge.socket.2" --key-file="$SL/munge/munge.key" \
         --pid-file="$SL/munge/munged.pid" --log-file="$SL/munge/munged.log" \
         --seed-file="$SL/munge/munged.seed" || die "munged did not start; see $SL/munge/munged.log"
+    DBD_PORT=$(free_port)
     write_slurm_conf
+    start_mariadb
+    start_slurmdbd
     slurmctld -f "$SL/slurm.conf" || die "slurmctld did not start; see $SL/slurmctld.log"
     slurmd -f "$SL/slurm.conf" || die "slurmd did not start; see $SL/slurmd.log"
     local i
@@ -110,12 +185,14 @@ start_slurm() {
 }
 
 stop_slurm() {
-    local f pid i
-    for f in "$SL/slurmd.pid" "$SL/slurmctld.pid" "$SL/munge/munged.pid"; do
-        [ -f "$f" ] || continue
-        pid=$(cat "$f")
-        kill "$pid" 2>/dev/null || continue
-        # slurmctld saves its state as it exits: wait, or DIR is removed under its feet.
+    local f pid pids=() i
+    # All at once (each takes a second or two to exit), as DIR and its database go next; but
+    # wait for each to exit: slurmctld saves its state as it exits, or DIR goes under its feet.
+    for f in "$SL/slurmd.pid" "$SL/slurmctld.pid" "$SL/slurmdbd.pid" "$DB/mariadbd.pid" \
+        "$SL/munge/munged.pid"; do
+        [ -f "$f" ] && pid=$(cat "$f") && kill "$pid" 2>/dev/null && pids+=("$pid")
+    done
+    for pid in "${pids[@]}"; do
         for ((i = 0; i < WAIT_S * 10; i++)); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
