@@ -4,15 +4,18 @@ Several sweepers on one study in PostgreSQL and in Optuna's journal file: one is
 SIGKILL while its trial runs and started again; the study must end with exactly n_trials
 finished trials, no params run twice except the killed trial's retry, and the report must
 count each once. hydra/launcher=slurm: a grid and a pruned TPE study through sbatch on a
-one-node SLURM cluster.
+one-node SLURM cluster with accounting; one grid job is cancelled with scancel while it runs,
+its trial fails, and a rerun of the same command retries it.
 """
 
 from __future__ import annotations
 
 import collections
 import csv
+import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +26,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hydra_plugins.qknorm_sweeper import _specs
+from hydra_plugins.qknorm_sweeper import _slurm, _specs
 from tests.cluster import report_states
 from tests.test_sweeper import FAST, counted, ok, study_of
 
@@ -69,8 +72,10 @@ def wait_for_running_trial_of(url: str, name: str, sweep_dir: Path, timeout_s: f
 
 
 def states_of(study: optuna.Study) -> dict[str, int]:
-    count = collections.Counter(t.state.name for t in study.get_trials(deepcopy=False))
-    count["counted"] = len(counted(study))
+    trials = study.get_trials(deepcopy=False)
+    count = collections.Counter(t.state.name for t in trials)
+    retried = {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs}
+    count["counted"] = len([t for t in counted(study) if t.number not in retried])
     return dict(count)
 
 
@@ -190,34 +195,83 @@ def slurm_logs(sweep: Path, suffix: str) -> list[Path]:
     return sorted(sweep.glob(f".submitit/*/*_0_log.{suffix}"))
 
 
+def wait_for_running_job(env: dict[str, str], timeout_s: float = 180) -> str:
+    """The id of a job squeue lists as RUNNING (e.g. 12_0, an array task)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], env={**os.environ, **env},
+                           capture_output=True, text=True, timeout=30)
+        if r.stdout.split():
+            return r.stdout.split()[0]
+        time.sleep(0.2)
+    pytest.fail(f"no SLURM job was RUNNING within {timeout_s} s")
+
+
+def run_grid_cancelling_a_job(cli, args: list[str], env: dict[str, str]) -> str:
+    """Run the sweep; scancel the first of its jobs that runs. Returns that job's id."""
+    with open(cli.cwd / "grid.out", "w") as out, open(cli.cwd / "grid.err", "w") as err:
+        sweep = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=out, stderr=err,
+                                 env={**os.environ, **env}, text=True)
+        try:
+            job = wait_for_running_job(env)
+            subprocess.run(["scancel", job], env={**os.environ, **env}, check=True, timeout=30)
+            sweep.wait(timeout=400)
+        finally:
+            if sweep.poll() is None:  # a failed wait above must not leave the sweep running
+                sweep.kill()
+                sweep.wait()
+    err = (cli.cwd / "grid.err").read_text()
+    assert sweep.returncode == 0, err[-3000:]
+    assert "sacct does not answer" not in err  # the cluster has accounting
+    return job
+
+
 @ON_SLURM
-def test_slurm_runs_a_p_grid_and_a_pruned_tpe_study(cli, slurm_conf):
+def test_slurm_runs_a_p_grid_a_scancelled_job_and_a_pruned_tpe_study(cli, slurm_conf):
     env = {"SLURM_CONF": slurm_conf}
-    ok(cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10", *SLURM,
-           "hydra.sweeper.n_jobs=8", "hydra.sweeper.study_name=slurm_grid", env=env))
+    grid = ["-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10", *SLURM,
+            "hydra.sweeper.n_jobs=8", "hydra.sweeper.study_name=slurm_grid"]
+    # One job is cancelled while it runs: submitit sees it end CANCELLED (sacct, from
+    # slurmdbd), the sweep tells its trial FAIL with that error and goes on with the others.
+    job = run_grid_cancelling_a_job(cli, grid, env)
     trials = study_of(cli.cwd, "slurm_grid").get_trials()
-    assert sorted(t.params["norm.p"] for t in trials) == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0,
-                                                          math.inf]
-    assert all(t.state == TrialState.COMPLETE for t in trials)
-    (sweep,) = (cli.cwd / "outputs" / "sweeps" / "p_grid").iterdir()
-    outs = slurm_logs(sweep, "out")
-    assert len(outs) == len(slurm_logs(sweep, "err")) == 8
-    for out in outs:  # submitit's job start under sbatch, then the training log
-        text = out.read_text()
-        assert "Starting with JobEnvironment" in text and "step 0: train" in text
-    report_states("p grid through sbatch", states_of(study_of(cli.cwd, "slurm_grid")))
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and len(trials) == 8, [(t.number, t.state.name) for t in trials]
+    assert f"trial{failed[0].number}): JobEnded: SLURM job {job} ended CANCELLED" \
+        in failed[0].user_attrs["error"]
+    report_states("p grid through sbatch, 1 job scancelled", states_of(study_of(cli.cwd, "slurm_grid")))
+    (first,) = (cli.cwd / "outputs" / "sweeps" / "p_grid").iterdir()
+
+    # The same command again: the cancelled trial's params run once more, nothing else.
+    ok(cli(*grid, env=env))
+    study = study_of(cli.cwd, "slurm_grid")
+    real = [t for t in counted(study) if t.number != failed[0].number]  # it no longer counts
+    assert sorted(t.params["norm.p"] for t in real) == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0,
+                                                        math.inf]
+    assert all(t.state == TrialState.COMPLETE for t in real)
+    (retry,) = [t for t in real if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert retry.params == failed[0].params and len(study.get_trials()) == 9
+    report_states("p grid rerun", states_of(study))
+    # Each job's stdout/stderr where README says: the 7 first jobs, then the retry.
+    (second,) = {*(cli.cwd / "outputs" / "sweeps" / "p_grid").iterdir()} - {first}
+    for sweep, n in ((first, 7), (second, 1)):
+        outs = [o for o in slurm_logs(sweep, "out") if "step 0: train" in o.read_text()]
+        assert len(outs) == n and all("Starting with JobEnvironment" in o.read_text()
+                                      for o in outs)
+        assert len(slurm_logs(sweep, "err")) == len(slurm_logs(sweep, "out"))
 
     # Pruning through sbatch: a tiny lr keeps val loss above the threshold at step 10.
     ok(cli("-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=30", *SLURM,
-           "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=4", "hydra.sweeper.replicates={}",
+           "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+           "hydra.sweeper.replicates={data.fold:[9]}",  # one job a trial ({} would merge)
            "hydra.sweeper.study_name=slurm_tpe", "optimizer.lr=choice(0.01,0.00000001)",
-           "optimizer.warmup_iters=0", "optimizer.min_lr=0",
+           "hydra.sweeper.sampler.seed=2", "optimizer.warmup_iters=0", "optimizer.min_lr=0",
            "hydra.sweeper.pruner.name=threshold", "+hydra.sweeper.pruner.upper=4.1",
            "~hydra.sweeper.pruner.n_startup_trials", "hydra.sweeper.pruner.n_warmup_steps=10",
            env=env))
     study = study_of(cli.cwd, "slurm_tpe")
     states = {t.number: (t.params["optimizer.lr"], t.state) for t in study.get_trials()}
-    assert {lr for lr, _ in states.values()} == {0.01, 1e-8}, states  # seed 0 draws both
+    assert {lr for lr, _ in states.values()} == {0.01, 1e-8}, states  # seed 2 draws both
     for lr, state in states.values():
         assert state == (TrialState.COMPLETE if lr == 0.01 else TrialState.PRUNED), states
     report_states("TPE with pruning through sbatch", states_of(study))
@@ -233,6 +287,37 @@ def test_slurm_partition_that_does_not_exist_is_one_line(cli, slurm_conf):
                      "(invalid partition specified: nope); set hydra.launcher.partition to one "
                      "of: debug"]
     assert not (cli.cwd / "outputs" / "optuna.db").exists()  # the study untouched
+
+
+def test_only_interrupted_slurm_jobs_are_retried_and_each_once():
+    study = optuna.create_study()
+    dist = {"p": optuna.distributions.FloatDistribution(1.0, 8.0)}
+    for p, state in ((1.0, "CANCELLED"), (2.0, "TIMEOUT"), (3.0, "NODE_FAIL")):
+        study.enqueue_trial({"p": p})
+        t = study.ask(dist)
+        t.set_user_attr("status", "failed")
+        t.set_user_attr("error", f"job failed (d): {_slurm.JobEnded('7_0', state, 'log')}")
+        study.tell(t, state=TrialState.FAIL)
+    assert _slurm.retry_interrupted(study) == [0, 2]
+    assert _slurm.retry_interrupted(study) == []  # a second sweep start adds none
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert [(t.params["p"], t.system_attrs["failed_trial"]) for t in waiting] == [(1.0, 0),
+                                                                                   (3.0, 2)]
+    assert all("error" not in t.user_attrs and "status" not in t.user_attrs for t in waiting)
+    assert study.ask(dist).params["p"] == 1.0  # the next ask runs the retry
+
+
+def test_slurm_without_accounting_warns_that_a_cancelled_job_would_hang(tmp_path, monkeypatch,
+                                                                        caplog):
+    if shutil.which("sacct") is None:
+        pytest.skip("no sacct on this machine (apt-get install slurm-client)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\nSlurmctldHost=localhost\n")  # accounting: none, the default
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    with caplog.at_level(logging.WARNING):
+        _slurm._warn_without_accounting()
+    assert "sacct does not answer (Slurm accounting storage is disabled)" in caplog.text
+    assert "slurmdbd" in caplog.text
 
 
 def test_slurm_without_sbatch_is_one_line(cli):

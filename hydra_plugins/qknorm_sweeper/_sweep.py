@@ -244,6 +244,8 @@ class OptunaSweep:
         if plan.race is not None:
             _race.check_study(study, plan.race, self.study_name)
             _race.record_settings(study, plan.race)
+        else:  # a scancelled job's trial, failed by the sweep that saw it end: run it again
+            _slurm.retry_interrupted(study)
         log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", self.study_name,
                  self.storage, plan.n_trials, len(plan.combinations),
                  optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
@@ -505,13 +507,16 @@ class OptunaSweep:
             trial.set_user_attr(JOB_DIRS_ATTR, dirs[number])
         overrides = [self._job_overrides(*jobs[i], plan, url) for i in todo]
         try:
-            returns = self.launcher.launch(overrides, initial_job_idx=job_idx) if todo else []
+            with _slurm.each_job_answers(self.config.hydra.launcher):
+                returns = self.launcher.launch(overrides, initial_job_idx=job_idx) if todo else []
             launched = [_job_result(r) for r in returns]
         except Exception as e:  # a broken launcher fails this batch, not the study
             log.exception("launcher failed")
             launched = [JobResult(FAILED, "?", error=f"launcher: {type(e).__name__}: {e}")
                         for _ in todo]
         for i, result in zip(todo, launched, strict=True):
+            if result.run_dir == "?":  # no config came back (a scancelled job): its planned dir
+                result.run_dir = dirs[jobs[i][0].number][_label(jobs[i][1])]
             results_of[i] = result
         return results_of, len(todo)
 
