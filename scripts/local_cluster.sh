@@ -66,8 +66,8 @@ start_mariadb() {  # a private datadir, socket and 127.0.0.1 port; a `slurm` use
     command -v mariadbd >/dev/null && command -v mariadb-install-db >/dev/null \
         || die "mariadbd not found; install it (apt-get install mariadb-server)"
     mkdir -p "$DB"; chown mysql "$DB"
-    # Small InnoDB files, no binlog, no fsync per commit: a database that lives for one session.
-    # (The buffer pool and lock wait are the sizes slurmdbd asks for, or it logs an error.)
+    # No binlog, no fsync per commit: a database that lives for one session. The buffer pool
+    # and lock wait are the sizes slurmdbd asks for (else it logs an error).
     local opts=(--no-defaults --datadir="$DB/data" --user=mysql --skip-name-resolve
                 --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
                 --innodb-buffer-pool-size=1G --innodb-lock-wait-timeout=900)
@@ -159,8 +159,11 @@ EOF
 }
 
 start_slurm() {
-    command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v slurmdbd >/dev/null \
-        || die "slurmctld/slurmdbd/munged not found; install them (apt-get install slurm-wlm slurmdbd munge)"
+    local bin
+    for bin in slurmctld slurmdbd munged; do
+        command -v "$bin" >/dev/null \
+            || die "$bin not found; install SLURM (apt-get install slurm-wlm slurmdbd munge)"
+    done
     [ "$(id -u)" = 0 ] || die "the local SLURM cluster runs its daemons as root; run start slurm as root"
     if [ -f "$SL/slurmctld.pid" ]; then echo "slurm: already running" >&2; return; fi
     mkdir -p "$SL/state" "$SL/spool" "$SL/munge"

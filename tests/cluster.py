@@ -91,6 +91,9 @@ def postgres_url() -> Iterator[str]:
 def slurm_conf() -> Iterator[str]:
     missing = ("no SLURM on this machine (slurmctld not found; apt-get install slurm-wlm munge)"
                if not shutil.which("slurmctld")
+               else "no SLURM accounting on this machine (slurmdbd or mariadbd not found; apt-get "
+                    "install slurmdbd mariadb-server)"
+               if not (shutil.which("slurmdbd") and shutil.which("mariadbd"))
                else "hydra-submitit-launcher is not installed: pip install -e '.[slurm]'"
                if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None
                else None)
