@@ -7,7 +7,8 @@ Outside a study (optuna.trial null) there is no hook and optuna is never importe
 
 With replicates, several jobs share one trial: each reports its own val_loss (the last one to
 reach a step is the trial's value there), and the first job pruned marks the trial so its
-sibling jobs stop at their next eval too.
+sibling jobs stop at their next eval too. A race's job also checks its rungs (qknorm/rungs.py):
+stopped there, it ends as pruned too, and only its own block is marked.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from qknorm import rungs
 from qknorm.config import OptunaTrialConfig
 from qknorm.errors import RunPruned, UserError
 
@@ -50,6 +52,7 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
     if len(study.directions) > 1:
         return None  # Optuna neither stores intermediate values nor prunes multi-objective
     trial = optuna.Trial(study, trial_id)
+    lost = rungs.judge(storage, study, trial_id, cfg.race)  # a race's in-fold stopping
     reporting = True
 
     def on_eval(step: int, row: dict[str, Any]) -> None:
@@ -64,6 +67,8 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
             prune = trial.should_prune()
             if prune:
                 trial.set_user_attr(optuna_specs.PRUNED_STEP_ATTR, step)
+            elif lost is not None:
+                prune = lost(step, row["val_loss"])
         except optuna.exceptions.UpdateFinishedTrialError:
             # The sweeper that launched this job is gone and its trial was closed: train on,
             # report nothing more.

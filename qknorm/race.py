@@ -30,9 +30,13 @@ from qknorm.multitest import holm
 
 # Names in the Optuna study: settings (study user attr), per-trial block results and decision.
 SETTINGS_ATTR = "race"
-RUNS_ATTR = "race_runs"  # trial user attr: block label -> {value, steps, core_s}
+RUNS_ATTR = "race_runs"  # trial user attr: block label -> {value, steps, core_s[, stopped_at]}
 RECORD_ATTR = "race"  # trial user attr: how the trial's race ended (see the sweeper's _record)
-DROPPED, SURVIVED, FAILED = "dropped", "survived", "failed"
+DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
+# In-fold stopping (race.rungs): a job's val loss at each rung, and where it was stopped. One
+# attr per block, so two jobs of one trial on different folds never overwrite each other.
+RUNG_ATTR = "race_rungs:"  # + block label -> {str(step): val_loss}
+STOP_ATTR = "race_stop:"  # + block label -> {step, value, best, best_value, delta}
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,44 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
             break
     race.need = None
     return race
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping, inside a block, the runs that have lost (race.rungs, race.margin)
+
+@dataclass(frozen=True)
+class Stop:
+    best: Hashable  # the other candidate with the lowest value at the rung
+    best_value: float
+    delta: float  # value - best_value (> margin)
+
+
+def stop_at_rung(value: float, others: Mapping[Hashable, float], margin: float) -> Stop | None:
+    """A run's val loss at a rung against the other candidates' runs of the same block that
+    reached it: stop when it is above the best of them by more than `margin`. With no other
+    run there yet nothing is known, so the run goes on (runs of a block launch best first)."""
+    if not others:
+        return None
+    best = min(others, key=others.__getitem__)
+    delta = value - others[best]
+    return Stop(best, others[best], delta) if delta > margin else None
+
+
+def standing(values: Mapping[Hashable, Mapping[int, float]], alive: Sequence[Hashable],
+             baseline: Hashable | None = None) -> list[Hashable]:
+    """The candidates in the race, best first: the order their runs of the next block launch,
+    so that a later run has the leader's values at each rung to be judged against. By mean
+    over the blocks every one of them completed; before there is one, the baseline first, then
+    the given (grid) order."""
+    common = set.intersection(*(set(values.get(c, {})) for c in alive)) if alive else set()
+    if not common:
+        return sorted(alive, key=lambda c: c != baseline)  # stable: grid order after it
+    return sorted(alive, key=lambda c: statistics.fmean(values[c][b] for b in common))
+
+
+def completed(runs: Mapping[str, dict]) -> dict[str, dict]:
+    """The block results of runs that went to the end (not stopped at a rung)."""
+    return {b: r for b, r in runs.items() if r.get("stopped_at") is None}
 
 
 # ---------------------------------------------------------------------------------------------
