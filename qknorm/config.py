@@ -224,7 +224,7 @@ def rungs_problem(rungs: Any, max_iters: int, eval_interval: int) -> str | None:
                     f"before its end; use steps below {max_iters}")
         if r % eval_interval:
             return (f"has {r}, not an eval step (a multiple of train.eval_interval="
-                    f"{eval_interval}); use e.g. {max(1, round(r / eval_interval)) * eval_interval}")
+                    f"{eval_interval}); use e.g. {max(1, r // eval_interval) * eval_interval}")
     return None
 
 

@@ -182,26 +182,45 @@ class Elimination:
 
 def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
     """The race a study holds: its settings (study user attr `race`) and each candidate's
-    counted trial by label (the sweeper's `_race.race_trials` picks them)."""
+    counted trial by label (the sweeper's `_race.race_trials` picks them). A run stopped at a
+    rung counts in the compute spent (its partial steps and core-seconds), not in the mean."""
     blocks = list(settings["blocks"])
-    rows, spent, grid = [], {"runs": 0, "steps": 0, "core_s": 0.0}, {"steps": 0.0, "core_s": 0.0}
+    runs_of = {label: dict(t.user_attrs.get(RUNS_ATTR, {})) if t is not None else {}
+               for label, t in ((c, trials.get(c)) for c in settings["candidates"])}
+    rows = []
+    spent = {"runs": 0, "stopped": 0, "steps": 0, "core_s": 0.0}
     for label in settings["candidates"]:
         t = trials.get(label)
         record = t.user_attrs.get(RECORD_ATTR, {}) if t is not None else {}
-        runs = list(t.user_attrs.get(RUNS_ATTR, {}).values()) if t is not None else []
+        runs, done = runs_of[label], completed(runs_of[label])
         outcome = record.get("outcome") or ("racing" if t is not None else "not started")
         rows.append({"candidate": label, "outcome": outcome, "n": len(runs),
-                     "mean": statistics.fmean(r["value"] for r in runs) if runs else math.nan,
-                     **{k: record.get(k) for k in ("after", "leader", "delta", "p",
+                     "mean": statistics.fmean(r["value"] for r in done.values()) if done
+                     else math.nan,
+                     **{k: record.get(k) for k in ("after", "step", "leader", "delta", "p",
                                                    "p_adjusted")}})
         spent["runs"] += len(runs)
+        spent["stopped"] += len(runs) - len(done)
         for key in ("steps", "core_s"):
-            known = [r[key] for r in runs if r.get(key) is not None]
-            spent[key] += sum(known)
-            # The grid would have run every block: this candidate's mean run, len(blocks) times.
-            grid[key] += statistics.fmean(known) * len(blocks) if known else math.nan
-    grid["runs"] = len(settings["candidates"]) * len(blocks)
-    return Elimination(blocks, settings.get("baseline"), rows, spent, grid)
+            spent[key] += sum(r[key] for r in runs.values() if r.get(key) is not None)
+    return Elimination(blocks, settings.get("baseline"), rows, spent,
+                       _grid_estimate(runs_of, len(blocks)))
+
+
+def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:
+    """The full grid's runs, steps and core-seconds: every candidate's mean completed run,
+    times the number of blocks; for a candidate with none (stopped in its first block), the
+    mean completed run of all candidates (same model, same steps)."""
+    grid: dict[str, float] = {"runs": len(runs_of) * n_blocks}
+    for key in ("steps", "core_s"):
+        means = {}
+        for label, runs in runs_of.items():
+            known = [r[key] for r in completed(runs).values() if r.get(key) is not None]
+            means[label] = statistics.fmean(known) if known else None
+        seen = [m for m in means.values() if m is not None]
+        fallback = statistics.fmean(seen) if seen else math.nan
+        grid[key] = sum((fallback if m is None else m) * n_blocks for m in means.values())
+    return grid
 
 
 def _share(part: float, whole: float) -> str:
@@ -211,19 +230,32 @@ def _share(part: float, whole: float) -> str:
 def summary_line(e: Elimination) -> str:
     """One line for the console at the end of a race."""
     dropped = [r for r in e.rows if r["outcome"] == DROPPED]
+    stopped = [r for r in e.rows if r["outcome"] == STOPPED]
     left = [r for r in e.rows if r["outcome"] == SURVIVED]
     racing = [r for r in e.rows if r["outcome"] in ("racing", "not started")]
-    line = (f"race: {len(dropped)} of {len(e.rows)} candidates dropped, {len(left)} left "
-            f"({', '.join(r['candidate'] for r in left) or 'none'})")
+    line = f"race: {len(dropped)} of {len(e.rows)} candidates dropped, "
+    if stopped:
+        line += (f"{len(stopped)} stopped inside a replicate ("
+                 + "; ".join(f"{r['candidate']}: {_stop_place(r)}, Δ {_num(r['delta'], '+.4f')}"
+                             for r in stopped) + "), ")
+    line += f"{len(left)} left ({', '.join(r['candidate'] for r in left) or 'none'})"
     if racing:  # held by another sweeper on this study, or by one that was killed
         line += (f", {len(racing)} still racing elsewhere "
                  f"({', '.join(r['candidate'] for r in racing)})")
-    line += (f"; ran {e.spent['runs']} of "
-            f"{e.grid['runs']} runs ({_share(e.spent['runs'], e.grid['runs'])} of the grid)")
+    partial = f" ({e.spent['stopped']} stopped early)" if e.spent.get("stopped") else ""
+    line += (f"; ran {e.spent['runs']}{partial} of "
+             f"{e.grid['runs']} runs ({_share(e.spent['runs'], e.grid['runs'])} of the grid)")
     if e.spent["core_s"]:
         line += (f", {e.spent['core_s']:,.0f} core-seconds "
                  f"({_share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
+    if e.spent["steps"]:
+        line += (f", {e.spent['steps']:,.0f} training steps "
+                 f"({_share(e.spent['steps'], e.grid['steps'])})")
     return line
+
+
+def _stop_place(row: dict) -> str:
+    return f"{row['after']} at step {row['step']}"
 
 
 def _count(x: float) -> str:
@@ -237,25 +269,33 @@ def _num(x, spec: str) -> str:
 
 def report_lines(e: Elimination, name: str) -> list[str]:
     """summary.md's race section: the elimination table and the compute spent vs the grid."""
-    header = ["candidate", "outcome", "replicates run", "dropped after", "leader at that look",
-              "Δ vs leader", "one-sided paired t p", "Holm-adjusted p", "mean"]
+    header = ["candidate", "outcome", "replicates run", "dropped after / stopped in",
+              "leader at that look / best at the rung", "Δ vs leader", "one-sided paired t p",
+              "Holm-adjusted p", "mean"]
+    where = {DROPPED: lambda r: r["after"], STOPPED: _stop_place}
     rows = [[r["candidate"], r["outcome"], str(r["n"]),
-             r["after"] if r["outcome"] == DROPPED else "-", r["leader"] or "-",
+             where[r["outcome"]](r) if r["outcome"] in where else "-", r["leader"] or "-",
              _num(r["delta"], "+.4f"), _num(r["p"], ".3g"), _num(r["p_adjusted"], ".3g"),
              _num(r["mean"], ".4f")] for r in e.rows]
     table = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     table += ["| " + " | ".join(row) + " |" for row in rows]
     s, g = e.spent, e.grid
+    stopped = (f"; {s['stopped']} of them stopped at a rung, counted with their partial steps"
+               if s.get("stopped") else "")
     return [
         f"## Race: study {name}", "",
         f"Every candidate ran the first replicates, then after each further one every candidate "
         f"significantly worse than the leader was dropped (one-sided paired t, Holm over the "
         f"candidates at that look; the baseline, {e.baseline or 'none here'}, is never "
         f"dropped). Replicates in order: {', '.join(e.blocks)}. For a survivor the columns give "
-        "its last look.", "",
+        "its last look. A candidate `stopped` lost inside a replicate: at a rung (a training "
+        "step) its val loss was above the best other candidate's run of that replicate by "
+        "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
+        "mean is over the replicates it completed.", "",
         *table, "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
-        f"({_share(s['runs'], g['runs'])}), {_count(s['steps'])} of ≈{_count(g['steps'])} "
+        f"({_share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
+        f"≈{_count(g['steps'])} "
         f"training steps ({_share(s['steps'], g['steps'])}), {_count(s['core_s'])} of "
         f"≈{_count(g['core_s'])} core-seconds ({_share(s['core_s'], g['core_s'])}; "
         "core-seconds = wall_time_s × "

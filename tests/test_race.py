@@ -139,7 +139,7 @@ BAD_RACES = [
     ({"baseline": 2.0}, {"params": {"norm": "choice(lp,l2)", "norm.p": "choice(2.0,4.0)"}},
      "hydra.sweeper.race.baseline=2.0 is ambiguous: the candidates vary norm, norm.p"),
     ({"alpah": 0.1}, {}, "hydra.sweeper.race.alpah is not a race option (min_replicates, "
-                         "alpha, baseline)"),
+                         "alpha, baseline, rungs, margin)"),
     (ON, {"sampler": "tpe"}, "hydra.sweeper.race needs sampler: {name: grid}"),
     (ON, {"pruner": "median"}, "set pruner: {name: none}, not pruner.name=median"),
     (ON, {"n_trials": 2}, "hydra.sweeper.n_trials=2: a race runs the whole grid"),
@@ -269,7 +269,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert rows["x=4"]["p_adjusted"] == pytest.approx(0.0415, abs=1e-4)
     assert rows["x=4"]["delta"] == pytest.approx(statistics.fmean(
         loss(4, f) - loss(1, f) for f in range(3)))
-    assert e.spent == {"runs": 13, "steps": 1300, "core_s": 13 * WALL_S * THREADS}
+    assert e.spent == {"runs": 13, "stopped": 0, "steps": 1300, "core_s": 13 * WALL_S * THREADS}
     assert e.grid == {"runs": 16, "steps": 1600, "core_s": 16 * WALL_S * THREADS}
     counted = [t for t in study.get_trials() if t.state != TrialState.FAIL]  # FAIL: killed
     states = {t.user_attrs["race_candidate"]: t for t in counted}

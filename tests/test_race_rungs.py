@@ -4,6 +4,8 @@ and the sweeper's side: the replay, the settings and the elimination table."""
 
 from __future__ import annotations
 
+import math
+
 import optuna
 import pytest
 
@@ -137,3 +139,184 @@ def test_race_keys_are_checked_in_the_job_config():
     cfg.optuna.trial, cfg.optuna.race.margin = None, 0.05
     with pytest.raises(UserError, match="are set by the qknorm_optuna sweeper"):
         validate(cfg)
+
+
+# -- the sweeper's side: settings, replay, report ---------------------------------------------
+
+def race_plan(**options):
+    from tests.test_race import plan
+
+    return plan({"min_replicates": 2, "baseline": 2.0, **options}, folds=(0, 1, 2))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"rungs": 500}, "hydra.sweeper.race.rungs=500 must be a list of training steps, e.g. "
+                     "[500, 1000], or null for none"),
+    ({"rungs": [1000, 500]}, "hydra.sweeper.race.rungs=[1000, 500] must be positive and "
+                             "increasing, e.g. [500, 1000]"),
+    ({"rungs": [0]}, "hydra.sweeper.race.rungs=[0] must be positive and increasing"),
+    ({"rungs": [500], "margin": 0}, "hydra.sweeper.race.margin=0 must be a number > 0 (val "
+                                    "loss units"),
+    ({"rungs": [500], "margin": "big"}, "hydra.sweeper.race.margin='big' must be a number > 0"),
+])
+def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, message):
+    from hydra_plugins.qknorm_sweeper._errors import SweepError
+
+    with pytest.raises(SweepError) as e:
+        race_plan(**options)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+    assert e.value.exit_code == 2
+
+
+def test_rungs_are_part_of_the_race_a_study_holds():
+    from hydra_plugins.qknorm_sweeper import _race
+    from hydra_plugins.qknorm_sweeper._errors import SweepError
+
+    off, on = race_plan(), race_plan(rungs=[500, 1000], margin=0.05)
+    assert (off.rungs, on.rungs, on.margin) == ((), (500, 1000), 0.05)
+    assert (off.settings()["rungs"], off.settings()["margin"]) == (None, None)
+    assert (on.settings()["rungs"], on.settings()["margin"]) == ([500, 1000], 0.05)
+    study = optuna.create_study()
+    study.set_user_attr("race", {k: v for k, v in off.settings().items()
+                                 if k not in ("rungs", "margin")})  # raced before rungs existed
+    _race.check_study(study, off, "s")  # the same race
+    with pytest.raises(SweepError, match=r"^study 's' was raced with rungs=None, not \[500, "
+                                         r"1000\]; rerun with its settings"):
+        _race.check_study(study, on, "s")
+
+
+def frozen(p: float, runs: dict, state=None, record=None):
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    attrs = {race.CANDIDATE_ATTR: f"norm.p={p}", race.RUNS_ATTR: runs}
+    if record:
+        attrs[race.RECORD_ATTR] = record
+    state = state or TrialState.RUNNING
+    done = [r["value"] for r in race.completed(runs).values()]
+    return create_trial(params={"norm.p": p}, state=state,
+                        distributions={"norm.p": CategoricalDistribution([1.0, 2.0, math.inf])},
+                        user_attrs=attrs,
+                        value=sum(done) / len(done) if state == TrialState.COMPLETE else None)
+
+
+def run(value, steps=30, core_s=3.0, **stop):
+    return {"value": value, "steps": steps, "core_s": core_s, **stop}
+
+
+STOP = {"stopped_at": 10, "val_loss": 3.3, "best": "norm.p=2.0", "delta": 0.25}
+F = [f"data.fold={f}" for f in range(3)]
+
+
+def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
+    from hydra_plugins.qknorm_sweeper import _race
+    from tests.test_race import parse_space
+
+    spec = race_plan(rungs=[10], margin=0.05)
+    space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
+    stopped = frozen(math.inf, {F[0]: run(None, steps=10, core_s=1.0, **STOP)})
+    trials = [frozen(1.0, {F[0]: run(2.0)}), frozen(2.0, {F[0]: run(1.9)}), stopped]
+    r = _race.state(trials, spec, space)
+    # p=inf is out (not live, lacks fold 0): the race waits only for p=1 and p=2's fold 1.
+    assert r.alive == [(1.0,), (2.0,)] and r.gone == {(math.inf,): 2} and r.need == 2
+    assert _race.stopped_block(stopped) == F[0] and _race.block_values(stopped, spec) == {}
+    assert _race.launch_order(trials, spec, space, r) == [(2.0,), (1.0,)]  # p=2 led fold 0
+    assert _race.stop_record(spec, stopped, F[0], 1) == {
+        "outcome": "stopped", "n": 1, "after": F[0], "step": 10, "leader": "norm.p=2.0",
+        "delta": 0.25, "p": None, "p_adjusted": None}
+    trials[0] = frozen(1.0, {F[0]: run(2.0), F[1]: run(2.1)})
+    trials[1] = frozen(2.0, {F[0]: run(1.9), F[1]: run(1.95)})
+    look = _race.state(trials, spec, space).looks[0]
+    assert look.n == 2 and set(look.tests) == {(1.0,)}  # p=inf not tested: it is out
+
+
+def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_steps():
+    from optuna.trial import TrialState
+
+    settings = {"min_replicates": 2, "alpha": 0.05, "baseline": "norm.p=2.0", "blocks": F,
+                "candidates": ["norm.p=1.0", "norm.p=2.0", "norm.p=inf"], "rungs": [10],
+                "margin": 0.05}
+    survived = {"outcome": "survived", "n": 3, "after": F[2], "leader": "norm.p=2.0",
+                "delta": 0.1, "p": 0.2, "p_adjusted": 0.2}
+    trials = {
+        "norm.p=1.0": frozen(1.0, {F[0]: run(2.0), F[1]: run(2.1), F[2]: run(2.2)},
+                             TrialState.COMPLETE, survived),
+        "norm.p=2.0": frozen(2.0, {F[0]: run(1.9), F[1]: run(2.0), F[2]: run(2.1)},
+                             TrialState.COMPLETE, {**survived, "delta": None, "p": None,
+                                                   "p_adjusted": None}),
+        # p=inf finished fold 0, then lost at step 10 of fold 1
+        "norm.p=inf": frozen(math.inf, {F[0]: run(2.5, core_s=6.0),
+                                        F[1]: run(None, steps=10, core_s=1.0, **STOP)},
+                             TrialState.PRUNED, {"outcome": "stopped", "n": 2, "after": F[1],
+                                                 "step": 10, "leader": "norm.p=2.0",
+                                                 "delta": 0.25, "p": None, "p_adjusted": None}),
+    }
+    e = race.elimination(settings, trials)
+    assert e.spent == {"runs": 8, "stopped": 1, "steps": 220, "core_s": 25.0}
+    # Every candidate's mean completed run x 3 folds: 90 steps each; core_s 9 + 9 + 18.
+    assert e.grid == {"runs": 9, "steps": 270.0, "core_s": 36.0}
+    lines = race.report_lines(e, "r")
+    assert ("| norm.p=inf | stopped | 2 | data.fold=1 at step 10 | norm.p=2.0 | +0.2500 | - | - "
+            "| 2.5000 |") in lines
+    assert "| norm.p=1.0 | survived | 3 | - | norm.p=2.0 | +0.1000 | 0.2 | 0.2 | 2.1000 |" in lines
+    assert any(ln.startswith("Compute: 8 of the full grid's 9 runs (89%; 1 of them stopped at a "
+                             "rung, counted with their partial steps), 220 of ≈270 training "
+                             "steps (81%), 25 of ≈36 core-seconds (69%;") for ln in lines)
+    assert race.summary_line(e) == (
+        "race: 0 of 3 candidates dropped, 1 stopped inside a replicate (norm.p=inf: "
+        "data.fold=1 at step 10, Δ +0.2500), 2 left (norm.p=1.0, norm.p=2.0); ran 8 (1 stopped "
+        "early) of 9 runs (89% of the grid), 25 core-seconds (69% of the grid's estimate), 220 "
+        "training steps (81%)")
+    del trials["norm.p=inf"].user_attrs[race.RUNS_ATTR][F[0]]  # stopped in its first fold
+    assert race.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
+
+
+# -- one real race through the command line, on the smoke model ---------------------------------
+
+TINY = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "threads=1",
+        "train.max_iters=20", "train.eval_interval=10", "norm.p=choice(inf,2)",
+        "++hydra.sweeper.replicates={data.fold:[0,1]}", "hydra.sweeper.race.min_replicates=2",
+        "hydra.sweeper.n_jobs=2", "++hydra.sweeper.race.margin=0.001",
+        "hydra/job_logging=disabled"]
+
+
+@pytest.mark.slow
+def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
+    from pathlib import Path
+
+    from qknorm import rundir
+
+    r = cli(*TINY, "++hydra.sweeper.race.rungs=[10]")
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = optuna.load_study(study_name="smoke_race",
+                              storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    by = {t.user_attrs[race.CANDIDATE_ATTR]: t for t in study.get_trials()}
+    base, lost = by["norm.p=2"], by["norm.p=inf"]
+    dirs = base.user_attrs["job_dirs"] | {"inf": lost.user_attrs["job_dirs"]["data.fold=0"]}
+    at10 = {k: next(row["val_loss"] for row in rundir.read_metrics(Path(d)) if row["step"] == 10)
+            for k, d in dirs.items()}
+    delta = at10["inf"] - at10["data.fold=0"]
+    assert delta > 0.001  # p = inf is behind p = 2 (launched first: the baseline) at step 10
+    assert lost.state == optuna.trial.TrialState.PRUNED
+    assert lost.user_attrs[race.RECORD_ATTR] == {
+        "outcome": "stopped", "n": 1, "after": "data.fold=0", "step": 10, "leader": "norm.p=2",
+        "delta": pytest.approx(delta, abs=1e-12), "p": None, "p_adjusted": None}
+    stopped_run = lost.user_attrs[race.RUNS_ATTR]
+    assert list(stopped_run) == ["data.fold=0"]  # out: it ran no second fold
+    assert stopped_run["data.fold=0"]["stopped_at"] == 10
+    final = rundir.read_final(Path(dirs["inf"]))
+    assert (final["status"], final["steps"]) == ("pruned", 10)
+    assert base.state == optuna.trial.TrialState.COMPLETE
+    assert base.user_attrs[race.RUNG_ATTR + "data.fold=1"] == {"10": at10["data.fold=1"]}
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("race: "))
+    assert line.startswith(f"race: 0 of 2 candidates dropped, 1 stopped inside a replicate "
+                           f"(norm.p=inf: data.fold=0 at step 10, Δ {delta:+.4f}), 1 left "
+                           "(norm.p=2); ran 3 (1 stopped early) of 4 runs (75% of the grid)")
+    assert line.endswith(", 50 training steps (62%)")
+
+    bad = cli(*TINY, "++hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: hydra.sweeper.race.rungs=[15] has 15, not an eval step (a multiple of "
+        "train.eval_interval=10); use e.g. 10"]
+    assert "bad" not in optuna.get_all_study_names(f"sqlite:///{cli.cwd}/outputs/optuna.db")

@@ -5,6 +5,9 @@ blocks a look at a time; the sweeper (_sweep.py, _run_race) launches them. Every
 decides follows from what the study holds: each trial's block results (user attr `race_runs`)
 and the race settings (study user attr `race`). So a rerun after a kill, or another sweeper on
 the same study, replays the same looks and runs only the blocks still missing.
+
+With `rungs`, a candidate whose run of a block was stopped at a rung (qknorm/rungs.py, the job
+side) leaves the race: its block result says `stopped_at`, and the replay counts it out.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS, retr
 from hydra_plugins.qknorm_sweeper._errors import SweepError
 from hydra_plugins.qknorm_sweeper._space import SearchSpace, format_value
 from qknorm import race as racing
+from qknorm.config import rungs_problem
 
-OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None}
-EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0}"
+OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05}
+EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [500, 1000]}"
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,16 @@ class RaceSpec:
     labels: dict[Hashable, str]  # candidate -> "norm.p=2.0"
     blocks: tuple[str, ...]  # replicate combinations as labels, in launch order
     sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
+    rungs: tuple[int, ...] = ()  # steps at which a run is judged inside its block; (): never
+    margin: float = 0.05  # a run stops when its val loss is above the best other's by more
 
     def settings(self) -> dict[str, Any]:
-        """What a rerun must match (stored in the study): the same race, or another study."""
+        """What a rerun must match (stored in the study): the same race, or another study.
+        Without rungs, rungs and margin are None, as a study raced before they existed reads."""
         return {"min_replicates": self.min_replicates, "alpha": self.alpha,
                 "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
-                "candidates": [self.labels[c] for c in self.candidates]}
+                "candidates": [self.labels[c] for c in self.candidates],
+                "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None}
 
 
 def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
@@ -77,8 +85,9 @@ def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str]
     candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
     labels = {c: _label(space, c) for c in candidates}
     baseline = _baseline(options["baseline"], space, candidates)
+    rungs, margin = _rungs(options["rungs"], options["margin"], directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
-                    1.0 if directions[0] == "minimize" else -1.0)
+                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin)
 
 
 def _options(spec: Any) -> dict[str, Any]:
@@ -96,6 +105,25 @@ def _min_replicates(value: Any) -> int:
         raise SweepError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
                          "(a paired t-test needs two pairs), e.g. 3")
     return value
+
+
+def _rungs(rungs: Any, margin: Any, direction: str) -> tuple[tuple[int, ...], float]:
+    """In-fold stopping's settings, checked as far as they go without the task's config (the
+    sweeper checks the rungs against train.max_iters and train.eval_interval)."""
+    if rungs is None or rungs == []:
+        return (), 0.05
+    problem = rungs_problem(rungs, max_iters=math.inf, eval_interval=1)
+    if problem:
+        raise SweepError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
+            math.isfinite(margin) and margin > 0):
+        raise SweepError(f"hydra.sweeper.race.margin={margin!r} must be a number > 0 (val loss "
+                         "units: how far behind the best run of a fold a run may be at a "
+                         "rung), e.g. 0.05")
+    if direction != "minimize":
+        raise SweepError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
+                         "but the race maximizes its objective; set rungs: null")
+    return tuple(rungs), float(margin)
 
 
 def _label(space: SearchSpace, candidate: Sequence[Any]) -> str:
@@ -141,7 +169,8 @@ def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
     if have is None and study.get_trials(deepcopy=False):
         raise SweepError(f"study {study_name!r} holds a sweep that was not a race; race under "
                          "another hydra.sweeper.study_name")
-    for key, value in (have or {}).items():
+    for key in want if have is not None else ():
+        value = have.get(key)  # a key the study lacks: raced before it existed, i.e. None
         if want.get(key) != value:
             raise SweepError(f"study {study_name!r} was raced with {key}={value!r}, not "
                              f"{want.get(key)!r}; rerun with its settings or use another "
@@ -173,17 +202,25 @@ def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashab
 
 def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
     """Block index -> sign * objective, for the blocks the trial completed."""
-    runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+    runs = racing.completed(trial.user_attrs.get(racing.RUNS_ATTR, {}))
     return {i: race.sign * runs[b]["value"] for i, b in enumerate(race.blocks) if b in runs}
+
+
+def stopped_block(trial: FrozenTrial | optuna.Trial) -> str | None:
+    """The block in which the trial's run was stopped at a rung (it is out), or None."""
+    runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+    return next((b for b, r in runs.items() if r.get("stopped_at") is not None), None)
 
 
 def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racing.Race:
     """The race replayed from the study: looks so far, who is in, what the next look needs."""
     current = current_trials(trials, space)
     values = {c: block_values(t, race) for c, t in current.items()}
-    # Not started yet, or running/waiting for a sweeper: it can still run blocks.
+    # Not started yet, or running/waiting for a sweeper: it can still run blocks. A candidate
+    # stopped at a rung is out, like a failed one: it leaves before the next look, untested.
     live = {c for c in race.candidates
-            if c not in current or current[c].state in (TrialState.RUNNING, TrialState.WAITING)}
+            if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
+                                    and stopped_block(current[c]) is None)}
     return racing.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
                          race.alpha, race.baseline)
 
@@ -206,7 +243,33 @@ def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
     return out
 
 
-def run_entry(value: float, fields: dict[str, Any]) -> dict[str, Any]:
+def launch_order(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace,
+                 result: racing.Race) -> list[Hashable]:
+    """The candidates in the race, best first (qknorm.race.standing): the order in which their
+    runs of a block launch, so that a run is judged at its rungs against the leader's."""
+    current = current_trials(trials, space)
+    values = {c: block_values(t, race) for c, t in current.items()}
+    return racing.standing(values, result.alive, race.baseline)
+
+
+def stop_record(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
+                n_run: int) -> dict[str, Any]:
+    """The trial user attr `race` of a candidate stopped at a rung: the block, the step, its
+    val loss there minus the best other run's (Δ > margin) and which candidate that was."""
+    stop = trial.user_attrs[racing.RUNS_ATTR][block]
+    return {"outcome": racing.STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
+            "leader": stop.get("best"), "delta": stop.get("delta"), "p": None,
+            "p_adjusted": None}
+
+
+def stopped_entry(stop: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """A block whose run was stopped at a rung, as race_runs keeps it: no value (the run did
+    not finish), its partial cost, and where and why it stopped (the job's race_stop attr)."""
+    return {**run_entry(None, fields), "stopped_at": int(stop["step"]),
+            "val_loss": stop["value"], "best": stop["best"], "delta": stop["delta"]}
+
+
+def run_entry(value: float | None, fields: dict[str, Any]) -> dict[str, Any]:
     """One block's result as the study keeps it: the value and the run's cost."""
     steps, wall, threads = (fields.get(k) for k in ("steps", "wall_time_s", "threads"))
     core_s = (float(wall) * float(threads)

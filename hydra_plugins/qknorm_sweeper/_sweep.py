@@ -25,7 +25,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
 from hydra_plugins.qknorm_sweeper import _race, _slurm
@@ -42,7 +42,7 @@ from hydra_plugins.qknorm_sweeper._space import (
 )
 from qknorm import race as racing
 from qknorm import rundir
-from qknorm.config import effective_key, flatten
+from qknorm.config import effective_key, flatten, rungs_problem
 from qknorm.rundir import COMPLETED, FAILED, PRUNED
 
 log = logging.getLogger(__name__)
@@ -158,6 +158,8 @@ class OptunaSweep:
                           self.n_trials)
         n_trials = self._n_trials(space)
         self._check_keys(space, base, replicates)
+        if race is not None and race.rungs:
+            self._check_rungs(race, space, base, combinations[0])
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
@@ -213,6 +215,29 @@ class OptunaSweep:
         for key, values in replicates.items():
             self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
 
+    def _check_rungs(self, race: _race.RaceSpec, space: SearchSpace, base: list[str],
+                     combo: list[str]) -> None:
+        """Every rung must be an eval step before the end of every candidate's run: compose
+        each candidate's job (the grid may set train.*) and read train.max_iters and
+        train.eval_interval; the job must also take optuna.race.* (qknorm.train does)."""
+        names = [p.name for p in space.params]
+        for c in race.candidates:
+            overrides = [*base, *space.overrides(dict(zip(names, c, strict=True))), *combo,
+                         *_race_keys(race, c, _label(combo))]
+            try:
+                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+            except Exception as e:
+                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+                raise SweepError(f"hydra.sweeper.race.rungs: the task's config does not take "
+                                 f"optuna.race.{{block,rungs,margin}} ({' '.join(lines[:1])}); "
+                                 "in-fold stopping needs qknorm.train's jobs, or set rungs: "
+                                 "null") from None
+            max_iters = OmegaConf.select(cfg, "train.max_iters")
+            eval_interval = OmegaConf.select(cfg, "train.eval_interval")
+            problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
+            if problem:
+                raise SweepError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
+
     def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
         for value in values:
             override = f"{key}={format_value(value)}"
@@ -254,6 +279,10 @@ class OptunaSweep:
                      "significantly worse than the leader stop (alpha=%g, baseline %s)",
                      len(plan.race.blocks), plan.race.min_replicates, plan.race.alpha,
                      plan.race.labels.get(plan.race.baseline, "none"))
+            if plan.race.rungs:
+                log.info("in-fold stopping: a run more than %g above the best other run of its "
+                         "replicate at step %s stops there, and its candidate leaves the race",
+                         plan.race.margin, "/".join(map(str, plan.race.rungs)))
         stop_message = None
         with Heartbeat(storage, self.heartbeat_interval) as heartbeat:
             stop_message = self._run(study, plan, url, heartbeat)
@@ -327,9 +356,10 @@ class OptunaSweep:
             stop = self._failure_stop(study, plan)
             if stop:
                 return stop
-            race = _race.state(study.get_trials(deepcopy=False), plan.race, plan.space)
+            trials = study.get_trials(deepcopy=False)
+            race = _race.state(trials, plan.race, plan.space)
             self._settle(study, mine, race, plan, heartbeat)
-            todo = self._race_todo(mine, race, plan)
+            todo = self._race_todo(mine, race, plan, trials)
             if todo:
                 job_idx += self._race_launch(study, mine, todo, plan, url, job_idx, heartbeat)
                 continue
@@ -344,17 +374,25 @@ class OptunaSweep:
                 return None
             time.sleep(min(self.heartbeat_interval, 5))  # another sweeper runs this look's blocks
 
-    def _race_todo(self, mine: dict[int, optuna.Trial], race: racing.Race,
-                   plan: Plan) -> list[tuple[optuna.Trial, list[str]]]:
+    def _race_todo(self, mine: dict[int, optuna.Trial], race: racing.Race, plan: Plan,
+                   trials: list[FrozenTrial]) -> list[tuple[optuna.Trial, list[str]]]:
         """(trial, replicate overrides) of the blocks my candidates need for the next look,
         block-major like _launch, leaving out blocks already in the study."""
         if race.over:
             return []
         alive = set(race.alive)
-        return [(trial, combo) for b, combo in enumerate(plan.combinations[:race.need])
+        todo = [(trial, combo) for b, combo in enumerate(plan.combinations[:race.need])
                 for trial in mine.values()
                 if _race.candidate(trial, plan.space) in alive
                 and plan.race.blocks[b] not in trial.user_attrs.get(racing.RUNS_ATTR, {})]
+        if not plan.race.rungs or not todo:
+            return todo
+        # In-fold stopping: one block per launch, so a candidate stopped there runs no other,
+        # and its runs best first, so each later run has the leader's to be judged against.
+        first = todo[0][1]
+        order = _race.launch_order(trials, plan.race, plan.space, race)
+        return sorted([(t, combo) for t, combo in todo if combo == first],
+                      key=lambda job: order.index(_race.candidate(job[0], plan.space)))
 
     def _race_launch(self, study: optuna.Study, mine: dict[int, optuna.Trial],
                      todo: list[tuple[optuna.Trial, list[str]]], plan: Plan, url: str,
@@ -362,10 +400,18 @@ class OptunaSweep:
         """Run the blocks and keep each result in its trial (user attr race_runs) as soon as
         the launch returns; a block that failed fails its candidate, which leaves the race."""
         results_of, launched = self._launch_jobs(todo, plan, url, job_idx)
+        # Fresh from the storage: what the jobs wrote there (the rung stops) is not in `trial`.
+        written = {t.number: t.user_attrs for t in study.get_trials(deepcopy=False)}
         for (trial, combo), job in zip(todo, results_of, strict=True):
             if trial.number not in mine:
                 continue  # failed on an earlier block of this launch
             value = _objective(job, self.objectives[0])
+            stop = written[trial.number].get(racing.STOP_ATTR + _label(combo))
+            if value is None and job.status == PRUNED and stop is not None:
+                runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+                runs[_label(combo)] = _race.stopped_entry(stop, job.fields)
+                trial.set_user_attr(racing.RUNS_ATTR, runs)  # out: _settle tells it
+                continue
             if value is None:
                 race = _race.state(study.get_trials(deepcopy=False), plan.race, plan.space)
                 jobs = self._race_jobs(trial, plan)
@@ -381,8 +427,9 @@ class OptunaSweep:
         return launched
 
     def _race_jobs(self, trial: optuna.Trial, plan: Plan) -> list[JobResult]:
-        """The trial's completed blocks as job results, in block order (for _tell)."""
-        runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+        """The trial's completed blocks as job results, in block order (for _tell); not one
+        stopped at a rung."""
+        runs = racing.completed(trial.user_attrs.get(racing.RUNS_ATTR, {}))
         dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
         return [JobResult(COMPLETED, dirs.get(b, "?"), {self.objectives[0]: runs[b]["value"]})
                 for b in plan.race.blocks if b in runs]
@@ -395,24 +442,49 @@ class OptunaSweep:
         dropped = race.dropped()
         for number, trial in list(mine.items()):
             c = _race.candidate(trial, plan.space)
-            if c not in dropped and not race.over:
+            stopped = _race.stopped_block(trial)
+            if c not in dropped and not race.over and stopped is None:
                 continue
             jobs = self._race_jobs(trial, plan)
-            trial.set_user_attr(racing.RECORD_ATTR, _race.record(plan.race, race, c, len(jobs)))
-            if c in dropped:
-                self._tell_dropped(study, trial, jobs, plan, dropped[c])
+            if stopped is not None:  # stopped at a rung: out, whatever the looks say
+                trial.set_user_attr(racing.RECORD_ATTR, _race.stop_record(
+                    plan.race, trial, stopped, len(jobs) + 1))
+                self._tell_stopped(study, trial, jobs, plan, stopped)
             else:
-                self._tell(study, trial, jobs, plan)
+                trial.set_user_attr(racing.RECORD_ATTR,
+                                    _race.record(plan.race, race, c, len(jobs)))
+                if c in dropped:
+                    self._tell_dropped(study, trial, jobs, plan, dropped[c])
+                else:
+                    self._tell(study, trial, jobs, plan)
             del mine[number]
             heartbeat.discard(trial._trial_id)
 
-    def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
-                      plan: Plan, look: racing.Look) -> None:
-        trial.set_user_attr("jobs", [j.run_dir for j in jobs])
+    def _tell_out(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                  dirs: list[str]) -> None:
+        """A candidate the race is done with before its end: PRUNED, with its mean/std over
+        the blocks it completed (`jobs`) and every run dir it has (`dirs`)."""
+        trial.set_user_attr("jobs", dirs)
         trial.set_user_attr("n", len(jobs))
-        _mean_values(jobs, self.objectives, trial)  # its mean/std over the blocks it ran
+        if jobs:
+            _mean_values(jobs, self.objectives, trial)
         trial.set_user_attr(STATUS_ATTR, PRUNED)
         study.tell(trial, state=TrialState.PRUNED)
+
+    def _tell_stopped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                      plan: Plan, block: str) -> None:
+        stop = trial.user_attrs[racing.RUNS_ATTR][block]
+        stopped_dir = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(block, "?")
+        self._tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir])
+        log.info("trial %d [%s] stopped in %s at step %d: val loss %.4g, above %s's %.4g by "
+                 "%.4g > margin=%g", trial.number, plan.race.labels[_race.candidate(
+                     trial, plan.space)], block, stop["stopped_at"], stop["val_loss"],
+                 stop["best"], stop["val_loss"] - stop["delta"], stop["delta"],
+                 plan.race.margin)
+
+    def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                      plan: Plan, look: racing.Look) -> None:
+        self._tell_out(study, trial, jobs, [j.run_dir for j in jobs])
         c = _race.candidate(trial, plan.space)
         test = look.tests[c]
         log.info("trial %d [%s] dropped after %s: worse than the leader %s by %.4g on %d "
@@ -552,6 +624,8 @@ class OptunaSweep:
             f"optuna.storage={format_value(url)}", f"optuna.trial={trial.number}",
             # Named by trial number: unique even when several sweepers share one sweep dir.
             f"hydra.sweep.subdir={format_value(subdir)}",
+            *(_race_keys(plan.race, _race.candidate(trial, plan.space), _label(combo))
+              if plan.race is not None and plan.race.rungs else []),
         ]
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
@@ -588,6 +662,15 @@ class OptunaSweep:
 
 def _label(combo: list[str]) -> str:
     return " ".join(combo)
+
+
+def _race_keys(race: _race.RaceSpec, candidate: Any, block: str) -> list[str]:
+    """What a race's job needs to be judged at its rungs (qknorm/rungs.py); the baseline gets
+    margin null: it records its values for the others and is never stopped."""
+    margin = None if candidate == race.baseline else race.margin
+    return [f"optuna.race.block={format_value(block)}",
+            f"optuna.race.rungs=[{','.join(map(str, race.rungs))}]",
+            f"optuna.race.margin={format_value(margin)}"]
 
 
 def _subdir(trial: optuna.Trial, combo: list[str]) -> str:
