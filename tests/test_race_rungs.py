@@ -271,6 +271,35 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
     assert race.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
 
 
+# -- the measurement on recorded curves (scripts/rung_error_rates.py) ---------------------------
+
+def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
+    import importlib.util
+
+    from tests.test_race import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "rung_error_rates", REPO / "scripts" / "rung_error_rates.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    curves = {2.0: (2.20, 2.00, 1.85), 1.0: (2.24, 2.10, 1.95), 4.0: (2.30, 2.02, 1.86),
+              math.inf: (2.50, 2.30, 2.10)}  # val loss at 500, 1000; best_val_loss
+    fold = {p: {"curve": {500: a, 1000: b}, "final": f, "steps": 2000}
+            for p, (a, b, f) in curves.items()}
+    order = m.launch_orders({0: fold}, baseline=2.0)[0]
+    assert order == [2.0, 1.0, 4.0, math.inf]  # the baseline first, then grid order
+    # p=1: 0.04 behind p=2 at 500 (goes on), 0.10 at 1000 (stops); p=4 and inf: at 500.
+    stops = m.judge_fold(fold, order, [500, 1000], 0.05, baseline=2.0)
+    assert stops == {1.0: 1000, 4.0: 500, math.inf: 500}
+    score = m.score({0: fold}, {0: stops}, 0.05)
+    assert {k: v for k, v in score.items() if k != "stops"} == {
+        "runs": 4, "stopped": 3, "steps": 8000, "steps_saved": 4000, "stopped_winner": 0,
+        "stopped_within_margin": 1}  # p=4 ended 0.01 behind the winner, p=2
+    # Successive halving, eta 2: the best 2 of 4 at 500, the best 1 of those at 1000.
+    assert m.halving_fold(fold, [500, 1000], eta=2) == {4.0: 500, math.inf: 500, 1.0: 1000}
+    assert m.winner_deficit({0: fold}) == {500: 0.0, 1000: 0.0}
+
+
 # -- one real race through the command line, on the smoke model ---------------------------------
 
 TINY = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "threads=1",
