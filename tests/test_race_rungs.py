@@ -349,3 +349,16 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
         "error: hydra.sweeper.race.rungs=[15] has 15, not an eval step (a multiple of "
         "train.eval_interval=10); use e.g. 10"]
     assert "bad" not in optuna.get_all_study_names(f"sqlite:///{cli.cwd}/outputs/optuna.db")
+
+
+@pytest.mark.slow
+def test_rungs_need_a_task_that_takes_them(cli):
+    from tests.test_race import RACE, TASK
+
+    args = [a.replace("baseline:2}", "baseline:2,rungs:[10]}") for a in RACE]
+    r = cli(TASK, *args)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "error: hydra.sweeper.race.rungs: the task's config does not take "
+        "optuna.race.{block,rungs,margin} (")
+    assert not (cli.cwd / "outputs").exists() and not (cli.cwd / "calls.log").exists()

@@ -234,6 +234,10 @@ class OptunaSweep:
                                  "null") from None
             max_iters = OmegaConf.select(cfg, "train.max_iters")
             eval_interval = OmegaConf.select(cfg, "train.eval_interval")
+            if not (isinstance(max_iters, int) and isinstance(eval_interval, int)):
+                raise SweepError("hydra.sweeper.race.rungs needs train.max_iters and "
+                                 "train.eval_interval in the task's config (qknorm.train's); "
+                                 "set rungs: null")
             problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
             if problem:
                 raise SweepError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
