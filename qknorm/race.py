@@ -113,6 +113,8 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
         has = {c: all(b in values.get(c, {}) for b in range(n)) for c in race.alive}
         race.gone.update({c: n for c in race.alive if not has[c] and c not in live})
         race.alive = [c for c in race.alive if has[c] or c in live]
+        if len(race.alive) < 2:
+            break  # the others failed or were stopped inside a block: nothing left to race
         if not all(has[c] for c in race.alive):
             race.need = n
             return race

@@ -230,6 +230,15 @@ def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
     assert look.n == 2 and set(look.tests) == {(1.0,)}  # p=inf not tested: it is out
 
 
+def test_the_race_ends_when_every_other_candidate_was_stopped():
+    """p=2 (the baseline) would otherwise run folds 1 and 2 alone, paired with nobody."""
+    values = {"p=2": {0: 1.9}, "p=4": {}, "p=inf": {}}  # both stopped in fold 0
+    r = race.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
+                    alpha=0.05, baseline="p=2")
+    assert r.over and r.alive == ["p=2"] and not r.looks
+    assert r.gone == {"p=4": 2, "p=inf": 2}
+
+
 def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_steps():
     from optuna.trial import TrialState
 
@@ -303,14 +312,16 @@ def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
 # -- one real race through the command line, on the smoke model ---------------------------------
 
 TINY = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "threads=1",
-        "train.max_iters=20", "train.eval_interval=10", "norm.p=choice(inf,2)",
+        "train.max_iters=20", "train.eval_interval=10", "norm.p=choice(1,2,inf)",
         "++hydra.sweeper.replicates={data.fold:[0,1]}", "hydra.sweeper.race.min_replicates=2",
-        "hydra.sweeper.n_jobs=2", "++hydra.sweeper.race.margin=0.001",
+        "hydra.sweeper.n_jobs=3", "++hydra.sweeper.race.margin=0.001",
         "hydra/job_logging=disabled"]
 
 
 @pytest.mark.slow
 def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
+    """Fold 0 runs p=2 (the baseline) first, then p=1, then p=inf, each judged at step 10
+    against those before it; p=inf, behind, stops there and runs no fold 1."""
     from pathlib import Path
 
     from qknorm import rundir
@@ -320,28 +331,33 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
     study = optuna.load_study(study_name="smoke_race",
                               storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
     by = {t.user_attrs[race.CANDIDATE_ATTR]: t for t in study.get_trials()}
-    base, lost = by["norm.p=2"], by["norm.p=inf"]
-    dirs = base.user_attrs["job_dirs"] | {"inf": lost.user_attrs["job_dirs"]["data.fold=0"]}
-    at10 = {k: next(row["val_loss"] for row in rundir.read_metrics(Path(d)) if row["step"] == 10)
-            for k, d in dirs.items()}
-    delta = at10["inf"] - at10["data.fold=0"]
-    assert delta > 0.001  # p = inf is behind p = 2 (launched first: the baseline) at step 10
+    at10 = {(p, fold): next(row["val_loss"] for row in rundir.read_metrics(Path(d))
+                            if row["step"] == 10)
+            for p in ("1", "2", "inf")
+            for fold, d in by[f"norm.p={p}"].user_attrs["job_dirs"].items()}
+    f0 = "data.fold=0"
+    assert at10["1", f0] - at10["2", f0] <= 0.001  # so p=1 went on (the data's precondition)
+    best = min(("1", "2"), key=lambda p: at10[p, f0])
+    delta = at10["inf", f0] - at10[best, f0]
+    assert delta > 0.001
+    lost = by["norm.p=inf"]
     assert lost.state == optuna.trial.TrialState.PRUNED
     assert lost.user_attrs[race.RECORD_ATTR] == {
-        "outcome": "stopped", "n": 1, "after": "data.fold=0", "step": 10, "leader": "norm.p=2",
+        "outcome": "stopped", "n": 1, "after": f0, "step": 10, "leader": f"norm.p={best}",
         "delta": pytest.approx(delta, abs=1e-12), "p": None, "p_adjusted": None}
-    stopped_run = lost.user_attrs[race.RUNS_ATTR]
-    assert list(stopped_run) == ["data.fold=0"]  # out: it ran no second fold
-    assert stopped_run["data.fold=0"]["stopped_at"] == 10
-    final = rundir.read_final(Path(dirs["inf"]))
+    assert list(lost.user_attrs[race.RUNS_ATTR]) == [f0]  # out: it ran no second fold
+    assert lost.user_attrs[race.RUNS_ATTR][f0]["stopped_at"] == 10
+    final = rundir.read_final(Path(lost.user_attrs["job_dirs"][f0]))
     assert (final["status"], final["steps"]) == ("pruned", 10)
-    assert base.state == optuna.trial.TrialState.COMPLETE
-    assert base.user_attrs[race.RUNG_ATTR + "data.fold=1"] == {"10": at10["data.fold=1"]}
+    for p in ("1", "2"):  # both ran both folds to the end, their rungs recorded per fold
+        t = by[f"norm.p={p}"]
+        assert t.state == optuna.trial.TrialState.COMPLETE
+        assert t.user_attrs[race.RUNG_ATTR + "data.fold=1"] == {"10": at10[p, "data.fold=1"]}
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("race: "))
-    assert line.startswith(f"race: 0 of 2 candidates dropped, 1 stopped inside a replicate "
-                           f"(norm.p=inf: data.fold=0 at step 10, Δ {delta:+.4f}), 1 left "
-                           "(norm.p=2); ran 3 (1 stopped early) of 4 runs (75% of the grid)")
-    assert line.endswith(", 50 training steps (62%)")
+    assert (f"1 stopped inside a replicate (norm.p=inf: data.fold=0 at step 10, Δ {delta:+.4f}), "
+            "2 left (norm.p=1, norm.p=2); ran 5 (1 stopped early) of 6 runs (83% of the grid)"
+            ) in line
+    assert line.endswith(", 90 training steps (75%)")
 
     bad = cli(*TINY, "++hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
     assert bad.returncode == 2
@@ -350,15 +366,3 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
         "train.eval_interval=10); use e.g. 10"]
     assert "bad" not in optuna.get_all_study_names(f"sqlite:///{cli.cwd}/outputs/optuna.db")
 
-
-@pytest.mark.slow
-def test_rungs_need_a_task_that_takes_them(cli):
-    from tests.test_race import RACE, TASK
-
-    args = [a.replace("baseline:2}", "baseline:2,rungs:[10]}") for a in RACE]
-    r = cli(TASK, *args)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines()[-1].startswith(
-        "error: hydra.sweeper.race.rungs: the task's config does not take "
-        "optuna.race.{block,rungs,margin} (")
-    assert not (cli.cwd / "outputs").exists() and not (cli.cwd / "calls.log").exists()
