@@ -12,8 +12,9 @@ best_val_loss) or within the margin of it. Two views: `per_fold` judges every re
 candidate stopped in one fold is still judged in the next: more judgments), `race` takes a
 stopped candidate out of the later folds as the sweeper does (the compute it would spend).
 Plain successive halving (keep the best ceil(n / eta) of a fold's runs at each rung, no
-baseline rule) is measured on the same folds for comparison, and `winner_deficit` gives, per
-eval step, how far the eventual winner of each fold was behind that fold's best run then.
+baseline rule) is measured on the same folds for comparison; `winner_deficit` and
+`largest_gap` give, per eval step, how far the eventual winner (any run) was behind its fold's
+best run then.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ MARGINS = (0.01, 0.02, 0.05, 0.1, 0.2)
 
 
 def load_folds(sweep: Path) -> dict[int, dict[float, dict]]:
-    """fold -> p -> {"curve": {step: val_loss}, "final": best_val_loss, "steps": steps}."""
+    """fold -> p -> {"curve": {step: val_loss}, "final": best_val_loss, "steps": steps}, for
+    the folds every p completed (a fold's winner needs them all; a grid may still be running)."""
     folds: dict[int, dict[float, dict]] = {}
     for d in sorted(p for p in sweep.iterdir() if (p / rundir.FINAL_FILE).exists()):
         final = rundir.read_final(d)
@@ -43,7 +45,8 @@ def load_folds(sweep: Path) -> dict[int, dict[float, dict]]:
         p = float(cfg["norm"]["p"])
         folds.setdefault(int(cfg["data"]["fold"]), {})[p] = {
             "curve": curve, "final": final["best_val_loss"], "steps": final["steps"]}
-    return folds
+    grid = set().union(*folds.values()) if folds else set()
+    return {f: runs for f, runs in folds.items() if set(runs) == grid}
 
 
 def launch_orders(folds: dict[int, dict[float, dict]], baseline: float) -> dict[int, list]:
@@ -125,18 +128,21 @@ def race_view(folds: dict[int, dict[float, dict]], rungs: list[int], margin: flo
             "grid_steps": grid_steps, "out": sorted(out_of_race)}
 
 
-def winner_deficit(folds: dict[int, dict[float, dict]]) -> dict[int, float]:
-    """Per eval step, the largest gap (over folds) between the eventual winner's val loss and
-    the best val loss of that fold then: a margin below it would have stopped a winner."""
+def gaps(folds: dict[int, dict[float, dict]], who: str) -> dict[int, float]:
+    """Per eval step, the largest gap (over folds) between a run's val loss and the best of
+    its fold then: of the eventual winner (who="winner"; a margin below it would have stopped
+    a winner), or of any run (who="any"; a margin above it stops nothing at that step)."""
     steps = sorted(set.intersection(*(set(r["curve"]) for runs in folds.values()
                                        for r in runs.values())))
     out = {}
     for s in steps:
-        gaps = []
+        behind = []
         for runs in folds.values():
+            best = min(r["curve"][s] for r in runs.values())
             winner = min(runs, key=lambda p: runs[p]["final"])
-            gaps.append(runs[winner]["curve"][s] - min(r["curve"][s] for r in runs.values()))
-        out[s] = max(gaps)
+            judged = [winner] if who == "winner" else list(runs)
+            behind += [runs[p]["curve"][s] - best for p in judged]
+        out[s] = max(behind)
     return out
 
 
@@ -144,7 +150,8 @@ def measure(sweep: Path, baseline: float, eta: int) -> dict:
     folds = load_folds(sweep)
     orders = launch_orders(folds, baseline)
     result = {"sweep": sweep.name, "folds": {f: sorted(runs) for f, runs in folds.items()},
-              "winner_deficit": winner_deficit(folds), "rule": [], "halving": []}
+              "winner_deficit": gaps(folds, "winner"), "largest_gap": gaps(folds, "any"),
+              "rule": [], "halving": []}
     for rungs in RUNGS:
         for margin in MARGINS:
             stops = {f: judge_fold(folds[f], orders[f], rungs, margin, baseline) for f in folds}
@@ -186,8 +193,9 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
     print("\n".join(table(results)))
     for r in results:
-        print(f"{r['sweep']}: eventual winner's largest deficit at each eval step: "
-              + ", ".join(f"{s}: {d:+.3f}" for s, d in r["winner_deficit"].items()))
+        for key, what in (("winner_deficit", "the eventual winner"), ("largest_gap", "any run")):
+            print(f"{r['sweep']}: largest gap of {what} to its fold's best, by eval step: "
+                  + ", ".join(f"{s}: {d:+.3f}" for s, d in r[key].items()))
         for h in r["halving"]:
             pf = h["per_fold"]
             print(f"  halving eta={h['eta']} rungs {h['rungs']}: stopped {pf['stopped']}/"

@@ -306,7 +306,8 @@ def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
         "stopped_within_margin": 1}  # p=4 ended 0.01 behind the winner, p=2
     # Successive halving, eta 2: the best 2 of 4 at 500, the best 1 of those at 1000.
     assert m.halving_fold(fold, [500, 1000], eta=2) == {4.0: 500, math.inf: 500, 1.0: 1000}
-    assert m.winner_deficit({0: fold}) == {500: 0.0, 1000: 0.0}
+    assert m.gaps({0: fold}, "winner") == {500: 0.0, 1000: 0.0}
+    assert m.gaps({0: fold}, "any") == {500: pytest.approx(0.30), 1000: pytest.approx(0.30)}
 
 
 # -- one real race through the command line, on the smoke model ---------------------------------
