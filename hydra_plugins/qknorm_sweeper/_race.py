@@ -28,7 +28,7 @@ from qknorm import race as racing
 from qknorm.config import rungs_problem
 
 OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05}
-EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [500, 1000]}"
+EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [1000]}"
 
 
 @dataclass(frozen=True)

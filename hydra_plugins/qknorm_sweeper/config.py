@@ -47,7 +47,7 @@ class QknormOptunaSweeperConf:
     # {} (no race), or a race over the replicates: {min_replicates: 3, alpha: 0.05, baseline: 2.0}.
     # Every grid point runs the first min_replicates; after each further one, those
     # significantly worse than the leader (one-sided paired t, Holm) stop (qknorm/race.py).
-    # With rungs: [500, 1000] and margin: 0.05, a run more than margin above the best other
+    # With rungs: [1000] and margin: 0.05, a run more than margin above the best other
     # candidate's run of its fold at a rung also stops there, and its candidate leaves the race.
     # A dict, not Optional: Hydra cannot merge a command-line dict into a null node.
     race: Dict[str, Any] = field(default_factory=dict)
