@@ -27,6 +27,7 @@ GAMMA_SHAPES = ("scalar", "head")
 GAMMA_PARAMS = ("linear", "log")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
+ATTENTIONS = ("auto", "sdpa", "explicit")
 
 
 @dataclass
@@ -37,6 +38,7 @@ class ModelConfig:
     block_size: int = 64
     dropout: float = 0.0
     bias: bool = False
+    attention: str = "auto"  # auto | sdpa | explicit (auto: explicit when compiled on CPU)
 
 
 @dataclass
@@ -246,6 +248,7 @@ def validate(config: Config) -> None:
     for key in ("n_layer", "n_head", "n_embd", "block_size"):
         _check(getattr(m, key) >= 1, f"model.{key}={getattr(m, key)} must be >= 1")
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
+    _choice("model.attention", m.attention, ATTENTIONS)
 
     _choice("norm.kind", n.kind, NORM_KINDS)
     if n.kind in P_KINDS:

@@ -297,7 +297,7 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
 
 # Keys that may differ between a run and its resumption (they do not change what is computed)
 RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "train.diag_batches", "threads",
-                    "compile", "name",
+                    "compile", "model.attention", "name",
                     "optuna.study_name", "optuna.storage", "optuna.trial",
                     "optuna.race.block", "optuna.race.rungs", "optuna.race.margin")
 

@@ -30,6 +30,7 @@ def test_defaults_are_design_defaults():
     assert (cfg.norm.kind, cfg.norm.p, cfg.norm.gamma_init) == ("lp", 2.0, "qknorm")
     assert (cfg.data.n_folds, cfg.data.fold) == (10, 9)
     assert (cfg.seed, cfg.device, cfg.dtype, cfg.compile, cfg.threads) == (0, "auto", "float32", "auto", None)
+    assert cfg.model.attention == "auto"
 
 
 @pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
@@ -86,6 +87,7 @@ def test_wrong_type_fails_at_compose_time():
     ("norm.gamma_param=log norm.gamma_init=-1", "norm.gamma_init=-1 must be one of qknorm, sqrt_d, "
      "calibrated or a positive number (norm.gamma_param=log: gamma = gamma_init"),
     ("train.diag_batches=-1", "train.diag_batches=-1 must be >= 0"),
+    ("model.attention=flash", "model.attention='flash' is not one of auto, sdpa, explicit; pick"),
 ])
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -135,3 +136,72 @@ def test_bf16_autocast_on_cpu_runs_attention_in_float32_and_stays_close_to_float
     assert abs(loss16.item() - loss32.item()) < 0.02
     loss16.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("norm", NORMS.values(), ids=NORMS.keys())
+def test_explicit_attention_equals_sdpa_forward_and_gradients(norm):
+    """model.attention=explicit computes what SDPA computes: loss within 1e-6, every gradient
+    within rtol 1e-4 / atol 1e-6 (float32; only the order of the sums differs)."""
+    idx = torch.randint(65, (3, 16), generator=torch.Generator().manual_seed(8))
+    losses, grads = [], []
+    for attention in ("sdpa", "explicit"):
+        torch.manual_seed(0)
+        model = GPT(dataclasses.replace(TINY, attention=attention), norm, vocab_size=65)
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    assert losses[1] == pytest.approx(losses[0], abs=1e-6)
+    assert grads[0].keys() == grads[1].keys()
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_explicit_attention_under_bf16_autocast_stays_close_to_float32():
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(TINY, attention="explicit"), NORMS["lp4"], vocab_size=65)
+    idx = torch.randint(0, 65, (4, 16), generator=torch.Generator().manual_seed(7))
+    _, loss32 = model(idx, idx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss16 = model(idx, idx)
+    assert logits.dtype == torch.bfloat16
+    assert abs(loss16.item() - loss32.item()) < 0.02
+
+
+@pytest.mark.parametrize("setting, device, compiling, explicit", [
+    ("auto", "cpu", False, False), ("auto", "cpu", True, True), ("auto", "cuda", True, False),
+    ("explicit", "cuda", False, True), ("sdpa", "cpu", True, False)])
+def test_auto_attention_is_explicit_only_when_compiled_on_cpu(monkeypatch, setting, device,
+                                                               compiling, explicit):
+    from qknorm.model import use_explicit_attention
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    assert use_explicit_attention(setting, torch.device(device)) is explicit
+
+
+def test_optimizer_is_fused_on_cpu_and_steps_as_the_per_parameter_loop():
+    """Fused AdamW (the CPU default) against torch's for-loop AdamW, same groups: after 3 steps
+    the parameters agree within rtol 1e-5, atol 1e-6 (Adam divides by sqrt(v), so rounding
+    differences in tiny gradients grow a little at every step: 4e-9 after one, 4e-7 after three)."""
+    models = [make_model(NORMS["lp4"]) for _ in range(2)]
+    fused = models[0].configure_optimizer(1e-2, 0.1, (0.9, 0.99), "cpu")
+    assert fused.defaults["fused"] is True
+    params = dict(models[1].named_parameters())
+    loop = torch.optim.AdamW([{"params": [params[n] for n in _names(models[0], g["params"])],
+                               "weight_decay": g["weight_decay"]} for g in fused.param_groups],
+                             lr=1e-2, betas=(0.9, 0.99), foreach=False)
+    assert [g["fused"] for g in loop.param_groups] == [None, None]
+    idx = torch.randint(65, (4, 17), generator=torch.Generator().manual_seed(9))
+    for model, opt in zip(models, (fused, loop)):
+        for _ in range(3):
+            _, loss = model(idx[:, :-1], idx[:, 1:])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _names(model: GPT, params) -> list[str]:
+    ids = {id(p) for p in params}
+    return [n for n, p in model.named_parameters() if id(p) in ids]
