@@ -40,6 +40,8 @@ NORMS: dict[str, tuple[tuple[str, ...], bool]] = {
     "rms": (("norm=rms",), False),
 }
 DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
+ATTENTIONS = ("auto", "sdpa", "explicit")  # model.attention; auto is left out of variant names
+REFERENCE = "none-fp32-eager"  # issue 13's reference: every variant's speed-up is against it
 MICRO_PS = (1.0, 2.0, 3.0, 3.5, 4.0, 8.0, math.inf)
 
 # (numerator, denominator) pairs of norm names, per dtype and mode, reported as step-time ratios.
@@ -52,20 +54,28 @@ class Variant:
     norm: str
     dtype: str = "float32"
     compile: bool = False
+    attention: str = "auto"
 
     @property
     def name(self) -> str:
-        return f"{self.norm}-{DTYPES[self.dtype]}-{'compiled' if self.compile else 'eager'}"
+        mode = "compiled" if self.compile else "eager"
+        suffix = "" if self.attention == "auto" else f"-{self.attention}"
+        return f"{self.norm}-{DTYPES[self.dtype]}-{mode}{suffix}"
 
 
-def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool]) -> list[Variant]:
+def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool],
+             attentions: list[str] = ("auto",)) -> list[Variant]:
     for n in norms:
         if n not in NORMS:
             raise UserError(f"unknown norm variant {n!r}; pick from {', '.join(NORMS)}")
     for d in dtypes:
         if d not in DTYPES:
             raise UserError(f"unknown dtype {d!r}; pick from {', '.join(DTYPES)}")
-    return [Variant(n, d, c) for c in compile_modes for d in dtypes for n in norms]
+    for a in attentions:
+        if a not in ATTENTIONS:
+            raise UserError(f"unknown attention {a!r}; pick from {', '.join(ATTENTIONS)}")
+    return [Variant(n, d, c, a) for a in attentions for c in compile_modes for d in dtypes
+            for n in norms]
 
 
 def compose(model: str, overrides: list[str]):
@@ -135,7 +145,8 @@ def build_run(variant: Variant, model: str, extra: list[str], splits_cache: dict
 
     overrides, general = NORMS[variant.norm]
     cfg = compose(model, [*overrides, f"dtype={variant.dtype}", *extra,
-                          f"compile={str(variant.compile).lower()}"])
+                          f"compile={str(variant.compile).lower()}",
+                          f"model.attention={variant.attention}"])
     key = (cfg.data.fold, cfg.model.block_size)
     if key not in splits_cache:
         splits_cache[key] = load_splits(cfg.data, cfg.model.block_size)
@@ -145,13 +156,15 @@ def build_run(variant: Variant, model: str, extra: list[str], splits_cache: dict
     return run
 
 
-def time_steps(run, n: int) -> float:
-    """Run n training steps at the mid-schedule LR; seconds per step (one sync, at the end)."""
+def time_steps(run, n: int) -> tuple[float, float]:
+    """Run n training steps at the mid-schedule LR; (wall, CPU) seconds per step (one sync, at
+    the end). CPU time is this process's, all its threads: on one thread it is the step's own
+    work, which waiting for a core on a shared host does not inflate."""
     from qknorm.train import lr_at, train_step
 
     t = run.cfg.train
     lr = lr_at(t.max_iters // 2, run.cfg.optimizer, t.max_iters)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(n):
         for group in run.optimizer.param_groups:
             group["lr"] = lr
@@ -159,7 +172,7 @@ def time_steps(run, n: int) -> float:
                 for b in run.splits.train.sample(t.batch_size, run.batch_rng))
         loss = train_step(run, x, y)
     loss.item()  # wait for the device once, after the n steps
-    return (time.perf_counter() - start) / n
+    return (time.perf_counter() - start) / n, (time.process_time() - cpu_start) / n
 
 
 def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str] = (),
@@ -174,9 +187,12 @@ def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str
         setup_s[v.name] = time.perf_counter() - t0
         runs.append(run)
     times: dict[str, list[float]] = {v.name: [] for v in variant_list}
+    cpu_times: dict[str, list[float]] = {v.name: [] for v in variant_list}
     for _ in range(rounds):
         for v, run in zip(variant_list, runs):
-            times[v.name].append(time_steps(run, steps))
+            wall, cpu = time_steps(run, steps)
+            times[v.name].append(wall)
+            cpu_times[v.name].append(cpu)
     cfg = runs[0].cfg
     tokens_per_step = cfg.train.batch_size * cfg.model.block_size
     rows = []
@@ -184,8 +200,9 @@ def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str
         ts = times[v.name]
         rows.append({
             "name": v.name, "norm": v.norm, "dtype": v.dtype, "compile": v.compile,
-            "general_lp_path": NORMS[v.norm][1],
+            "attention": v.attention, "general_lp_path": NORMS[v.norm][1],
             "step_ms": spread([1e3 * t for t in ts]),
+            "cpu_step_ms": spread([1e3 * t for t in cpu_times[v.name]]),
             "tokens_per_s": spread([tokens_per_step / t for t in ts]),
             "setup_s": setup_s[v.name],
         })
@@ -196,6 +213,8 @@ def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str
                    "device": runs[0].device.type},
         "warmup_steps": warmup, "rounds": rounds, "steps_per_round": steps,
         "variants": rows, "ratios": _ratios(variant_list, times),
+        "ratios_cpu": _ratios(variant_list, cpu_times),
+        "reference": REFERENCE, "speedup": _speedups(times), "speedup_cpu": _speedups(cpu_times),
     }
 
 
@@ -206,16 +225,28 @@ def _ratios(variant_list: list[Variant], times: dict[str, list[float]]) -> dict[
     for v in variant_list:
         for num, den in NORM_RATIOS:
             if v.norm == num:
-                pairs.append((v, Variant(den, v.dtype, v.compile)))
+                pairs.append((v, Variant(den, v.dtype, v.compile, v.attention)))
         if v.dtype == "bfloat16":
-            pairs.append((v, Variant(v.norm, "float32", v.compile)))
+            pairs.append((v, Variant(v.norm, "float32", v.compile, v.attention)))
         if v.compile:
-            pairs.append((v, Variant(v.norm, v.dtype, False)))
+            pairs.append((v, Variant(v.norm, v.dtype, False, v.attention)))
+        if v.attention != "auto":
+            pairs.append((v, Variant(v.norm, v.dtype, v.compile)))
     out = {}
     for a, b in pairs:
         if b.name in by_name:
             out[f"{a.name} / {b.name}"] = spread([x / y for x, y in zip(times[a.name], times[b.name])])
     return out
+
+
+def _speedups(times: dict[str, list[float]]) -> dict[str, dict]:
+    """Each variant's speed-up over REFERENCE (reference time / variant time), round by round;
+    empty when the reference was not measured."""
+    if REFERENCE not in times:
+        return {}
+    ref = times[REFERENCE]
+    return {name: spread([r / t for r, t in zip(ref, ts)]) for name, ts in times.items()
+            if name != REFERENCE}
 
 
 def bench_eval(model: str = "cpu", extra: list[str] = (), norm: str = "lp_p4",

@@ -2,6 +2,8 @@
 
     python scripts/bench.py --model cpu --threads 2 --out docs/bench_cpu.json
     python scripts/bench.py --model cpu --compile --norms none,l2,lp_p4 --out docs/bench_compile.json
+    python scripts/bench.py --model cpu --threads 1 --norms none,l2,lp_p4,lp_pinf --dtypes float32 \
+        --compile --no-micro --no-eval --no-overhead --out docs/bench_step_cpu.json   # issue 13
 
 Writes one JSON file (see qknorm/bench.py for what each number means) and prints a short table.
 """
@@ -28,6 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated: float32,bfloat16")
     ap.add_argument("--compile", action="store_true",
                     help="also time torch.compile'd variants (about a minute of compiling each)")
+    ap.add_argument("--attention", default="auto",
+                    help="comma-separated model.attention settings: auto,sdpa,explicit")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--warmup", type=int, default=10, help="steps per variant before timing")
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds over all variants")
@@ -66,7 +70,8 @@ def main(argv: list[str]) -> int:
     import torch
 
     variant_list = bench.variants(args.norms.split(","), args.dtypes.split(","),
-                                  [False, True] if args.compile else [False])
+                                  [False, True] if args.compile else [False],
+                                  args.attention.split(","))
     result = {"command": "python scripts/bench.py " + shlex.join(argv),
               "environment": bench.environment(torch.get_num_threads())}
     steps = bench.bench_steps(variant_list, args.model, args.overrides, warmup=args.warmup,
@@ -95,12 +100,20 @@ def main(argv: list[str]) -> int:
 
 
 def _print_table(result: dict) -> None:
-    print(f"{'variant':32s} {'ms/step':>9s} {'IQR':>7s} {'tokens/s':>9s}")
+    print(f"{'variant':32s} {'ms/step':>9s} {'IQR':>7s} {'CPU ms':>8s} {'tokens/s':>9s}")
     for row in result["variants"]:
-        s, t = row["step_ms"], row["tokens_per_s"]
-        print(f"{row['name']:32s} {s['median']:9.1f} {s['iqr']:7.1f} {t['median']:9.0f}")
+        s, c, t = row["step_ms"], row["cpu_step_ms"], row["tokens_per_s"]
+        print(f"{row['name']:32s} {s['median']:9.1f} {s['iqr']:7.1f} {c['median']:8.1f} "
+              f"{t['median']:9.0f}")
+    print("step-time ratios, wall (CPU):")
     for name, r in result["ratios"].items():
-        print(f"  {name:60s} {r['median']:.3f}  (IQR {r['q1']:.3f}-{r['q3']:.3f})")
+        print(f"  {name:60s} {r['median']:.3f}  (IQR {r['q1']:.3f}-{r['q3']:.3f})  "
+              f"({result['ratios_cpu'][name]['median']:.3f})")
+    if result["speedup"]:
+        print(f"speed-up over {result['reference']}, wall (CPU):")
+        for name, r in result["speedup"].items():
+            print(f"  {name:60s} {r['median']:.3f}  (IQR {r['q1']:.3f}-{r['q3']:.3f})  "
+                  f"({result['speedup_cpu'][name]['median']:.3f})")
     if "eval" in result:
         e = result["eval"]
         print(f"eval ({e['eval_iters']} batches x train, val) {e['eval_ms']['median']:.1f} ms; "

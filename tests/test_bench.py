@@ -43,6 +43,8 @@ def test_bench_cli_writes_json_with_every_section(cli):
     assert names == ["none-fp32-eager", "lp_p4-fp32-eager", "lp_p2_general-fp32-eager"]
     for v in d["variants"]:
         _check_spread(v["step_ms"], 3)
+        _check_spread(v["cpu_step_ms"], 3)
+        assert v["attention"] == "auto"
         _check_spread(v["tokens_per_s"], 3)
         # tokens/s and ms/step describe the same rounds (4 x 32 tokens per step); with 3 rounds
         # the median is one round's value
@@ -53,6 +55,10 @@ def test_bench_cli_writes_json_with_every_section(cli):
     # the pairs whose both sides were measured, no others
     assert set(ratios) == {"lp_p4-fp32-eager / lp_p2_general-fp32-eager"}
     _check_spread(ratios["lp_p4-fp32-eager / lp_p2_general-fp32-eager"], 3)
+    assert set(d["ratios_cpu"]) == set(ratios)
+    assert d["reference"] == "none-fp32-eager"
+    assert set(d["speedup"]) == set(d["speedup_cpu"]) == {"lp_p4-fp32-eager",
+                                                          "lp_p2_general-fp32-eager"}
 
     micro = d["norm_micro"]
     assert micro["shape"] == [4, 2, 32, 16]
@@ -106,6 +112,23 @@ def test_ratios_are_taken_round_by_round():
     assert r["lp_p4-fp32-eager / l2-fp32-eager"] == {"median": 1.0, "q1": 0.75, "q3": 1.5,
                                                       "iqr": 0.75, "n": 3}
     assert r["lp_p4-bf16-eager / lp_p4-fp32-eager"]["median"] == 0.5
+
+
+def test_attention_variants_are_named_and_compared_with_auto():
+    vs = bench.variants(["lp_p4"], ["float32"], [True], ["auto", "sdpa"])
+    assert [v.name for v in vs] == ["lp_p4-fp32-compiled", "lp_p4-fp32-compiled-sdpa"]
+    r = bench._ratios(vs, {v.name: [1.0, 2.0, 3.0] for v in vs})
+    assert set(r) == {"lp_p4-fp32-compiled-sdpa / lp_p4-fp32-compiled"}
+    with pytest.raises(bench.UserError, match="^unknown attention 'flash'; pick from auto, sdpa, "
+                       "explicit$"):
+        bench.variants(["lp_p4"], ["float32"], [False], ["flash"])
+
+
+def test_speedups_are_reference_over_variant_round_by_round():
+    times = {"none-fp32-eager": [2.0, 4.0, 3.0], "lp_p4-fp32-compiled": [1.0, 1.0, 3.0]}
+    assert bench._speedups(times) == {"lp_p4-fp32-compiled": {
+        "median": 2.0, "q1": 1.5, "q3": 3.0, "iqr": 1.5, "n": 3}}
+    assert bench._speedups({"l2-fp32-eager": [1.0]}) == {}  # no reference measured: none
 
 
 def test_spread_quartiles_are_exact():
