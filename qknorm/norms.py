@@ -75,7 +75,7 @@ def lp_normalize(x: torch.Tensor, p: float | torch.Tensor, dim: int = -1, eps: f
     goes through autograd, which also gives p its gradient.
     """
     if not torch.is_tensor(p):
-        if math.isnan(p) or p < 1:
+        if not p >= 1:  # NaN too; not math.isnan, which torch.compile cannot trace on a float
             raise ValueError(f"p={p} is not a norm; use a float >= 1 or math.inf")
         return _LpNormalize.apply(x, float(p), dim, eps, gamma)
     scale = lp_norm(x, p, dim).clamp_min(eps).reciprocal()
