@@ -158,3 +158,37 @@ def test_use_general_path_switches_a_model_in_place():
     assert [type(n) for n in model.lp_norms()] == [bench.GeneralLpQKNorm] * 2
     _, general = model(idx, idx)
     torch.testing.assert_close(general, fast, rtol=1e-5, atol=1e-6)
+
+
+def _profile_step_module():
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        return importlib.import_module("profile_step")
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+
+def test_profile_categories_claim_ops_by_scope_then_by_name():
+    """scripts/profile_step.py: an op under the optimizer or the norm's backward belongs to
+    them whatever its name; an op outside every scope goes by its own name."""
+    from collections import Counter
+    from types import SimpleNamespace as Event
+
+    ps = _profile_step_module()
+    step = Event(name="Optimizer.step#AdamW.step", cpu_parent=None)
+    norm_bwd = Event(name="_LpNormalizeBackward", cpu_parent=None)
+    assert ps.category(Event(name="aten::mul_", cpu_parent=step)) == "optimizer"
+    assert ps.category(Event(name="aten::mm", cpu_parent=Event(name="x", cpu_parent=norm_bwd))) \
+        == "norm backward"
+    assert ps.category(Event(name="aten::mm", cpu_parent=None)) == "matmul (linear layers)"
+    assert ps.category(Event(name="aten::bmm", cpu_parent=None)) == "attention"
+    assert ps.category(Event(name="aten::zeros", cpu_parent=None)) == "other"
+    text = ps.markdown("cmd", {"cpu_capability": "AVX2", "threads": 1, "torch_version": "t",
+                               "load_avg_1m": 0.5, "cpu_count": 2},
+                       {"v": (4.0, Counter({"optimizer": 1.0, "other": 3.0}),
+                              Counter({"aten::mm": 4.0}))}, top=1)
+    assert "| optimizer | 25.0% |" in text and "| other | 75.0% |" in text
+    assert "| `aten::mm` | 100.0% |" in text
