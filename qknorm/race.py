@@ -60,6 +60,7 @@ class Race:
     alive: list[Hashable] = field(default_factory=list)  # in candidate order
     need: int | None = None  # blocks every alive candidate needs for the next look; None: over
     gone: dict[Hashable, int] = field(default_factory=dict)  # left without a drop, before look n
+    values: Mapping[Hashable, Mapping[int, float]] = field(default_factory=dict)  # replayed from
 
     @property
     def over(self) -> bool:
@@ -108,7 +109,7 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
     is not live and lacks a block the next look needs (its run failed) leaves the race there
     without a test. The race waits (`need`) while a live candidate lacks a block.
     """
-    race = Race(alive=list(candidates), need=min_blocks)
+    race = Race(alive=list(candidates), need=min_blocks, values=values)
     for n in range(min_blocks, n_blocks + 1):
         has = {c: all(b in values.get(c, {}) for b in range(n)) for c in race.alive}
         race.gone.update({c: n for c in race.alive if not has[c] and c not in live})

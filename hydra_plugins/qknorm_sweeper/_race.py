@@ -243,13 +243,10 @@ def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
     return out
 
 
-def launch_order(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace,
-                 result: racing.Race) -> list[Hashable]:
+def launch_order(race: RaceSpec, result: racing.Race) -> list[Hashable]:
     """The candidates in the race, best first (qknorm.race.standing): the order in which their
     runs of a block launch, so that a run is judged at its rungs against the leader's."""
-    current = current_trials(trials, space)
-    values = {c: block_values(t, race) for c, t in current.items()}
-    return racing.standing(values, result.alive, race.baseline)
+    return racing.standing(result.values, result.alive, race.baseline)
 
 
 def stop_record(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,

@@ -25,7 +25,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
 from hydra_plugins.qknorm_sweeper import _race, _slurm
@@ -224,14 +224,9 @@ class OptunaSweep:
         for c in race.candidates:
             overrides = [*base, *space.overrides(dict(zip(names, c, strict=True))), *combo,
                          *_race_keys(race, c, _label(combo))]
-            try:
-                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-            except Exception as e:
-                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-                raise SweepError(f"hydra.sweeper.race.rungs: the task's config does not take "
-                                 f"optuna.race.{{block,rungs,margin}} ({' '.join(lines[:1])}); "
-                                 "in-fold stopping needs qknorm.train's jobs, or set rungs: "
-                                 "null") from None
+            cfg = self._compose(overrides, "hydra.sweeper.race.rungs",
+                                "in-fold stopping needs qknorm.train's jobs (they take "
+                                "optuna.race.{block,rungs,margin}), or set rungs: null")
             max_iters = OmegaConf.select(cfg, "train.max_iters")
             eval_interval = OmegaConf.select(cfg, "train.eval_interval")
             if not (isinstance(max_iters, int) and isinstance(eval_interval, int)):
@@ -248,9 +243,9 @@ class OptunaSweep:
             self._compose(base + [override], where,
                           f"{override} does not fit the config; check the key's spelling and type")
 
-    def _compose(self, overrides: list[str], where: str, fix: str) -> None:
+    def _compose(self, overrides: list[str], where: str, fix: str) -> DictConfig:
         try:
-            self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+            return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         except Exception as e:
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             reason = " ".join(lines[:2]) if lines else type(e).__name__
@@ -360,10 +355,9 @@ class OptunaSweep:
             stop = self._failure_stop(study, plan)
             if stop:
                 return stop
-            trials = study.get_trials(deepcopy=False)
-            race = _race.state(trials, plan.race, plan.space)
+            race = _race.state(study.get_trials(deepcopy=False), plan.race, plan.space)
             self._settle(study, mine, race, plan, heartbeat)
-            todo = self._race_todo(mine, race, plan, trials)
+            todo = self._race_todo(mine, race, plan)
             if todo:
                 job_idx += self._race_launch(study, mine, todo, plan, url, job_idx, heartbeat)
                 continue
@@ -378,8 +372,8 @@ class OptunaSweep:
                 return None
             time.sleep(min(self.heartbeat_interval, 5))  # another sweeper runs this look's blocks
 
-    def _race_todo(self, mine: dict[int, optuna.Trial], race: racing.Race, plan: Plan,
-                   trials: list[FrozenTrial]) -> list[tuple[optuna.Trial, list[str]]]:
+    def _race_todo(self, mine: dict[int, optuna.Trial], race: racing.Race,
+                   plan: Plan) -> list[tuple[optuna.Trial, list[str]]]:
         """(trial, replicate overrides) of the blocks my candidates need for the next look,
         block-major like _launch, leaving out blocks already in the study."""
         if race.over:
@@ -394,7 +388,7 @@ class OptunaSweep:
         # In-fold stopping: one block per launch, so a candidate stopped there runs no other,
         # and its runs best first, so each later run has the leader's to be judged against.
         first = todo[0][1]
-        order = _race.launch_order(trials, plan.race, plan.space, race)
+        order = _race.launch_order(plan.race, race)
         return sorted([(t, combo) for t, combo in todo if combo == first],
                       key=lambda job: order.index(_race.candidate(job[0], plan.space)))
 
