@@ -61,6 +61,7 @@ class Race:
     need: int | None = None  # blocks every alive candidate needs for the next look; None: over
     gone: dict[Hashable, int] = field(default_factory=dict)  # left without a drop, before look n
     values: Mapping[Hashable, Mapping[int, float]] = field(default_factory=dict)  # replayed from
+    out_of_budget: bool = False  # ended because its budget was spent, with blocks left to run
 
     @property
     def over(self) -> bool:
@@ -102,12 +103,13 @@ def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
 
 def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int, float]],
            live: set[Hashable], n_blocks: int, min_blocks: int, alpha: float,
-           baseline: Hashable | None = None) -> Race:
+           baseline: Hashable | None = None, budget_spent: bool = False) -> Race:
     """The race so far, from each candidate's values by block index (lower is better).
 
     `live`: candidates that can still run blocks (running, or not started yet). A candidate that
     is not live and lacks a block the next look needs (its run failed) leaves the race there
-    without a test. The race waits (`need`) while a live candidate lacks a block.
+    without a test. The race waits (`need`) while a live candidate lacks a block, unless its
+    budget is spent (`budget_spent`): then no block will be run, and it ends where it is.
     """
     race = Race(alive=list(candidates), need=min_blocks, values=values)
     for n in range(min_blocks, n_blocks + 1):
@@ -117,6 +119,9 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
         if len(race.alive) < 2:
             break  # the others failed or were stopped inside a block: nothing left to race
         if not all(has[c] for c in race.alive):
+            if budget_spent:
+                race.out_of_budget = True
+                break
             race.need = n
             return race
         if len(race.alive) < 2:
@@ -181,6 +186,14 @@ class Elimination:
     rows: list[dict]  # per candidate, in grid order: label, outcome, n, after, leader, delta, ...
     spent: dict[str, float]  # runs, steps, core_s the race ran
     grid: dict[str, float]  # the same for the full grid (steps, core_s: estimated)
+    budget_steps: int | None = None  # the race's budget, if it had one
+
+    @property
+    def out_of_budget(self) -> bool:
+        """Its budget is spent with replicates left to run: it ended (or ends) there."""
+        return (self.budget_steps is not None and self.spent["steps"] >= self.budget_steps
+                and any(r["outcome"] in (SURVIVED, "racing") and r["n"] < len(self.blocks)
+                        for r in self.rows))
 
 
 def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
@@ -207,7 +220,7 @@ def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
         for key in ("steps", "core_s"):
             spent[key] += sum(r[key] for r in runs.values() if r.get(key) is not None)
     return Elimination(blocks, settings.get("baseline"), rows, spent,
-                       _grid_estimate(runs_of, len(blocks)))
+                       _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"))
 
 
 def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:
@@ -254,7 +267,12 @@ def summary_line(e: Elimination) -> str:
     if e.spent["steps"]:
         line += (f", {e.spent['steps']:,.0f} training steps "
                  f"({_share(e.spent['steps'], e.grid['steps'])})")
-    return line
+    return line + (f"; {_budget_words(e)}" if e.out_of_budget else "")
+
+
+def _budget_words(e: Elimination) -> str:
+    return (f"its budget of {e.budget_steps:,} training steps is spent: no further replicate "
+            "was launched")
 
 
 def _stop_place(row: dict) -> str:
@@ -303,4 +321,6 @@ def report_lines(e: Elimination, name: str) -> list[str]:
         f"≈{_count(g['core_s'])} core-seconds ({_share(s['core_s'], g['core_s'])}; "
         "core-seconds = wall_time_s × "
         "threads per run; the grid's steps and core-seconds are estimated as each candidate's "
-        "mean run times the number of replicates).", ""]
+        "mean run times the number of replicates)."
+        + (f" The race ended early: {_budget_words(e)}, so the survivors were not raced to the "
+           "last replicate." if e.out_of_budget else ""), ""]

@@ -87,6 +87,20 @@ def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test
     assert failed.looks[0].dropped == ("b",) and failed.alive == ["a"] and failed.over
 
 
+def test_a_spent_budget_ends_the_race_where_it_stands_instead_of_waiting_for_a_block():
+    values = synthetic({"a": 0.0, "b": 0.02, "c": 1.0}, n_blocks=5, noise=0.02)
+    partial = {c: {b: v[b] for b in range(4)} for c, v in values.items()}  # 4 of 5 blocks run
+    going = race.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
+    assert going.need == 5 and not going.over and not going.out_of_budget
+    spent = race.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
+                        budget_spent=True)
+    assert spent.over and spent.out_of_budget
+    assert [lk.n for lk in spent.looks] == [lk.n for lk in going.looks] == [3, 4]  # same looks
+    assert spent.alive == going.alive and "c" not in spent.alive
+    whole = race.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
+    assert whole.over and not whole.out_of_budget  # it ran out of blocks, not of budget
+
+
 @pytest.mark.parametrize("gamma_init, baseline, runs, dropped", [
     ("qknorm", 2.0, 28, {1.0: 3, 2.5: 3, 3.0: 3, 3.5: 3, 4.0: 3, math.inf: 3}),
     ("calibrated", 2.0, 39, {1.0: 4}),
@@ -139,7 +153,10 @@ BAD_RACES = [
     ({"baseline": 2.0}, {"params": {"norm": "choice(lp,l2)", "norm.p": "choice(2.0,4.0)"}},
      "hydra.sweeper.race.baseline=2.0 is ambiguous: the candidates vary norm, norm.p"),
     ({"alpah": 0.1}, {}, "hydra.sweeper.race.alpah is not a race option (min_replicates, "
-                         "alpha, baseline, rungs, margin)"),
+                         "alpha, baseline, rungs, margin, budget_steps)"),
+    ({"budget_steps": 0}, {}, "hydra.sweeper.race.budget_steps=0 must be a whole number of "
+                              "training steps >= 1"),
+    ({"budget_steps": 2.5e4}, {}, "hydra.sweeper.race.budget_steps=25000.0 must be a whole"),
     (ON, {"sampler": "tpe"}, "hydra.sweeper.race needs sampler: {name: grid}"),
     (ON, {"pruner": "median"}, "set pruner: {name: none}, not pruner.name=median"),
     (ON, {"n_trials": 2}, "hydra.sweeper.n_trials=2: a race runs the whole grid"),
@@ -149,7 +166,8 @@ BAD_RACES = [
 
 @pytest.mark.parametrize("spec, kw, message", BAD_RACES, ids=[
     "fewer-folds", "no-replicates", "alpha-high", "alpha-zero", "min-1", "baseline",
-    "baseline-ambiguous", "unknown-key", "sampler", "pruner", "n-trials", "objectives"])
+    "baseline-ambiguous", "unknown-key", "budget-zero", "budget-float", "sampler", "pruner",
+    "n-trials", "objectives"])
 def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, message):
     with pytest.raises(SweepError) as e:
         plan(spec, **kw)
@@ -166,6 +184,8 @@ def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
     with pytest.raises(SweepError, match=r"^study 's' was raced with alpha=0.05, not 0.1; rerun "
                                          "with its settings or use another hydra"):
         _race.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
+    with pytest.raises(SweepError, match=r"^study 's' was raced with budget_steps=None, not 900"):
+        _race.check_study(study, plan({"baseline": 2, "budget_steps": 900}), "s")
     grid = optuna.create_study()
     grid.tell(grid.ask(), 1.0)
     with pytest.raises(SweepError, match="holds a sweep that was not a race"):
@@ -293,6 +313,30 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
                              "16 runs (81% of the grid), 52 core-seconds") for ln in lines)
     assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(
         race.report_lines(_race.elimination(study), "r"))
+
+
+@pytest.mark.slow
+def test_a_race_launches_no_replicate_once_its_budget_is_spent(cli):
+    """Budget 900 steps, 100 a run: the first look (4 candidates x 2 folds, 800 steps) drops
+    x=3, fold 2 of the other three takes it to 1,100, its look drops x=4, and fold 3 never
+    launches: x=1 and x=2 survive after 3 of 4 folds."""
+    from tests.race_task import loss
+
+    r = cli(TASK, *RACE, "++hydra.sweeper.race.budget_steps=900")
+    assert r.returncode == 0, r.stderr[-3000:]
+    calls = sorted(tuple(map(int, ln.split()))
+                   for ln in (cli.cwd / "calls.log").read_text().split("\n") if ln)
+    assert calls == sorted([(x, f) for x in (1, 2, 4) for f in range(3)] + [(3, 0), (3, 1)])
+    study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    e = _race.elimination(study)
+    assert {row["candidate"]: (row["outcome"], row["n"]) for row in e.rows} == {
+        "x=1": ("survived", 3), "x=2": ("survived", 3), "x=3": ("dropped", 2),
+        "x=4": ("dropped", 3)}
+    assert e.spent["steps"] == 1100 and e.out_of_budget
+    assert study.best_value == pytest.approx(statistics.fmean(loss(1, f) for f in range(3)))
+    assert ("ran 11 of 16 runs (69% of the grid), 44 core-seconds (69% of the grid's estimate), "
+            "1,100 training steps (69%); its budget of 900 training steps is spent: no further "
+            "replicate was launched") in r.stdout
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ from hydra_plugins.qknorm_sweeper._space import SearchSpace, format_value
 from qknorm import race as racing
 from qknorm.config import rungs_problem
 
-OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05}
+OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05,
+           "budget_steps": None}
 EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [1000]}"
 
 
@@ -42,14 +43,17 @@ class RaceSpec:
     sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
     rungs: tuple[int, ...] = ()  # steps at which a run is judged inside its block; (): never
     margin: float = 0.05  # a run stops when its val loss is above the best other's by more
+    budget_steps: int | None = None  # no block launches once the race's runs took this many
 
     def settings(self) -> dict[str, Any]:
         """What a rerun must match (stored in the study): the same race, or another study.
-        Without rungs, rungs and margin are None, as a study raced before they existed reads."""
+        Without rungs, rungs and margin are None, as a study raced before they existed reads;
+        so is budget_steps without a budget."""
         return {"min_replicates": self.min_replicates, "alpha": self.alpha,
                 "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
                 "candidates": [self.labels[c] for c in self.candidates],
-                "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None}
+                "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None,
+                "budget_steps": self.budget_steps}
 
 
 def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
@@ -87,7 +91,8 @@ def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str]
     baseline = _baseline(options["baseline"], space, candidates)
     rungs, margin = _rungs(options["rungs"], options["margin"], directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
-                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin)
+                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
+                    _budget(options["budget_steps"]))
 
 
 def _options(spec: Any) -> dict[str, Any]:
@@ -104,6 +109,16 @@ def _min_replicates(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 2:
         raise SweepError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
                          "(a paired t-test needs two pairs), e.g. 3")
+    return value
+
+
+def _budget(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SweepError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
+                         "training steps >= 1 (summed over the race's runs), e.g. 26000 for a "
+                         "third of paper_cpu's 80,000, or null for no budget")
     return value
 
 
@@ -222,7 +237,18 @@ def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> raci
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
                                     and stopped_block(current[c]) is None)}
     return racing.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
-                         race.alpha, race.baseline)
+                         race.alpha, race.baseline, _budget_spent(race, current.values()))
+
+
+def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
+    """Whether the race's runs so far (stopped ones' partial steps included) took its budget.
+    Counted between launches: a launch under way finishes, so a race can end up to one launch
+    past its budget."""
+    if race.budget_steps is None:
+        return False
+    spent = sum(r.get("steps") or 0 for t in trials
+                for r in t.user_attrs.get(racing.RUNS_ATTR, {}).values())
+    return spent >= race.budget_steps
 
 
 def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,

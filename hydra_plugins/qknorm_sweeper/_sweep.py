@@ -282,6 +282,9 @@ class OptunaSweep:
                 log.info("in-fold stopping: a run more than %g above the best other run of its "
                          "replicate at step %s stops there, and its candidate leaves the race",
                          plan.race.margin, "/".join(map(str, plan.race.rungs)))
+            if plan.race.budget_steps is not None:
+                log.info("budget: no replicate launches once the race's runs took %d training "
+                         "steps", plan.race.budget_steps)
         stop_message = None
         with Heartbeat(storage, self.heartbeat_interval) as heartbeat:
             stop_message = self._run(study, plan, url, heartbeat)
@@ -361,7 +364,7 @@ class OptunaSweep:
             if todo:
                 job_idx += self._race_launch(study, mine, todo, plan, url, job_idx, heartbeat)
                 continue
-            room = self._room(study, plan)
+            room = 0 if race.over else self._room(study, plan)
             if room > 0:  # candidates nobody runs yet, or a killed sweeper's retries
                 for trial in self._ask(study, plan, min(self.n_jobs, room), heartbeat):
                     trial.set_user_attr(racing.CANDIDATE_ATTR,

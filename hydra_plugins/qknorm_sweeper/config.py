@@ -49,6 +49,7 @@ class QknormOptunaSweeperConf:
     # significantly worse than the leader (one-sided paired t, Holm) stop (qknorm/race.py).
     # With rungs: [1000] and margin: 0.05, a run more than margin above the best other
     # candidate's run of its fold at a rung also stops there, and its candidate leaves the race.
+    # With budget_steps: N, no replicate launches once the race's runs took N training steps.
     # A dict, not Optional: Hydra cannot merge a command-line dict into a null node.
     race: Dict[str, Any] = field(default_factory=dict)
 
