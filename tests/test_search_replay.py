@@ -1,0 +1,54 @@
+"""scripts/search_replay.py: Optuna's TPE (plain and median-pruned over folds) replayed on a grid's
+recorded runs, counting the compute each search would have spent and what it found."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.test_race import REPO
+
+spec = importlib.util.spec_from_file_location("search_replay",
+                                              REPO / "scripts" / "search_replay.py")
+replay = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replay)
+
+# 3 p x 4 folds, 100 steps and 2 s x 2 threads a run; p = 2 is best on every fold, p = 8 worst.
+LOSS = {1.0: [1.3, 1.2, 1.4, 1.3], 2.0: [1.0, 0.9, 1.1, 1.0], 8.0: [2.0, 1.9, 2.1, 2.0]}
+GRID = {p: [{"value": v, "steps": 100, "core_s": 4.0} for v in vs] for p, vs in LOSS.items()}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_budget_of_one_step_runs_one_whole_trial(seed):
+    out = replay.search(GRID, "tpe", seed, budget=1)
+    assert out["distinct_p"] == 1 and out["steps"] == 400 and out["core_s"] == 16.0
+    assert out["found_grid_best"] == (out["best_p"] == 2.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_with_the_grids_budget_every_p_runs_and_the_best_is_found(seed):
+    plain = replay.search(GRID, "tpe", seed, budget=1200)
+    assert plain["distinct_p"] == 3 and plain["steps"] == 1200 and plain["core_s"] == 48.0
+    assert plain["best_p"] == 2.0 and plain["found_grid_best"]
+    assert plain["steps_to_grid_best"] in (400, 800, 1200)
+    # Pruned over folds: p = 2 (best on every fold) is never pruned; a p that comes after two
+    # completed trials and is above their median after fold 2 costs 2 folds, not 4.
+    pruned = replay.search(GRID, "tpe_median_pruned", seed, budget=1200)
+    assert pruned["best_p"] == 2.0 and pruned["distinct_p"] == 3
+    assert pruned["steps"] in (1000, 1200) and pruned["core_s"] == pruned["steps"] / 100 * 4.0
+
+
+def test_the_cli_reads_a_results_csv_and_writes_json(tmp_path):
+    rows = ["norm.p,data.fold,status,best_val_loss,steps,wall_time_s,threads"]
+    rows += [f"{p},{f},completed,{v},100,2.0,2" for p, vs in LOSS.items() for f, v in enumerate(vs)]
+    rows.append("8.0,4,diverged,,30,1.0,2")  # not completed: not in the grid's runs
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "replay.json"
+    assert replay.main([str(tmp_path / "results.csv"), "--budgets", "1", "--seeds", "2",
+                        "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["grid"] == {"p": [1.0, 2.0, 8.0], "runs": 12, "steps": 1200, "core_s": 48.0}
+    assert data["searches"]["tpe"]["1"]["steps_median"] == 400
+    assert replay.main([str(tmp_path / "results.csv"), "--budgets", "a third"]) == 2
