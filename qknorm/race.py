@@ -288,6 +288,19 @@ def _num(x, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def verdict(e: Elimination) -> str:
+    """The race's conclusion in one sentence, each kind of exit named for what it is: a drop is
+    a test against the leader; a stop is the margin rule at a rung, not a test."""
+    def names(outcome: str) -> str:
+        return ", ".join(r["candidate"] for r in e.rows if r["outcome"] == outcome) or "none"
+    left = [r for r in e.rows if r["outcome"] == SURVIVED]
+    best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
+    return (f"Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
+            f"{names(DROPPED)}; stopped at a rung, more than the margin behind the best run of "
+            f"its replicate (a rule, not a test): {names(STOPPED)}; in the race at its end: "
+            f"{names(SURVIVED)} (lowest mean: {best}).")
+
+
 def report_lines(e: Elimination, name: str) -> list[str]:
     """summary.md's race section: the elimination table and the compute spent vs the grid."""
     header = ["candidate", "outcome", "replicates run", "dropped after / stopped in",
@@ -313,7 +326,7 @@ def report_lines(e: Elimination, name: str) -> list[str]:
         "step) its val loss was above the best other candidate's run of that replicate by "
         "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
         "mean is over the replicates it completed.", "",
-        *table, "",
+        *table, "", verdict(e), "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
         f"({_share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
         f"≈{_count(g['steps'])} "

@@ -268,6 +268,10 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
     assert ("| norm.p=inf | stopped | 2 | data.fold=1 at step 10 | norm.p=2.0 | +0.2500 | - | - "
             "| 2.5000 |") in lines
     assert "| norm.p=1.0 | survived | 3 | - | norm.p=2.0 | +0.1000 | 0.2 | 0.2 | 2.1000 |" in lines
+    assert ("Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
+            "none; stopped at a rung, more than the margin behind the best run of its replicate "
+            "(a rule, not a test): norm.p=inf; in the race at its end: norm.p=1.0, norm.p=2.0 "
+            "(lowest mean: norm.p=2.0).") in lines
     assert any(ln.startswith("Compute: 8 of the full grid's 9 runs (89%; 1 of them stopped at a "
                              "rung, counted with their partial steps), 220 of ≈270 training "
                              "steps (81%), 25 of ≈36 core-seconds (69%;") for ln in lines)
