@@ -38,7 +38,10 @@ class ModelConfig:
     block_size: int = 64
     dropout: float = 0.0
     bias: bool = False
-    attention: str = "auto"  # auto | sdpa | explicit (auto: explicit when compiled on CPU)
+    # auto | sdpa | explicit. auto writes attention out (q k^T, mask, softmax, @v) when compiled
+    # on CPU, where inductor fuses it and it measured faster than SDPA; SDPA's kernel otherwise.
+    # Not in conf/model/*.yaml: it is how a model runs, not part of its recipe.
+    attention: str = "auto"
 
 
 @dataclass
