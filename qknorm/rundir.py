@@ -25,7 +25,7 @@ CKPT_FILE = "ckpt.pt"
 STATUS_MEANING = {
     "completed": "trained to train.max_iters",
     "diverged": "loss became non-finite",
-    "pruned": "stopped early by the Optuna pruner",
+    "pruned": "stopped early, by the Optuna pruner or at a race's rung",
     "failed": "raised an error",
 }
 STATUSES = tuple(STATUS_MEANING)
