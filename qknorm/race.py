@@ -61,7 +61,6 @@ class Race:
     need: int | None = None  # blocks every alive candidate needs for the next look; None: over
     gone: dict[Hashable, int] = field(default_factory=dict)  # left without a drop, before look n
     values: Mapping[Hashable, Mapping[int, float]] = field(default_factory=dict)  # replayed from
-    out_of_budget: bool = False  # ended because its budget was spent, with blocks left to run
 
     @property
     def over(self) -> bool:
@@ -120,7 +119,6 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
             break  # the others failed or were stopped inside a block: nothing left to race
         if not all(has[c] for c in race.alive):
             if budget_spent:
-                race.out_of_budget = True
                 break
             race.need = n
             return race

@@ -91,14 +91,14 @@ def test_a_spent_budget_ends_the_race_where_it_stands_instead_of_waiting_for_a_b
     values = synthetic({"a": 0.0, "b": 0.02, "c": 1.0}, n_blocks=5, noise=0.02)
     partial = {c: {b: v[b] for b in range(4)} for c, v in values.items()}  # 4 of 5 blocks run
     going = race.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
-    assert going.need == 5 and not going.over and not going.out_of_budget
+    assert going.need == 5 and not going.over
     spent = race.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
                         budget_spent=True)
-    assert spent.over and spent.out_of_budget
+    assert spent.over and spent.need is None
     assert [lk.n for lk in spent.looks] == [lk.n for lk in going.looks] == [3, 4]  # same looks
     assert spent.alive == going.alive and "c" not in spent.alive
     whole = race.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
-    assert whole.over and not whole.out_of_budget  # it ran out of blocks, not of budget
+    assert [lk.n for lk in whole.looks] == [3, 4, 5]  # every block in: the budget changes nothing
 
 
 @pytest.mark.parametrize("gamma_init, baseline, runs, dropped", [

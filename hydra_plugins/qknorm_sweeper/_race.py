@@ -117,7 +117,7 @@ def _budget(value: Any) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SweepError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
-                         "training steps >= 1 (summed over the race's runs), e.g. 26000 for a "
+                         "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
                          "third of paper_cpu's 80,000, or null for no budget")
     return value
 
