@@ -58,19 +58,21 @@ def search(grid: dict[float, list[dict]], name: str, seed: int, budget: float) -
     choices = sorted(grid)
     best_p = min(grid, key=lambda p: statistics.fmean(r["value"] for r in grid[p]))
     spent = {"steps": 0, "core_s": 0.0}
-    ran: dict[float, float] = {}  # p -> the trial's value (its mean over the folds it ran)
+    ran: dict[float, tuple[float, bool]] = {}  # p -> (its mean over the folds it ran, pruned)
     found_at = None
     for _ in range(MAX_TRIALS):
         trial = study.ask({"norm.p": optuna.distributions.CategoricalDistribution(choices)})
         p = trial.params["norm.p"]
-        if p in ran:  # a repeat: told its original's result, no runs
-            study.tell(trial, ran[p])
+        if p in ran:  # a repeat: told its original's outcome, no runs
+            value, pruned = ran[p]
+            study.tell(trial, None if pruned else value,
+                       state=optuna.trial.TrialState.PRUNED if pruned else None)
             continue
         if spent["steps"] >= budget:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not run: out of budget
             break
         value, pruned = _run(trial, grid[p], spent)
-        ran[p] = value
+        ran[p] = (value, pruned)
         if pruned:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:

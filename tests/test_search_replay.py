@@ -52,3 +52,14 @@ def test_the_cli_reads_a_results_csv_and_writes_json(tmp_path):
     assert data["grid"] == {"p": [1.0, 2.0, 8.0], "runs": 12, "steps": 1200, "core_s": 48.0}
     assert data["searches"]["tpe"]["1"]["steps_median"] == 400
     assert replay.main([str(tmp_path / "results.csv"), "--budgets", "a third"]) == 2
+
+
+def test_a_repeat_of_a_pruned_p_stays_pruned_so_a_partial_mean_never_wins():
+    """Folds 3 and 4 are harder for every p: p = 8 pruned after fold 2 has a partial mean (1.6)
+    below p = 2's full one (2.0). Told to a repeat as a value, it would be the best."""
+    fold = [1.0, 1.0, 3.0, 3.0]
+    grid = {p: [{"value": f + off, "steps": 100, "core_s": 4.0} for f in fold]
+            for p, off in {1.0: 0.3, 2.0: 0.0, 8.0: 0.6}.items()}
+    outs = [replay.search(grid, "tpe_median_pruned", seed, budget=1200) for seed in range(6)]
+    assert any(o["steps"] < 1200 for o in outs)  # p = 8 was pruned in some seeds
+    assert all(o["best_p"] == 2.0 for o in outs)
