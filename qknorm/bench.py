@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from qknorm.config import ATTENTIONS  # model.attention; auto is left out of variant names
 from qknorm.errors import UserError, first_line
 from qknorm.norms import LpQKNorm, lp_norm_scaled, lp_normalize
 
@@ -40,7 +41,6 @@ NORMS: dict[str, tuple[tuple[str, ...], bool]] = {
     "rms": (("norm=rms",), False),
 }
 DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
-ATTENTIONS = ("auto", "sdpa", "explicit")  # model.attention; auto is left out of variant names
 REFERENCE = "none-fp32-eager"  # issue 13's reference: every variant's speed-up is against it
 MICRO_PS = (1.0, 2.0, 3.0, 3.5, 4.0, 8.0, math.inf)
 
