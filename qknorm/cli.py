@@ -23,17 +23,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from qknorm import pruning, rundir
-from qknorm.config import register_configs, to_config, unique_jobs
+from qknorm import rundir
+from qknorm.config import CONF_DIR, register_configs, to_config, unique_jobs
 from qknorm.data import load_splits
-from qknorm.errors import RunDiverged, UserError, one_line
+from qknorm.errors import RunDiverged, UserError, exit_with, one_line
+from qknorm.sweep import job as pruning
 from qknorm.train import train
 
 BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
                   "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper")
-# Absolute: imported as a module, Hydra would resolve a relative config_path against the
-# task's package. conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
 
 register_configs()
 
@@ -87,8 +86,7 @@ def main() -> None:
         line = one_line(e)
         if line is None:
             raise  # not a user mistake: a bug, whose trace is the useful thing to show
-        print(f"error: {line}", file=sys.stderr)
-        sys.exit(2)
+        exit_with(e if isinstance(e, UserError) else UserError(line))
 
 
 def multirun_summary(sweep_dir: Path, first_error: BaseException) -> str:

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -19,6 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qknorm.errors import LIST_KEYS, UserError, did_you_mean, one_line
+
+# The YAML beside the schema. Absolute: imported as a module, Hydra would resolve a relative
+# config_path against the task's package.
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 NORM_KINDS = ("none", "l2", "lp", "rms")
 P_KINDS = ("l2", "lp")  # the kinds whose norm.p means something (l2 is lp at p=2)
@@ -90,7 +95,7 @@ class TrainConfig:
 @dataclass
 class RaceRungsConfig:
     """Set by the sweeper on each job of a race with rungs (hydra.sweeper.race.rungs): the job
-    records its val loss at each rung in its trial and stops when it has lost (qknorm/rungs.py)."""
+    records its val loss at each rung in its trial and stops when it has lost (qknorm/sweep/job.py)."""
 
     block: str | None = None  # the replicate block the job runs, e.g. "data.fold=0"
     rungs: list[int] = field(default_factory=list)  # eval steps at which the job is judged

@@ -7,6 +7,8 @@ config) into the single console line the user sees: the bad value and the fix, n
 from __future__ import annotations
 
 import difflib
+import sys
+from typing import NoReturn
 
 from hydra.errors import (
     ConfigCompositionException,
@@ -24,7 +26,21 @@ LIST_KEYS = "`python -m qknorm.train --cfg job` lists every key and its value"
 
 
 class UserError(ValueError):
-    """Bad input from the user: shown as one line naming the value and the fix, no traceback."""
+    """Bad input from the user (exit 2), or a sweep stopped on purpose (exit 1, e.g. too many
+    failed trials): shown by `exit_with` as one line naming the value and the fix, no traceback."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def __reduce__(self):  # picklable with its exit code (joblib returns errors across processes)
+        return type(self), (str(self), self.exit_code)
+
+
+def exit_with(e: UserError) -> NoReturn:
+    """The one printer of a user error: `error: ...` (or `stopped: ...`), then exit."""
+    print(f"{'error' if e.exit_code == 2 else 'stopped'}: {e}", file=sys.stderr)
+    raise SystemExit(e.exit_code) from None
 
 
 class RunDiverged(RuntimeError):

@@ -1,5 +1,5 @@
-"""Multiple-comparison correction, in plain Python: the report (qknorm.stats) and the sweeper's
-race (qknorm.race) share it, and the sweeper must not pay for importing scipy.stats or pandas
+"""Multiple-comparison correction, in plain Python: the report (qknorm.report.stats) and the sweeper's
+race (qknorm.sweep.racestats) share it, and the sweeper must not pay for importing scipy.stats or pandas
 (seconds at every start)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The files a run writes (docs/design.md, "The run dir"): metrics.jsonl, final.json, ckpt.pt.
 
-Writers live here and nowhere else, so the run-dir format has one definition; qknorm.results
+Writers live here and nowhere else, so the run-dir format has one definition; qknorm.report.results
 and the sweeper read what these write. `atomic_writer` is the project's one way to write a file
 that someone may read while it is written (run files, reports, sweep results, the corpus).
 """

@@ -30,7 +30,7 @@ from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
 from qknorm.model import GPT
-from qknorm.pruning import EvalHook
+from qknorm.sweep.job import EvalHook
 
 log = logging.getLogger(__name__)
 

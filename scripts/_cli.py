@@ -15,10 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run from a checkout without install
 
-from qknorm import plots, rundir  # noqa: E402
-from qknorm.errors import UserError  # noqa: E402
-from qknorm.report import DEFAULT_METRIC, Options, parse_p  # noqa: E402
-from qknorm.stats import AUTO  # noqa: E402
+from qknorm import rundir  # noqa: E402
+from qknorm.errors import UserError, exit_with  # noqa: E402
+from qknorm.report import (  # noqa: E402
+    DEFAULT_METRIC,
+    Options,
+    parse_p,
+    plots,  # noqa: E402
+)
+from qknorm.report.stats import AUTO  # noqa: E402
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -28,8 +33,7 @@ def run(main: Callable[[], int | None]) -> None:
     try:
         code = main()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        exit_with(e)
     sys.exit(code or 0)
 
 

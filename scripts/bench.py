@@ -5,7 +5,7 @@
     python scripts/bench.py --model cpu --threads 1 --norms none,l2,lp_p4,lp_pinf --dtypes float32 \
         --compile --no-micro --no-eval --no-overhead --out docs/bench_step_cpu.json   # issue 13
 
-Writes one JSON file (see qknorm/bench.py for what each number means) and prints a short table.
+Writes one JSON file (see qknorm/bench/steps.py for what each number means) and prints a short table.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import _cli
 
-from qknorm import bench, rundir
+from qknorm import rundir
+from qknorm.bench import steps as bench
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -5,7 +5,7 @@
 
 Needs a CUDA GPU. A config JOBS:on|off launches JOBS single runs of the paper model at once
 (compiled or not; norm.p cycles through --ps); a one-job config runs once per p, one after the
-other, which gives the p ratios. See qknorm/gpu_bench.py for what each number means. The JSON is
+other, which gives the p ratios. See qknorm/bench/gpu.py for what each number means. The JSON is
 rewritten after every config, so an interrupted run keeps what it measured.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import _cli
 
-from qknorm import gpu_bench
+from qknorm.bench import gpu as gpu_bench
 from qknorm.errors import UserError
 
 

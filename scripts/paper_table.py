@@ -12,8 +12,8 @@ from pathlib import Path
 import _cli
 import pandas as pd
 
-from qknorm import paper
 from qknorm.errors import UserError
+from qknorm.report import paper
 
 
 def main() -> None:

@@ -15,9 +15,8 @@ import sys
 
 import _cli
 
-from qknorm import plots, results
 from qknorm.errors import UserError
-from qknorm.report import check_logged, load
+from qknorm.report import check_logged, load, plots, results
 
 # kind -> (what it draws, option defaults that differ from the report's)
 KINDS = {

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import _cli
 
-from qknorm import bench, rundir
+from qknorm import rundir
+from qknorm.bench import steps as bench
 
 # Ancestors (record_function scopes / autograd nodes) that claim every op below them.
 SCOPES = (("Optimizer.", "optimizer"), ("clip_grad_norm_", "clip"),

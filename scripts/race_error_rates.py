@@ -1,4 +1,4 @@
-"""How often the race (qknorm.race.replay) drops a candidate that is no worse than the others.
+"""How often the race (racestats.replay) drops a candidate that is no worse than the others.
 
 `python scripts/race_error_rates.py [--races 4000]` simulates races among k level candidates
 (every mean equal; each block adds an effect shared by all candidates and independent normal
@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from qknorm import race
+from qknorm.sweep import racestats as race
 
 BLOCKS, FIRST_LOOK, ALPHA = 5, 3, 0.05
 

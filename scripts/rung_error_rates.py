@@ -1,4 +1,4 @@
-"""How often in-fold stopping (qknorm.race.stop_at_rung) stops a run that would have won its fold,
+"""How often in-fold stopping (racestats.stop_at_rung) stops a run that would have won its fold,
 measured on recorded curves: `python scripts/rung_error_rates.py SWEEP_DIR... [--out F.json]`.
 
 Each SWEEP_DIR holds a grid's run dirs (final.json, metrics.jsonl, .hydra/config.yaml); only
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from qknorm import race, rundir
+from qknorm import rundir
+from qknorm.sweep import racestats as race
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
 MARGINS = (0.01, 0.02, 0.05, 0.1, 0.2)
@@ -50,7 +51,7 @@ def load_folds(sweep: Path) -> dict[int, dict[float, dict]]:
 
 
 def launch_orders(folds: dict[int, dict[float, dict]], baseline: float) -> dict[int, list]:
-    """Each fold's runs in the order the race launches them (qknorm.race.standing)."""
+    """Each fold's runs in the order the race launches them (racestats.standing)."""
     orders, finals = {}, {}
     for f in sorted(folds):
         ps = sorted(folds[f])

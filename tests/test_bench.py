@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from qknorm import bench
+from qknorm.bench import steps as bench
 from qknorm.norms import lp_normalize
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,7 +26,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hydra_plugins.qknorm_sweeper import _slurm, _specs
+from qknorm.sweep import slurm as _slurm
+from qknorm.sweep import specs as _specs
 from tests.cluster import report_states
 from tests.test_sweeper import FAST, counted, ok, study_of
 
@@ -171,7 +172,7 @@ BAD_STORAGE = [
 
 
 def test_journal_url_of_another_form_names_the_form():
-    with pytest.raises(_specs.SweepError, match="is not a journal URL; write journal:///"):
+    with pytest.raises(_specs.UserError, match="is not a journal URL; write journal:///"):
         _specs.storage_file("journal://outputs/x.log")  # two slashes: a host, not a path
 
 

@@ -59,7 +59,7 @@ def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
     sweeper = hydra_cfg.sweeper
     assert sweeper._target_.endswith("QknormOptunaSweeper")
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
-    from hydra_plugins.qknorm_sweeper._space import parse_param
+    from qknorm.sweep.space import parse_param
     assert list(parse_param("norm.p", sweeper.params["norm.p"]).grid) == P_GRID
     assert list(sweeper.replicates["data.fold"]) == list(range(folds))
     assert sweeper.study_name == f"{preset}_calibrated"

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from qknorm import gpu_bench
+from qknorm.bench import gpu as gpu_bench
 from qknorm.errors import UserError
 
 CPU_TINY = ["device=cpu", "dtype=float32", "model=tiny", "train.batch_size=2", "compile=false"]

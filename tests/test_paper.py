@@ -1,4 +1,4 @@
-"""The paper-vs-here table (qknorm.paper, scripts/paper_table.py) on the synthetic sweep."""
+"""The paper-vs-here table (qknorm.report.paper, scripts/paper_table.py) on the synthetic sweep."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from qknorm import paper, results
+from qknorm.report import paper, results
 
 from .synthetic_runs import make_sweep
 

@@ -1,4 +1,4 @@
-"""qknorm.plots and the report's figures, checked through the Axes' data, not just the files."""
+"""qknorm.report.plots and the report's figures, checked through the Axes' data, not just the files."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from qknorm import plots, results
-from qknorm.report import Options, build_report, write_report
+from qknorm.report import Options, build_report, plots, results, write_report
 
 from .synthetic_runs import BEST, SEARCH_P, add_runs_without_p, make_search, make_sweep, search_loss
 

@@ -18,10 +18,11 @@ import pytest
 from optuna.trial import TrialState
 from scipy import stats
 
-from hydra_plugins.qknorm_sweeper import _race
-from hydra_plugins.qknorm_sweeper._errors import SweepError
-from hydra_plugins.qknorm_sweeper._space import parse_space, replicate_combinations
-from qknorm import race
+from qknorm.errors import UserError
+from qknorm.report.summary import race_section
+from qknorm.sweep import race as _race
+from qknorm.sweep import racestats as race
+from qknorm.sweep.space import parse_space, replicate_combinations
 
 REPO = Path(__file__).resolve().parents[1]
 P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
@@ -169,7 +170,7 @@ BAD_RACES = [
     "baseline-ambiguous", "unknown-key", "budget-zero", "budget-float", "sampler", "pruner",
     "n-trials", "objectives"])
 def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, message):
-    with pytest.raises(SweepError) as e:
+    with pytest.raises(UserError) as e:
         plan(spec, **kw)
     assert message in str(e.value) and "\n" not in str(e.value) and e.value.exit_code == 2
 
@@ -181,14 +182,14 @@ def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
     _race.record_settings(study, spec)
     assert study.user_attrs["race"]["baseline"] == "norm.p=2.0"
     _race.check_study(study, spec, "s")  # the same race: resumes
-    with pytest.raises(SweepError, match=r"^study 's' was raced with alpha=0.05, not 0.1; rerun "
+    with pytest.raises(UserError, match=r"^study 's' was raced with alpha=0.05, not 0.1; rerun "
                                          "with its settings or use another hydra"):
         _race.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
-    with pytest.raises(SweepError, match=r"^study 's' was raced with budget_steps=None, not 900"):
+    with pytest.raises(UserError, match=r"^study 's' was raced with budget_steps=None, not 900"):
         _race.check_study(study, plan({"baseline": 2, "budget_steps": 900}), "s")
     grid = optuna.create_study()
     grid.tell(grid.ask(), 1.0)
-    with pytest.raises(SweepError, match="holds a sweep that was not a race"):
+    with pytest.raises(UserError, match="holds a sweep that was not a race"):
         _race.check_study(grid, spec, "g")
     assert grid.user_attrs == {}  # checked, not touched
 
@@ -209,7 +210,8 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
 def test_the_report_summary_carries_the_elimination_table(tmp_path):
     """summary.md of a race's sweep dir: each p's outcome, the look that dropped it and the
     compute against the grid, read back from the study the runs name."""
-    from qknorm import report, rundir
+    from qknorm import rundir
+    from qknorm.report import build as report
     from tests.synthetic_runs import config, final, write_config
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
@@ -298,7 +300,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
         "x=1": TrialState.COMPLETE, "x=2": TrialState.COMPLETE,
         "x=3": TrialState.PRUNED, "x=4": TrialState.PRUNED}
     assert states["x=2"].value == pytest.approx(statistics.fmean(loss(2, f) for f in range(4)))
-    from hydra_plugins.qknorm_sweeper._results import trials_frame
+    from qknorm.sweep.outputs import trials_frame
 
     csv = trials_frame(study, ["best_val_loss"])  # trials.csv's rows, as the last sweeper wrote
     assert sorted(zip(csv["x"], csv["race"].fillna(""), csv["race_after"].fillna(""))) == [
@@ -312,7 +314,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert any(ln.startswith("race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of "
                              "16 runs (81% of the grid), 52 core-seconds") for ln in lines)
     assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(
-        race.report_lines(_race.elimination(study), "r"))
+        race_section(_race.elimination(study), "r"))
 
 
 @pytest.mark.slow

@@ -9,9 +9,11 @@ import math
 import optuna
 import pytest
 
-from qknorm import pruning, race
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
 from qknorm.errors import RunPruned
+from qknorm.report.summary import race_section
+from qknorm.sweep import job as pruning
+from qknorm.sweep import racestats as race
 
 # -- the rule ------------------------------------------------------------------------------------
 
@@ -160,17 +162,17 @@ def race_plan(**options):
     ({"rungs": [500], "margin": "big"}, "hydra.sweeper.race.margin='big' must be a number > 0"),
 ])
 def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, message):
-    from hydra_plugins.qknorm_sweeper._errors import SweepError
+    from qknorm.errors import UserError
 
-    with pytest.raises(SweepError) as e:
+    with pytest.raises(UserError) as e:
         race_plan(**options)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
     assert e.value.exit_code == 2
 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
-    from hydra_plugins.qknorm_sweeper import _race
-    from hydra_plugins.qknorm_sweeper._errors import SweepError
+    from qknorm.errors import UserError
+    from qknorm.sweep import race as _race
 
     off, on = race_plan(), race_plan(rungs=[500, 1000], margin=0.05)
     assert (off.rungs, on.rungs, on.margin) == ((), (500, 1000), 0.05)
@@ -180,7 +182,7 @@ def test_rungs_are_part_of_the_race_a_study_holds():
     study.set_user_attr("race", {k: v for k, v in off.settings().items()
                                  if k not in ("rungs", "margin")})  # raced before rungs existed
     _race.check_study(study, off, "s")  # the same race
-    with pytest.raises(SweepError, match=r"^study 's' was raced with rungs=None, not \[500, "
+    with pytest.raises(UserError, match=r"^study 's' was raced with rungs=None, not \[500, "
                                          r"1000\]; rerun with its settings"):
         _race.check_study(study, on, "s")
 
@@ -209,7 +211,7 @@ F = [f"data.fold={f}" for f in range(3)]
 
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
-    from hydra_plugins.qknorm_sweeper import _race
+    from qknorm.sweep import race as _race
     from tests.test_race import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
@@ -264,7 +266,7 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
     assert e.spent == {"runs": 8, "stopped": 1, "steps": 220, "core_s": 25.0}
     # Every candidate's mean completed run x 3 folds: 90 steps each; core_s 9 + 9 + 18.
     assert e.grid == {"runs": 9, "steps": 270.0, "core_s": 36.0}
-    lines = race.report_lines(e, "r")
+    lines = race_section(e, "r")
     assert ("| norm.p=inf | stopped | 2 | data.fold=1 at step 10 | norm.p=2.0 | +0.2500 | - | - "
             "| 2.5000 |") in lines
     assert "| norm.p=1.0 | survived | 3 | - | norm.p=2.0 | +0.1000 | 0.2 | 0.2 | 2.1000 |" in lines

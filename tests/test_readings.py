@@ -9,7 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from qknorm import report, rundir, stats
+from qknorm import rundir
+from qknorm.report import build as report
+from qknorm.report import stats
 
 from .synthetic_runs import config, final, write_config
 
@@ -77,7 +79,7 @@ def test_readings_that_agree_say_so(tmp_path):
 
 
 def test_curves_mark_where_each_mean_val_loss_is_lowest(tmp_path):
-    from qknorm import plots, results
+    from qknorm.report import plots, results
 
     root = _sweep(tmp_path)
     runs = results.collect(root).runs

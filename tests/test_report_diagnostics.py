@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from qknorm import plots, results, stats
 from qknorm.errors import UserError
 from qknorm.multitest import holm
 from qknorm.report import (
@@ -19,6 +18,9 @@ from qknorm.report import (
     compute,
     figures,
     load,
+    plots,
+    results,
+    stats,
     summarize,
 )
 

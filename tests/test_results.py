@@ -1,4 +1,4 @@
-"""qknorm.results and qknorm.stats on synthetic run dirs with known numbers (tests/synthetic_runs)."""
+"""qknorm.report.results and .stats on synthetic run dirs with known numbers (tests/synthetic_runs)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from qknorm import results, rundir, stats
+from qknorm import rundir
 from qknorm.config import effective_config, effective_key, flatten
 from qknorm.errors import UserError
-from qknorm.report import Options, load, summarize
+from qknorm.report import Options, load, results, stats, summarize
 
 from .synthetic_runs import (
     BEST,

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from qknorm import results, rundir, stats
-from qknorm.report import Options, load, summarize
+from qknorm import rundir
+from qknorm.report import Options, load, results, stats, summarize
 
 from .conftest import REPO
 from .synthetic_runs import (

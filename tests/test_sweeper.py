@@ -21,8 +21,8 @@ import sqlalchemy.exc
 import yaml
 from optuna.trial import TrialState
 
-from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
 from qknorm import rundir
+from qknorm.sweep import specs as optuna_specs
 
 pytestmark = pytest.mark.slow
 
@@ -401,7 +401,7 @@ def test_plugin_is_discovered_outside_the_repo(cli):
 def test_surplus_ranks_slots_by_trial_number():
     """The race two sweepers can run into, in one process: both saw room for one more trial
     and both asked. Ranking slot-holding trials by number gives the later one up."""
-    from hydra_plugins.qknorm_sweeper._bookkeeping import Tally, surplus
+    from qknorm.sweep.study import Tally, surplus
 
     study = optuna.create_study()
     for _ in range(4):
@@ -421,13 +421,13 @@ def test_surplus_ranks_slots_by_trial_number():
 
 
 def test_a_replicate_key_on_the_command_line_replaces_the_presets_values():
-    from hydra_plugins.qknorm_sweeper._errors import SweepError
-    from hydra_plugins.qknorm_sweeper._space import cli_replicates
+    from qknorm.errors import UserError
+    from qknorm.sweep.space import cli_replicates
 
     preset = {"data.fold": [0, 1, 2, 3, 4]}
     assert cli_replicates(preset, ["data.fold=3", "norm.p=2,4"]) == ({"data.fold": [3]},
                                                                       ["norm.p=2,4"])
     assert cli_replicates(preset, ["data.fold=0,1"])[0] == {"data.fold": [0, 1]}
     assert cli_replicates(preset, ["seed=1"]) == (preset, ["seed=1"])
-    with pytest.raises(SweepError, match=r"data.fold=range\(0,3\): data.fold is a replicate key"):
+    with pytest.raises(UserError, match=r"data.fold=range\(0,3\): data.fold is a replicate key"):
         cli_replicates(preset, ["data.fold=range(0,3)"])

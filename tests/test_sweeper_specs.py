@@ -8,9 +8,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from hydra_plugins.qknorm_sweeper import _specs as specs
-from hydra_plugins.qknorm_sweeper._errors import SweepError
-from hydra_plugins.qknorm_sweeper._sweep import _given_keys
+from qknorm.errors import UserError
+from qknorm.sweep import specs as specs
+from qknorm.sweep.sweep import _given_keys
 
 MEDIAN = {"name": "median", "n_startup_trials": 4, "n_warmup_steps": 500}  # search=p_tpe's
 TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
@@ -58,7 +58,7 @@ def test_sampler_named_on_the_command_line_keeps_seed_and_drops_tpe_options():
      "default); add +hydra.sweeper.pruner.percentile=VALUE"),
 ], ids=["given", "typo", "file", "required"])
 def test_options_that_cannot_be_dropped_are_one_error(spec, given, message):
-    with pytest.raises(SweepError) as e:
+    with pytest.raises(UserError) as e:
         specs.resolve("pruner", spec, specs.PRUNERS, given)
     assert message in str(e.value)
 

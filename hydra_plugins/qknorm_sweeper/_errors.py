@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class SweepError(ValueError):
+class UserError(ValueError):
     """Bad sweeper input (exit 2), or a sweep stopped on purpose (exit 1). The console gets the
     message as one line, no traceback; it names the value and the fix."""
 

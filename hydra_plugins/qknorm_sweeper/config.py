@@ -46,7 +46,7 @@ class QknormOptunaSweeperConf:
     params: Dict[str, Any] = field(default_factory=dict)
     # {} (no race), or a race over the replicates: {min_replicates: 3, alpha: 0.05, baseline: 2.0}.
     # Every grid point runs the first min_replicates; after each further one, those
-    # significantly worse than the leader (one-sided paired t, Holm) stop (qknorm/race.py).
+    # significantly worse than the leader (one-sided paired t, Holm) stop (qknorm/sweep/racestats.py).
     # With rungs: [1000] and margin: 0.05, a run more than margin above the best other
     # candidate's run of its fold at a rung also stops there, and its candidate leaves the race.
     # With budget_steps: N, no replicate launches once the race's runs took N training steps.

@@ -27,23 +27,24 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from optuna.trial import TrialState
 
-from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
-from hydra_plugins.qknorm_sweeper import _race, _slurm
-from hydra_plugins.qknorm_sweeper import _results as results
-from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
-from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, Heartbeat, Tally
-from hydra_plugins.qknorm_sweeper._errors import SweepError
-from hydra_plugins.qknorm_sweeper._space import (
+from qknorm import rundir
+from qknorm.config import effective_key, flatten, rungs_problem
+from qknorm.errors import UserError
+from qknorm.rundir import COMPLETED, FAILED, PRUNED
+from qknorm.sweep import outputs as results
+from qknorm.sweep import race as _race
+from qknorm.sweep import racestats as racing
+from qknorm.sweep import slurm as _slurm
+from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep import study as bookkeeping
+from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
     format_value,
     parse_space,
     replicate_combinations,
 )
-from qknorm import race as racing
-from qknorm import rundir
-from qknorm.config import effective_key, flatten, rungs_problem
-from qknorm.rundir import COMPLETED, FAILED, PRUNED
+from qknorm.sweep.study import STATUS_ATTR, Heartbeat, Tally
 
 log = logging.getLogger(__name__)
 
@@ -122,33 +123,33 @@ class OptunaSweep:
 
     def _plan(self, arguments: list[str]) -> Plan:
         if not self.objectives:
-            raise SweepError("hydra.sweeper.objectives is empty; name final.json fields, "
+            raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
                              "e.g. [best_val_loss]")
         directions = self.direction if isinstance(self.direction, list) else [self.direction]
         if len(directions) != len(self.objectives) or any(d not in DIRECTIONS
                                                           for d in directions):
-            raise SweepError(f"hydra.sweeper.direction={self.direction!r} must give one of "
+            raise UserError(f"hydra.sweeper.direction={self.direction!r} must give one of "
                              f"{'/'.join(DIRECTIONS)} per objective {self.objectives}; e.g. "
                              f"direction: {['minimize'] * len(self.objectives)}")
         if not 0.0 <= self.max_failure_rate <= 1.0:
-            raise SweepError(f"hydra.sweeper.max_failure_rate={self.max_failure_rate} must be "
+            raise UserError(f"hydra.sweeper.max_failure_rate={self.max_failure_rate} must be "
                              "in [0, 1]")
         if self.n_jobs < 1:
-            raise SweepError(f"hydra.sweeper.n_jobs={self.n_jobs} must be >= 1")
+            raise UserError(f"hydra.sweeper.n_jobs={self.n_jobs} must be >= 1")
         if self.heartbeat_interval < 1:
-            raise SweepError(f"hydra.sweeper.heartbeat_interval={self.heartbeat_interval} "
+            raise UserError(f"hydra.sweeper.heartbeat_interval={self.heartbeat_interval} "
                              "must be >= 1 second")
         _slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
         replicates, arguments = cli_replicates(self.replicates, arguments)
         space, base = parse_space(self.params, arguments)
         if not space.params:
-            raise SweepError("hydra.sweeper.params has nothing to search; add e.g. "
+            raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
                              "norm.p: interval(1.0, 8.0)")
         combinations = replicate_combinations(replicates)
         pruner_spec = self._resolve("pruner", self.pruner_spec, optuna_specs.PRUNERS)
         pruner = optuna_specs.build_pruner(pruner_spec)
         if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
-            raise SweepError(f"hydra.sweeper.pruner.name={self.pruner_spec.get('name')}: "
+            raise UserError(f"hydra.sweeper.pruner.name={self.pruner_spec.get('name')}: "
                              "Optuna cannot prune multi-objective studies; use pruner: "
                              "{name: none}")
         sampler_spec = self._resolve("sampler", self.sampler_spec, optuna_specs.SAMPLERS)
@@ -179,13 +180,13 @@ class OptunaSweep:
         grid_size = space.grid_size if self.sampler_spec.get("name") == "grid" else None
         if self.n_trials is None:
             if grid_size is None:
-                raise SweepError("hydra.sweeper.n_trials=null is only for the grid sampler; "
+                raise UserError("hydra.sweeper.n_trials=null is only for the grid sampler; "
                                  "set a number of trials")
             return grid_size
         if self.n_trials < 1:
-            raise SweepError(f"hydra.sweeper.n_trials={self.n_trials} must be >= 1")
+            raise UserError(f"hydra.sweeper.n_trials={self.n_trials} must be >= 1")
         if grid_size is not None and self.n_trials > grid_size:
-            raise SweepError(f"hydra.sweeper.n_trials={self.n_trials} exceeds the grid's "
+            raise UserError(f"hydra.sweeper.n_trials={self.n_trials} exceeds the grid's "
                              f"{grid_size} points; set n_trials<={grid_size} or null")
         return self.n_trials
 
@@ -195,7 +196,7 @@ class OptunaSweep:
         values = self.fail_value if isinstance(self.fail_value, list) else [self.fail_value]
         if len(values) != len(self.objectives) or not all(
                 isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-            raise SweepError(f"hydra.sweeper.fail_value={self.fail_value!r} must be one finite "
+            raise UserError(f"hydra.sweeper.fail_value={self.fail_value!r} must be one finite "
                              f"number per objective {self.objectives}, or null to tell FAIL")
         return [float(v) for v in values]
 
@@ -230,12 +231,12 @@ class OptunaSweep:
             max_iters = OmegaConf.select(cfg, "train.max_iters")
             eval_interval = OmegaConf.select(cfg, "train.eval_interval")
             if not (isinstance(max_iters, int) and isinstance(eval_interval, int)):
-                raise SweepError("hydra.sweeper.race.rungs needs train.max_iters and "
+                raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
                                  "train.eval_interval in the task's config (qknorm.train's); "
                                  "set rungs: null")
             problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
             if problem:
-                raise SweepError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
+                raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
 
     def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
         for value in values:
@@ -249,7 +250,7 @@ class OptunaSweep:
         except Exception as e:
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             reason = " ".join(lines[:2]) if lines else type(e).__name__
-            raise SweepError(f"{where}: {reason} -- {fix}") from None
+            raise UserError(f"{where}: {reason} -- {fix}") from None
 
     # -- the sweep ------------------------------------------------------------------------
 
@@ -262,7 +263,7 @@ class OptunaSweep:
                                     directions=plan.directions, load_if_exists=True)
         have = [d.name.lower() for d in study.directions]
         if have != plan.directions:
-            raise SweepError(f"study {self.study_name!r} in {self.storage} was created with "
+            raise UserError(f"study {self.study_name!r} in {self.storage} was created with "
                              f"direction {have}, not {plan.directions}; use another "
                              "hydra.sweeper.study_name")
         if plan.race is not None:
@@ -298,7 +299,7 @@ class OptunaSweep:
         if plan.race is not None:
             print(racing.summary_line(_race.elimination(study)))
         if stop_message:
-            raise SweepError(stop_message, exit_code=1)
+            raise UserError(stop_message, exit_code=1)
 
     def _run(self, study: optuna.Study, plan: Plan, url: str, heartbeat: Heartbeat) -> str | None:
         if plan.race is not None:
@@ -344,7 +345,7 @@ class OptunaSweep:
         tally = Tally.of(study)
         return plan.n_trials - tally.finished - tally.running
 
-    # -- racing over replicates (hydra.sweeper.race; statistics in qknorm/race.py) ---------
+    # -- racing over replicates (hydra.sweeper.race; statistics in qknorm/sweep/racestats.py) ---------
 
     def _run_race(self, study: optuna.Study, plan: Plan, url: str,
                   heartbeat: Heartbeat) -> str | None:
@@ -666,7 +667,7 @@ def _label(combo: list[str]) -> str:
 
 
 def _race_keys(race: _race.RaceSpec, candidate: Any, block: str) -> list[str]:
-    """What a race's job needs to be judged at its rungs (qknorm/rungs.py); the baseline gets
+    """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline gets
     margin null: it records its values for the others and is never stopped."""
     margin = None if candidate == race.baseline else race.margin
     return [f"optuna.race.block={format_value(block)}",

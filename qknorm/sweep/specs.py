@@ -21,9 +21,8 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
-from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
-from hydra_plugins.qknorm_sweeper._errors import SweepError
-from qknorm.errors import first_line
+from qknorm.errors import UserError, first_line
+from qknorm.sweep import study as bookkeeping
 
 # Heartbeats and stale-trial retries are what make kill-and-rerun work; Optuna labels them
 # experimental and expects them inside Study.optimize. We use them on purpose: keep logs clean.
@@ -80,7 +79,7 @@ def _split(spec: Mapping[str, Any], kind: str, table: Mapping[str, Any]) -> tupl
     options = dict(spec)
     name = options.pop("name", None)
     if name not in table:
-        raise SweepError(f"hydra.sweeper.{kind}.name={name!r} is not one of "
+        raise UserError(f"hydra.sweeper.{kind}.name={name!r} is not one of "
                          f"{', '.join(table)}; pick one of those")
     return name, options
 
@@ -101,14 +100,14 @@ def resolve(kind: str, spec: Mapping[str, Any], table: Mapping[str, Callable],
     dropped = {k: options.pop(k) for k in unknown if "name" in given and k not in given}
     for key in unknown:
         if key not in dropped:
-            raise SweepError(
+            raise UserError(
                 f"hydra.sweeper.{kind}.{key}={options[key]!r} is not an option of Optuna's "
                 f"{optuna_name(factory)} ({kind} {name}), which takes "
                 f"{', '.join(accepted) if accepted else 'no options'}; fix its spelling or "
                 f"remove it with ~hydra.sweeper.{kind}.{key}")
     for key in required:
         if key not in options:
-            raise SweepError(f"hydra.sweeper.{kind}.name={name} needs {key} (Optuna's "
+            raise UserError(f"hydra.sweeper.{kind}.name={name} needs {key} (Optuna's "
                              f"{optuna_name(factory)} has no default); add "
                              f"+hydra.sweeper.{kind}.{key}=VALUE")
     return {"name": name, **options}, dropped
@@ -137,7 +136,7 @@ def _construct(kind: str, name: str, factory: Callable, options: dict) -> Any:
     try:
         return factory(**options)
     except (TypeError, ValueError) as e:
-        raise SweepError(f"hydra.sweeper.{kind}={{name: {name}, {_fmt(options)}}} is not valid "
+        raise UserError(f"hydra.sweeper.{kind}={{name: {name}, {_fmt(options)}}} is not valid "
                          f"for Optuna's {factory.__name__}: {e}; fix or remove that option"
                          ) from None
 
@@ -157,7 +156,7 @@ def build_sampler(spec: Mapping[str, Any],
     name, options = _split(spec, "sampler", SAMPLERS)
     if name == "grid":
         if grid is None:
-            raise SweepError("hydra.sweeper.sampler.name=grid needs every param as choice(...) "
+            raise UserError("hydra.sweeper.sampler.name=grid needs every param as choice(...) "
                              "or range(...); use those, or another sampler for intervals")
         options = {"search_space": dict(grid), **options}
     return _construct("sampler", name, SAMPLERS[name], options)
@@ -185,13 +184,13 @@ def storage_file(url: str) -> Path | None:
     """The file behind a SQLite or journal URL (None for a server or an in-memory database)."""
     if url.startswith("journal:"):
         if not url.startswith(JOURNAL_PREFIX) or url == JOURNAL_PREFIX:
-            raise SweepError(f"hydra.sweeper.storage={url!r} is not a journal URL; write "
+            raise UserError(f"hydra.sweeper.storage={url!r} is not a journal URL; write "
                              "journal:///relative/file.log or journal:////absolute/file.log")
         return Path(url.removeprefix(JOURNAL_PREFIX))
     try:
         parsed = make_url(url)
     except Exception:
-        raise SweepError(f"hydra.sweeper.storage={url!r} is not a database URL; use e.g. "
+        raise UserError(f"hydra.sweeper.storage={url!r} is not a database URL; use e.g. "
                          "sqlite:///outputs/optuna.db, journal:///outputs/optuna.log or "
                          "postgresql+psycopg://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
@@ -213,7 +212,7 @@ def absolute_url(url: str, cwd: Path) -> str:
 def _make_folder(url: str, path: Path) -> None:
     folder = path.parent
     if not folder.parent.is_dir():  # make outputs/, but never a whole mistyped path
-        raise SweepError(f"hydra.sweeper.storage={url!r}: directory {folder.parent} "
+        raise UserError(f"hydra.sweeper.storage={url!r}: directory {folder.parent} "
                          "does not exist; create it or fix the path")
     folder.mkdir(exist_ok=True)
 
@@ -259,7 +258,7 @@ def _open_journal(url: str, path: Path, heartbeat_interval: int | None,
             return JournalHeartbeatStorage(backend, heartbeat_interval, grace_period, callback)
         return optuna.storages.JournalStorage(backend)
     except OSError as e:
-        raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({e}); check the "
+        raise UserError(f"hydra.sweeper.storage={url!r} cannot be opened ({e}); check the "
                          "path and its permissions") from None
 
 
@@ -274,7 +273,7 @@ def reader(url: str):
 
 def open_storage(url: str, heartbeat_interval: int | None = None,
                  grace_period: int | None = None) -> optuna.storages.BaseStorage:
-    """Connect (creating the tables of a new database). Raises SweepError when unreachable."""
+    """Connect (creating the tables of a new database). Raises UserError when unreachable."""
     path = storage_file(url)
     if path is not None:
         _make_folder(url, path)
@@ -298,7 +297,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
             if racing and attempt < 4:
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            raise SweepError(f"hydra.sweeper.storage={url!r} cannot be opened ({first_line(e)}); "
+            raise UserError(f"hydra.sweeper.storage={url!r} cannot be opened ({first_line(e)}); "
                              "check the URL, the server and its driver (pip install "
                              "'qknorm[postgres]' for PostgreSQL)") from None
     raise AssertionError("unreachable")

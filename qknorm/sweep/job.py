@@ -7,20 +7,26 @@ Outside a study (optuna.trial null) there is no hook and optuna is never importe
 
 With replicates, several jobs share one trial: each reports its own val_loss (the last one to
 reach a step is the trial's value there), and the first job pruned marks the trial so its
-sibling jobs stop at their next eval too. A race's job also checks its rungs (qknorm/rungs.py):
-stopped there, it ends as pruned too, and only its own block is marked.
+sibling jobs stop at their next eval too.
+
+A race's job also checks its rungs (hydra.sweeper.race.rungs): at each rung (an eval step in
+optuna.race.rungs) it records its val loss in its trial (user attr `race_rungs:<block>`), reads
+the values the other candidates' runs of the same block recorded at that rung, and stops
+(RunPruned, final.json status `pruned`) when it is above the best of them by more than
+optuna.race.margin, leaving `race_stop:<block>` for the sweeper, which takes the candidate out
+of the race. The rule itself is racestats.stop_at_rung.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from qknorm import rungs
-from qknorm.config import OptunaTrialConfig
+from qknorm.config import OptunaTrialConfig, RaceRungsConfig
 from qknorm.errors import RunPruned, UserError
+from qknorm.sweep import racestats as race
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +41,7 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
                         "these keys are set by the qknorm_optuna sweeper, leave them null")
     import optuna  # only jobs of a study pay for the import
 
-    from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
+    from qknorm.sweep import specs as optuna_specs
 
     storage = optuna_specs.open_storage(cfg.storage)
     try:
@@ -52,7 +58,7 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
     if len(study.directions) > 1:
         return None  # Optuna neither stores intermediate values nor prunes multi-objective
     trial = optuna.Trial(study, trial_id)
-    lost = rungs.judge(storage, study, trial_id, cfg.race)  # a race's in-fold stopping
+    lost = judge(storage, study, trial_id, cfg.race)  # a race's in-fold stopping
     reporting = True
 
     def on_eval(step: int, row: dict[str, Any]) -> None:
@@ -79,3 +85,48 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
             raise RunPruned(step)
 
     return on_eval
+
+
+Judge = Callable[[int, float], bool]  # (step, val loss) -> stop now
+
+
+def rung_values(trials: Iterable[Any], block: str, step: int, mine: str | None) -> dict[str, float]:
+    """The other candidates' val loss at `step` of `block`, by candidate label, from the
+    study's trials. A candidate can have several trials (a killed sweeper's and its retry):
+    the runs are the same, keep the lowest. My own candidate's trials are not others."""
+    out: dict[str, float] = {}
+    for t in trials:
+        label = t.user_attrs.get(race.CANDIDATE_ATTR)
+        value = t.user_attrs.get(race.RUNG_ATTR + block, {}).get(str(step))
+        if label is None or label == mine or value is None or not math.isfinite(value):
+            continue
+        out[label] = min(out.get(label, math.inf), value)
+    return out
+
+
+def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judge | None:
+    """The rung check of one job (its trial's storage and study), or None when the job is not
+    a race's (no block)."""
+    if cfg.block is None:
+        return None
+    block, rungs = cfg.block, set(cfg.rungs)
+    mine = storage.get_trial(trial_id).user_attrs.get(race.CANDIDATE_ATTR)
+    recorded: dict[str, float] = {}
+
+    def at_eval(step: int, val_loss: float) -> bool:
+        if step not in rungs:
+            return False
+        recorded[str(step)] = val_loss
+        storage.set_trial_user_attr(trial_id, race.RUNG_ATTR + block, dict(recorded))
+        if cfg.margin is None:  # the baseline: others are judged against it, it never stops
+            return False
+        others = rung_values(study.get_trials(deepcopy=False), block, step, mine)
+        stop = race.stop_at_rung(val_loss, others, cfg.margin)
+        if stop is None:
+            return False
+        storage.set_trial_user_attr(trial_id, race.STOP_ATTR + block, {
+            "step": step, "value": val_loss, "best": stop.best, "best_value": stop.best_value,
+            "delta": stop.delta})
+        return True
+
+    return at_eval

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from qknorm import results, rundir
+from qknorm import rundir
 from qknorm.errors import UserError
+from qknorm.report import results
 
 # The paper protocol's model and batch (conf/experiment/paper.yaml), as single runs.
 PAPER_RUN = ("model=paper", "dtype=bfloat16", "device=cuda", "train.batch_size=64",

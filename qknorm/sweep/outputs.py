@@ -12,8 +12,8 @@ import pandas as pd
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS
 from qknorm.rundir import COMPLETED, atomic_write_text
+from qknorm.sweep.study import STATUS_ATTR, SURPLUS
 
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"

@@ -1,117 +1,20 @@
-"""The report of a sweep (docs/design.md, "The report"): results.csv, summary.md and report/ figures.
-
-`build_report` validates every input and renders every file in memory; `write_report` then
-writes them one by one atomically. A bad --metric, --by or --baseline therefore fails before
-anything is written, and a reader never sees half a file.
-"""
+"""summary.md: the statistics of qknorm.report.computed, formatted section by section, the
+race's elimination table included."""
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
-from hydra_plugins.qknorm_sweeper import _race as sweeper_race
-from qknorm import plots, race, results, rundir, stats
-from qknorm.errors import UserError
+from qknorm import rundir
+from qknorm.report import results, stats
+from qknorm.report.computed import Options, Statistics, compute
+from qknorm.sweep import elimination
+from qknorm.sweep import racestats as race
 
-DEFAULT_METRIC = "best_val_loss"
-TIME_METRIC = "wall_time_s"
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
-
-@dataclass
-class Options:
-    metric: str = DEFAULT_METRIC
-    baseline: float | str | None = stats.AUTO  # a p, "auto" (2, or see resolve_baseline), None
-    baseline_note: str = ""  # set by load(): what "auto" did when p = 2 was not run
-    by: list[str] = field(default_factory=list)
-    logx: bool = False
-    formats: tuple[str, ...] = ("png", "pdf")
-
-
-@dataclass
-class Report:
-    runs: pd.DataFrame
-    summary: str
-    files: dict[str, bytes]  # path relative to the report root -> contents
-
-
-# ---------------------------------------------------------------------------------------------
-# validation: every check before anything is computed or written
-
-def parse_p(text: str) -> float | None:
-    """'2' -> 2.0, 'inf' -> inf, 'none' -> None (no baseline), 'auto' -> 'auto'."""
-    if text.strip().lower() == "none":
-        return None
-    if text.strip().lower() == stats.AUTO:
-        return stats.AUTO
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"--baseline {text!r} is not a number; pass a p that was run, e.g. "
-                        "--baseline 2 or --baseline inf, or --baseline none") from None
-    if math.isnan(value):
-        raise UserError("--baseline nan is not a p; pass a p that was run, e.g. --baseline 2")
-    return value
-
-
-def metric_columns(runs: pd.DataFrame) -> list[str]:
-    """The numeric columns --metric can name: a diagnostic only where some run logged it."""
-    return [c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c])
-            and c not in ("trial",) and not (results.is_diagnostic(c) and runs[c].isna().all())]
-
-
-def check_logged(runs: pd.DataFrame, metric: str, choices: list[str] | None = None) -> None:
-    """UserError when `metric` is an attention diagnostic that no run logged: runs from before
-    issue 14 have none, and a table or figure of NaN would say nothing. `choices`: the metrics
-    to offer instead (default: every column --metric can name)."""
-    if not results.is_diagnostic(metric) or metric in metric_columns(runs):
-        return
-    logged = [c for c in metric_columns(runs) if results.is_diagnostic(c)]
-    if not logged:
-        raise UserError(f"--metric {metric}: no run logged it, the runs predate attention "
-                        "diagnostics (issue 14) or ran with train.diag_batches=0; rerun them with "
-                        "this qknorm, or pick one of: "
-                        f"{', '.join(choices or metric_columns(runs))}")
-    why = {"gamma": " (gamma_l<i>: only norms with a γ)",
-           "p": " (p_l<i>_h<h>: only with norm.p_learnable)"}.get(metric.split("_")[0], "")
-    raise UserError(f"--metric {metric}: no run logged it{why}; pick a diagnostic they logged: "
-                    f"{', '.join(logged)}")
-
-
-def check_columns(runs: pd.DataFrame, metric: str, by: list[str]) -> None:
-    check_logged(runs, metric)
-    numeric = metric_columns(runs)
-    if metric not in runs.columns or metric not in numeric:
-        what = "is not a numeric column" if metric in runs.columns else "is not a column"
-        raise UserError(f"--metric {metric} {what} of results.csv; use one of: "
-                        f"{', '.join(numeric)}")
-    for key in by:
-        if key not in runs.columns:
-            swept = results.swept_keys(runs)
-            raise UserError(f"--by {key} is not a column of results.csv; use a key that varies "
-                            f"across the runs: {', '.join(swept) or 'none does'}")
-
-
-def load(root: Path, options: Options) -> results.Collection:
-    """Collect the runs and check the options against them (UserError on any bad value).
-
-    Resolves options.baseline in place to the run p it names (or None), with baseline_note
-    saying what the default did when p = 2 was not run.
-    """
-    collection = results.collect(root)
-    check_columns(collection.runs, options.metric, options.by)
-    options.baseline, options.baseline_note = stats.resolve_baseline(collection.runs,
-                                                                     options.baseline)
-    return collection
-
-
-# ---------------------------------------------------------------------------------------------
-# summary.md
 
 def _num(x: float) -> str:
     """4 decimals for losses, fewer for seconds and tokens/s."""
@@ -180,45 +83,6 @@ def _holm_sentence(paired: pd.DataFrame, baseline: str) -> str:
             "size, Δ in units of its spread over pairs.")
 
 
-@dataclass
-class Statistics:
-    """Every number summary.md shows, each computed once (qknorm.stats), before any formatting."""
-
-    keys: list[str]  # the group columns: norm.p, plus norm.kind and --by keys when they vary
-    excluded: dict[str, int]  # status -> runs left out of statistics
-    folded: pd.Series  # label (norm=none, p=2) -> completed runs counted once (results.duplicates)
-    per_metric: dict[str, pd.DataFrame]  # metric -> group_summary (the chosen metric, wall time)
-    best: pd.DataFrame
-    paired: pd.DataFrame | None  # None without a baseline
-    # final and best val loss side by side: None for runs collected without their curves
-    readings: pd.DataFrame | None
-    readings_paired: dict[str, pd.DataFrame]  # reading -> paired Δ vs the baseline
-    disagreement: stats.Disagreement | None
-    ranking: pd.DataFrame | None  # None without curves, or with --by
-    fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
-    attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
-
-
-def compute(collection: results.Collection, options: Options,
-            curves: pd.DataFrame | None = None) -> Statistics:
-    runs, metric, by = collection.runs, options.metric, options.by
-    per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
-    readings = stats.readings_summary(runs, by) if "best_step" in runs else None
-    compared = [metric, *(stats.READINGS if readings is not None else ())]
-    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by)
-               for m in dict.fromkeys(compared)} if options.baseline is not None else {})
-    return Statistics(
-        keys=stats.group_keys(runs, by), excluded=stats.excluded(runs),
-        folded=results.duplicates(runs), per_metric=per_metric,
-        best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
-        ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
-        readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
-        disagreement=stats.readings_disagree(readings) if readings is not None else None,
-        fits=stats.fit_minima(runs, metric, by) if stats.continuous_p(runs) else None,
-        attention=stats.attention_summary(runs, curves, by) if curves is not None else None,
-    )
-
-
 def summarize(collection: results.Collection, options: Options,
               curves: pd.DataFrame | None = None, computed: Statistics | None = None) -> str:
     """summary.md: the statistics of `compute` (computed here unless given), formatted section
@@ -252,9 +116,9 @@ def summarize(collection: results.Collection, options: Options,
         out += _attention_section(s.attention, s.keys)
     out += _best_section(s.best, s.keys, metric)
     for (name, _), study in collection.studies.items():
-        held = sweeper_race.elimination(study) if study is not None else None
+        held = elimination(study) if study is not None else None
         if held is not None:  # a race's elimination table and the compute it spent
-            out += race.report_lines(held, name)
+            out += race_section(held, name)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
@@ -408,65 +272,62 @@ def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]
 
 
 # ---------------------------------------------------------------------------------------------
-# the whole report
+# a race's section (the race itself: qknorm/sweep/racestats.py)
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-
-
-def figures(collection: results.Collection, options: Options, curves: pd.DataFrame,
-            paired: pd.DataFrame | None = None) -> dict[str, object]:
-    """Every figure; `paired` (compute's table vs the baseline) adds delta_vs_p. The entropy
-    figures need runs that logged attention diagnostics: older runs report without them."""
-    runs = collection.runs
-    figs: dict[str, object] = {
-        "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
-                                     options.by),
-        "curves": plots.curves(curves),
-        "time_vs_p": plots.time_vs_p(runs, options.logx),
-        "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),
-    }
-    if paired is not None and len(paired):
-        figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
-                                              options.logx, options.by, stats.continuous_p(runs))
-    if plots.logged(runs, plots.ENTROPY):
-        figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
-        figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
-    if plots.learned_p_columns(runs):
-        figs["learned_p"] = plots.learned_p(runs)
-    for (name, _), study in collection.studies.items():
-        if study is None:
-            continue  # results.collect noted why
-        study_figs, notes = plots.optuna_figures(study)
-        collection.warnings.extend(notes)
-        for kind, fig in study_figs.items():
-            figs[f"optuna_{_safe(name)}_{kind}"] = fig
-    return figs
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def build_report(root: Path | str, options: Options | None = None) -> Report:
-    """Everything in memory: validated runs, summary.md text, results.csv and figure bytes."""
-    options = options or Options()
-    collection = load(Path(root), options)
-    curves = results.collect_curves(collection.runs, collection.root)
-    collection.runs = results.add_best_step(collection.runs, curves)
-    computed = compute(collection, options, curves)  # once, for the figures and summary.md
-    files: dict[str, bytes] = {}
-    for name, fig in figures(collection, options, curves, computed.paired).items():
-        for fmt in options.formats:
-            files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
-        plots.close(fig)
-    summary = summarize(collection, options, curves, computed)
-    files = {"results.csv": collection.runs.to_csv(index=False).encode(),
-             "summary.md": summary.encode(), **files}
-    return Report(collection.runs, summary, files)
+def _count(x: float) -> str:
+    """A total with thousands separators; "-" where the runs did not report it."""
+    return f"{x:,.0f}" if x and math.isfinite(x) else "-"
 
 
-def write_report(root: Path | str, report: Report) -> list[Path]:
-    written = []
-    for rel, data in report.files.items():
-        path = Path(root) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rundir.atomic_write_bytes(path, data)
-        written.append(path)
-    return written
+def race_verdict(e: race.Elimination) -> str:
+    """The race's conclusion in one sentence, each kind of exit named for what it is: a drop is
+    a test against the leader; a stop is the margin rule at a rung, not a test."""
+    def names(outcome: str) -> str:
+        return ", ".join(r["candidate"] for r in e.rows if r["outcome"] == outcome) or "none"
+    left = [r for r in e.rows if r["outcome"] == race.SURVIVED]
+    best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
+    return (f"Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
+            f"{names(race.DROPPED)}; stopped at a rung, more than the margin behind the best run of "
+            f"its replicate (a rule, not a test): {names(race.STOPPED)}; in the race at its end: "
+            f"{names(race.SURVIVED)} (lowest mean: {best}).")
+
+
+def race_section(e: race.Elimination, name: str) -> list[str]:
+    """summary.md's race section: the elimination table and the compute spent vs the grid."""
+    header = ["candidate", "outcome", "replicates run", "dropped after / stopped in",
+              "leader at that look / best at the rung", "Δ vs leader", "one-sided paired t p",
+              "Holm-adjusted p", "mean"]
+    where = {race.DROPPED: lambda r: r["after"], race.STOPPED: race.stop_place}
+    rows = [[r["candidate"], r["outcome"], str(r["n"]),
+             where[r["outcome"]](r) if r["outcome"] in where else "-", r["leader"] or "-",
+             _fmt(r["delta"], "+.4f"), _fmt(r["p"], ".3g"), _fmt(r["p_adjusted"], ".3g"),
+             _fmt(r["mean"], ".4f")] for r in e.rows]
+    table = markdown_table(header, rows).splitlines()
+    s, g = e.spent, e.grid
+    stopped = (f"; {s['stopped']} of them stopped at a rung, counted with their partial steps"
+               if s.get("stopped") else "")
+    return [
+        f"## Race: study {name}", "",
+        f"Every candidate ran the first replicates, then after each further one every candidate "
+        f"significantly worse than the leader was dropped (one-sided paired t, Holm over the "
+        f"candidates at that look; the baseline, {e.baseline or 'none here'}, is never "
+        f"dropped). Replicates in order: {', '.join(e.blocks)}. For a survivor the columns give "
+        "its last look. A candidate `stopped` lost inside a replicate: at a rung (a training "
+        "step) its val loss was above the best other candidate's run of that replicate by "
+        "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
+        "mean is over the replicates it completed.", "",
+        *table, "", race_verdict(e), "",
+        f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
+        f"({race.share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
+        f"≈{_count(g['steps'])} "
+        f"training steps ({race.share(s['steps'], g['steps'])}), {_count(s['core_s'])} of "
+        f"≈{_count(g['core_s'])} core-seconds ({race.share(s['core_s'], g['core_s'])}; "
+        "core-seconds = wall_time_s × "
+        "threads per run; the grid's steps and core-seconds are estimated as each candidate's "
+        "mean run times the number of replicates)."
+        + (f" The race ended early: {race.budget_words(e)}, so the survivors were not raced to the "
+           "last replicate." if e.out_of_budget else ""), ""]

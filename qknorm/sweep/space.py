@@ -23,7 +23,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from hydra_plugins.qknorm_sweeper._errors import SweepError
+from qknorm.errors import UserError
 
 RECIPROCAL = "1/"
 _PLAIN = re.compile(r"^[A-Za-z0-9_.\-/:+]+$")
@@ -109,26 +109,26 @@ def parse_param(key: str, text: Any) -> Param | str:
     reciprocal = key.startswith(RECIPROCAL)
     bare = key[len(RECIPROCAL):] if reciprocal else key
     if not bare:
-        raise SweepError(f"hydra.sweeper.params has an empty key {key!r}; name a config key")
+        raise UserError(f"hydra.sweeper.params has an empty key {key!r}; name a config key")
     if not isinstance(text, str):
         text = format_value(text)
     try:
         override = OverridesParser.create().parse_override(f"{bare}={text}")
     except Exception as e:
-        raise SweepError(f"{_where('params', key, text)} is not Hydra sweep grammar ({e}); "
+        raise UserError(f"{_where('params', key, text)} is not Hydra sweep grammar ({e}); "
                          "use interval(a, b), tag(log, interval(a, b)), range(a, b) or "
                          "choice(a, b, ...)") from None
     value = override.value()
     if not override.is_sweep_override():
         if reciprocal:
-            raise SweepError(f"{_where('params', key, text)}: a 1/ key needs a sweep; write "
+            raise UserError(f"{_where('params', key, text)}: a 1/ key needs a sweep; write "
                              f"{bare}={text} for a fixed value")
         return f"{bare}={format_value(value)}"
     distribution, grid = _distribution(key, text, value)
     if reciprocal:
         values = grid if grid is not None else (distribution.low, distribution.high)
         if any(not isinstance(v, (int, float)) or v < 0 for v in values):
-            raise SweepError(f"{_where('params', key, text)}: a reciprocal search needs numbers "
+            raise UserError(f"{_where('params', key, text)}: a reciprocal search needs numbers "
                              ">= 0 (0 means inf); fix the range")
     return Param(name=key, key=bare, distribution=distribution, grid=grid)
 
@@ -137,11 +137,11 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
     if isinstance(value, IntervalSweep):
         low, high, tags = value.start, value.end, value.tags
         if not low < high:
-            raise SweepError(f"{_where('params', key, text)}: low {low:g} must be below "
+            raise UserError(f"{_where('params', key, text)}: low {low:g} must be below "
                              f"high {high:g}; swap them or widen the interval")
         log = "log" in tags
         if log and low <= 0:
-            raise SweepError(f"{_where('params', key, text)}: a log interval needs low > 0; "
+            raise UserError(f"{_where('params', key, text)}: a log interval needs low > 0; "
                              "raise low or drop tag(log)")
         if "int" in tags:
             return IntDistribution(int(low), int(high), log=log), None
@@ -149,14 +149,14 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
     if isinstance(value, RangeSweep):
         items = [v for v in value.range()]
         if not items:
-            raise SweepError(f"{_where('params', key, text)} is empty; check start < stop")
+            raise UserError(f"{_where('params', key, text)} is empty; check start < stop")
         return CategoricalDistribution(items), tuple(items)
     if isinstance(value, ChoiceSweep):
         items = list(value.list)
         if len(set(map(repr, items))) != len(items):
-            raise SweepError(f"{_where('params', key, text)} repeats a value; list each once")
+            raise UserError(f"{_where('params', key, text)} repeats a value; list each once")
         return CategoricalDistribution(items), tuple(items)
-    raise SweepError(f"{_where('params', key, text)}: this sweep is not supported; use "
+    raise UserError(f"{_where('params', key, text)}: this sweep is not supported; use "
                      "interval, tag(log, interval), range or choice")
 
 
@@ -198,7 +198,7 @@ def cli_replicates(replicates: Mapping[str, Sequence[Any]], cli_arguments: Seque
         elif isinstance(override.value(), ChoiceSweep):
             chosen[key] = list(override.value().list)
         else:
-            raise SweepError(f"{arg}: {key} is a replicate key (hydra.sweeper.replicates); give "
+            raise UserError(f"{arg}: {key} is a replicate key (hydra.sweeper.replicates); give "
                              f"its values as a list, e.g. {key}=0,1")
     return chosen, rest
 
@@ -207,7 +207,7 @@ def replicate_combinations(replicates: Mapping[str, Sequence[Any]]) -> list[list
     """Every combination of the replicate values, as override lists ([[]] for none)."""
     for key, values in replicates.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise SweepError(f"hydra.sweeper.replicates.{key}={values!r} must be a non-empty "
+            raise UserError(f"hydra.sweeper.replicates.{key}={values!r} must be a non-empty "
                              f"list, e.g. replicates: {{{key}: [0, 1]}}")
     keys = list(replicates)
     return [[f"{k}={format_value(v)}" for k, v in zip(keys, combo, strict=True)]

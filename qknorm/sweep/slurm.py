@@ -17,8 +17,8 @@ import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from optuna.trial import TrialState
 
-from hydra_plugins.qknorm_sweeper import _bookkeeping as bookkeeping
-from hydra_plugins.qknorm_sweeper._errors import SweepError
+from qknorm.errors import UserError
+from qknorm.sweep import study as bookkeeping
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +50,18 @@ def sbatch_test_args(launcher: Mapping[str, Any]) -> list[str]:
 
 
 def check(launcher: Mapping[str, Any]) -> None:
-    """Raise SweepError (one line) when SLURM cannot take the sweep's jobs."""
+    """Raise UserError (one line) when SLURM cannot take the sweep's jobs."""
     if not is_slurm(launcher):
         return
     if shutil.which("sbatch") is None:
-        raise SweepError("hydra/launcher=slurm: sbatch is not on PATH; start the sweep where "
+        raise UserError("hydra/launcher=slurm: sbatch is not on PATH; start the sweep where "
                          "SLURM's commands are (a login node) or pick another launcher, e.g. "
                          "hydra/launcher=parallel")
     try:
         r = subprocess.run(sbatch_test_args(launcher), capture_output=True, text=True,
                            timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise SweepError(f"hydra/launcher=slurm: sbatch --test-only did not answer in "
+        raise UserError(f"hydra/launcher=slurm: sbatch --test-only did not answer in "
                          f"{TIMEOUT_S} s; check that slurmctld is up (sinfo)") from None
     if r.returncode == 0:
         _warn_without_accounting()
@@ -70,10 +70,10 @@ def check(launcher: Mapping[str, Any]) -> None:
     reason = lines[0] if lines else f"exit {r.returncode}"
     partition = launcher.get("partition")
     if "invalid partition" in reason.lower():
-        raise SweepError(f"hydra.launcher.partition={partition} is not a partition of this "
+        raise UserError(f"hydra.launcher.partition={partition} is not a partition of this "
                          f"cluster ({reason}); set hydra.launcher.partition to one of: "
                          f"{_partitions()}")
-    raise SweepError(f"hydra/launcher=slurm: the cluster refuses a job with these settings "
+    raise UserError(f"hydra/launcher=slurm: the cluster refuses a job with these settings "
                      f"({reason}); fix hydra.launcher.partition, cpus_per_task, mem_gb or "
                      "timeout_min")
 

@@ -3,7 +3,7 @@
 A run dir is any directory holding Hydra's `.hydra/` (single runs, grid multiruns, Optuna jobs).
 Reading is safe while a sweep writes: final.json is written atomically, a torn last line of
 metrics.jsonl is skipped (qknorm.rundir), and a run without a readable final.json is `incomplete`:
-it is listed, never counted (only `completed` runs reach qknorm.stats).
+it is listed, never counted (only `completed` runs reach qknorm.report.stats).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def _duplicate_of(df: pd.DataFrame, configs: list[dict[str, Any]]) -> list[str |
     """For each completed run that repeats an earlier completed run's effective config (seed and
     data.fold included; keys its norm kind does not use, the sweep's name and Optuna bookkeeping
     left out), that run's run_dir; None otherwise. Such a run is the same deterministic run
-    again: statistics count it once (qknorm.stats.completed)."""
+    again: statistics count it once (qknorm.report.stats.completed)."""
     first: dict[str, str] = {}
     out: list[str | None] = []
     for config, status, run_dir in zip(configs, df["status"], df["run_dir"]):
@@ -246,7 +246,7 @@ def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
 def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[int, str]]:
     """The optuna.Study and {trial number: state name}, or (None, {}) with a note when the
     study cannot be opened."""
-    from hydra_plugins.qknorm_sweeper import _specs as optuna_specs
+    from qknorm.sweep import specs as optuna_specs
 
     try:
         path = optuna_specs.storage_file(storage)

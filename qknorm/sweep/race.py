@@ -1,4 +1,4 @@
-"""Race mode's checks and its state in the study (the statistics live in qknorm/race.py).
+"""Race mode's checks and its state in the study (the statistics live in qknorm/sweep/racestats.py).
 
 With `hydra.sweeper.race` set, a trial is one candidate (a grid point) that runs its replicate
 blocks a look at a time; the sweeper (_sweep.py, _run_race) launches them. Everything the race
@@ -6,7 +6,7 @@ decides follows from what the study holds: each trial's block results (user attr
 and the race settings (study user attr `race`). So a rerun after a kill, or another sweeper on
 the same study, replays the same looks and runs only the blocks still missing.
 
-With `rungs`, a candidate whose run of a block was stopped at a rung (qknorm/rungs.py, the job
+With `rungs`, a candidate whose run of a block was stopped at a rung (qknorm/sweep/job.py, the job
 side) leaves the race: its block result says `stopped_at`, and the replay counts it out.
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from hydra_plugins.qknorm_sweeper._bookkeeping import STATUS_ATTR, SURPLUS, retried_numbers
-from hydra_plugins.qknorm_sweeper._errors import SweepError
-from hydra_plugins.qknorm_sweeper._space import SearchSpace, format_value
-from qknorm import race as racing
 from qknorm.config import rungs_problem
+from qknorm.errors import UserError
+from qknorm.sweep import racestats as racing
+from qknorm.sweep.space import SearchSpace, format_value
+from qknorm.sweep.study import STATUS_ATTR, SURPLUS, retried_numbers
 
 OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05,
            "budget_steps": None}
@@ -58,32 +58,32 @@ class RaceSpec:
 
 def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
          objectives: list[str], sampler: str, pruner: str, n_trials: int | None) -> RaceSpec | None:
-    """The race, every setting checked (SweepError names the value and the fix); None: off
+    """The race, every setting checked (UserError names the value and the fix); None: off
     (race: {} or null)."""
     if spec is None or spec == {}:
         return None
     options = _options(spec)
     if sampler != "grid":
-        raise SweepError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
+        raise UserError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
                          f"candidate at once), not sampler.name={sampler}")
     if pruner != "none":
-        raise SweepError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
+        raise UserError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
                          f"pruner.name={pruner}")
     if len(objectives) != 1:
-        raise SweepError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
+        raise UserError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
                          "in hydra.sweeper.objectives")
     if n_trials is not None and n_trials != space.grid_size:
-        raise SweepError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
+        raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
                          f"n_trials: null (the grid's {space.grid_size} points)")
     minimum = _min_replicates(options["min_replicates"])
     alpha = options["alpha"]
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise SweepError(f"hydra.sweeper.race.alpha={alpha!r} must be in (0, 1), e.g. 0.05")
+        raise UserError(f"hydra.sweeper.race.alpha={alpha!r} must be in (0, 1), e.g. 0.05")
     if blocks == [""]:
-        raise SweepError("hydra.sweeper.race needs replicates to race over; set e.g. "
+        raise UserError("hydra.sweeper.race needs replicates to race over; set e.g. "
                          "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
     if len(blocks) < minimum:
-        raise SweepError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
+        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
                          f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
                          "min_replicates")
     candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
@@ -97,17 +97,17 @@ def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str]
 
 def _options(spec: Any) -> dict[str, Any]:
     if not isinstance(spec, dict):
-        raise SweepError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. {EXAMPLE}")
+        raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. {EXAMPLE}")
     for key in spec:
         if key not in OPTIONS:
-            raise SweepError(f"hydra.sweeper.race.{key} is not a race option "
+            raise UserError(f"hydra.sweeper.race.{key} is not a race option "
                              f"({', '.join(OPTIONS)}); fix its spelling or remove it")
     return {**OPTIONS, **spec}
 
 
 def _min_replicates(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise SweepError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
+        raise UserError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
                          "(a paired t-test needs two pairs), e.g. 3")
     return value
 
@@ -116,7 +116,7 @@ def _budget(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SweepError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
+        raise UserError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
                          "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
                          "third of paper_cpu's 80,000, or null for no budget")
     return value
@@ -129,14 +129,14 @@ def _rungs(rungs: Any, margin: Any, direction: str) -> tuple[tuple[int, ...], fl
         return (), 0.05
     problem = rungs_problem(rungs, max_iters=math.inf, eval_interval=1)
     if problem:
-        raise SweepError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
+        raise UserError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
             math.isfinite(margin) and margin > 0):
-        raise SweepError(f"hydra.sweeper.race.margin={margin!r} must be a number > 0 (val loss "
+        raise UserError(f"hydra.sweeper.race.margin={margin!r} must be a number > 0 (val loss "
                          "units: how far behind the best run of a fold a run may be at a "
                          "rung), e.g. 0.05")
     if direction != "minimize":
-        raise SweepError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
+        raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
                          "but the race maximizes its objective; set rungs: null")
     return tuple(rungs), float(margin)
 
@@ -160,7 +160,7 @@ def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashab
     keys = [p.key for p in space.params]
     if not isinstance(value, dict):
         if len(keys) > 1:
-            raise SweepError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
+            raise UserError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
                              f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
                              f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
         value = {keys[0]: value}
@@ -173,7 +173,7 @@ def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashab
     choices = "; ".join(" ".join(f"{k}={format_value(v)}" for k, v in
                                  space.values(dict(zip(names, c, strict=True))).items())
                         for c in candidates)
-    raise SweepError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
+    raise UserError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
                      f"({choices}); pick one of them, or null for none")
 
 
@@ -182,12 +182,12 @@ def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
     have = study.user_attrs.get(racing.SETTINGS_ATTR)
     want = race.settings()
     if have is None and study.get_trials(deepcopy=False):
-        raise SweepError(f"study {study_name!r} holds a sweep that was not a race; race under "
+        raise UserError(f"study {study_name!r} holds a sweep that was not a race; race under "
                          "another hydra.sweeper.study_name")
     for key in want if have is not None else ():
         value = have.get(key)  # a key the study lacks: raced before it existed, i.e. None
         if want.get(key) != value:
-            raise SweepError(f"study {study_name!r} was raced with {key}={value!r}, not "
+            raise UserError(f"study {study_name!r} was raced with {key}={value!r}, not "
                              f"{want.get(key)!r}; rerun with its settings or use another "
                              "hydra.sweeper.study_name")
 
@@ -270,7 +270,7 @@ def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
 
 
 def launch_order(race: RaceSpec, result: racing.Race) -> list[Hashable]:
-    """The candidates in the race, best first (qknorm.race.standing): the order in which their
+    """The candidates in the race, best first (racestats.standing): the order in which their
     runs of a block launch, so that a run is judged at its rungs against the leader's."""
     return racing.standing(result.values, result.alive, race.baseline)
 

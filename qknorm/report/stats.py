@@ -1,6 +1,6 @@
 """Statistics over completed runs (scipy.stats): per-p intervals, paired deltas vs a baseline p.
 
-Everything here takes the runs DataFrame of qknorm.results and keeps only `completed` runs:
+Everything here takes the runs DataFrame of qknorm.report.results and keeps only `completed` runs:
 diverged, pruned, failed and incomplete runs are counted by `excluded` and never averaged.
 Groups are the values of norm.p (plus norm.kind when several kinds were run, plus any key the
 user names); pairs are runs with the same (seed, data.fold), so a delta compares like with like.
@@ -292,7 +292,7 @@ def ranking_by_step(curves: pd.DataFrame, metric: str = "val_loss") -> pd.DataFr
     ordered by their mean metric over completed runs (best first), and Kendall's tau between
     that step's means and the last step's (1: the final order already).
 
-    `curves` is qknorm.results.collect_curves's frame. Runs without p (none, rms) are left out.
+    `curves` is qknorm.report.results.collect_curves's frame. Runs without p (none, rms) are left out.
     """
     done = curves[(curves["status"] == COMPLETED) & curves["norm.kind"].isin(P_KINDS)]
     means = done.groupby(["step", "norm.p"])[metric].mean().unstack("norm.p").dropna()
@@ -315,7 +315,7 @@ READINGS = ("best_val_loss", "val_loss")
 
 def readings_summary(df: pd.DataFrame, by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
     """Per group of completed runs: both readings' n, mean, std and 95% t-interval, the median
-    step of the best eval (`best_step`, qknorm.results.add_best_step) and the fraction of runs
+    step of the best eval (`best_step`, qknorm.report.results.add_best_step) and the fraction of runs
     whose best eval was their last (`best_at_end`: still improving when training stopped)."""
     summary = group_summary(df, list(READINGS), by)
     done = completed(df)

@@ -16,16 +16,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from qknorm.config import ATTENTIONS  # model.attention; auto is left out of variant names
+from qknorm.config import ATTENTIONS, CONF_DIR  # ATTENTIONS: model.attention; auto is left out of names
 from qknorm.errors import UserError, first_line
 from qknorm.norms import LpQKNorm, lp_norm_scaled, lp_normalize
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # name -> (Hydra overrides, force the general Lp path). l2 is Lp at p=2 with its fast path (the
 # square root of a sum of squares); lp_p2_general is the same maths through max-scaling and pow,
@@ -370,7 +367,7 @@ def bench_overhead(model: str = "cpu", extra: list[str] = (), threads: int | Non
         samples.setdefault(key, []).append(value)
 
     for _ in range(repeats):
-        out, wall, cpu = _timed_run([sys.executable, "-m", "qknorm.overhead_probe", model, *extra],
+        out, wall, cpu = _timed_run([sys.executable, "-m", "qknorm.bench.probe", model, *extra],
                                     env=env)
         phases = json.loads(out.stdout.strip().splitlines()[-1])
         for key, value in phases.items():

@@ -15,7 +15,7 @@ candidates of the look). What it does not: every further look is another chance 
 which favours it when candidates are level. README "Racing over folds" has the measured rates.
 
 Everything here is a pure function of the values. The sweeper replays the race from the values
-recorded in the study (hydra_plugins/qknorm_sweeper/_race.py), so a resumed sweep, or a second
+recorded in the study (qknorm/sweep/race.py), so a resumed sweep, or a second
 sweeper on the same study, reaches the same decisions; the report reads the decisions back.
 """
 
@@ -237,7 +237,7 @@ def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> 
     return grid
 
 
-def _share(part: float, whole: float) -> str:
+def share(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole and math.isfinite(whole) else "-"
 
 
@@ -250,7 +250,7 @@ def summary_line(e: Elimination) -> str:
     line = f"race: {len(dropped)} of {len(e.rows)} candidates dropped, "
     if stopped:
         line += (f"{len(stopped)} stopped inside a replicate ("
-                 + "; ".join(f"{r['candidate']}: {_stop_place(r)}, Δ {_num(r['delta'], '+.4f')}"
+                 + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {_fmt(r['delta'], '+.4f')}"
                              for r in stopped) + "), ")
     line += f"{len(left)} left ({', '.join(r['candidate'] for r in left) or 'none'})"
     if racing:  # held by another sweeper on this study, or by one that was killed
@@ -258,80 +258,24 @@ def summary_line(e: Elimination) -> str:
                  f"({', '.join(r['candidate'] for r in racing)})")
     partial = f" ({e.spent['stopped']} stopped early)" if e.spent.get("stopped") else ""
     line += (f"; ran {e.spent['runs']}{partial} of "
-             f"{e.grid['runs']} runs ({_share(e.spent['runs'], e.grid['runs'])} of the grid)")
+             f"{e.grid['runs']} runs ({share(e.spent['runs'], e.grid['runs'])} of the grid)")
     if e.spent["core_s"]:
         line += (f", {e.spent['core_s']:,.0f} core-seconds "
-                 f"({_share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
+                 f"({share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
     if e.spent["steps"]:
         line += (f", {e.spent['steps']:,.0f} training steps "
-                 f"({_share(e.spent['steps'], e.grid['steps'])})")
-    return line + (f"; {_budget_words(e)}" if e.out_of_budget else "")
+                 f"({share(e.spent['steps'], e.grid['steps'])})")
+    return line + (f"; {budget_words(e)}" if e.out_of_budget else "")
 
 
-def _budget_words(e: Elimination) -> str:
+def budget_words(e: Elimination) -> str:
     return (f"its budget of {e.budget_steps:,} training steps is spent: no further replicate "
             "was launched")
 
 
-def _stop_place(row: dict) -> str:
+def stop_place(row: dict) -> str:
     return f"{row['after']} at step {row['step']}"
 
 
-def _count(x: float) -> str:
-    """A total with thousands separators; "-" where the runs did not report it."""
-    return f"{x:,.0f}" if x and math.isfinite(x) else "-"
-
-
-def _num(x, spec: str) -> str:
+def _fmt(x, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def verdict(e: Elimination) -> str:
-    """The race's conclusion in one sentence, each kind of exit named for what it is: a drop is
-    a test against the leader; a stop is the margin rule at a rung, not a test."""
-    def names(outcome: str) -> str:
-        return ", ".join(r["candidate"] for r in e.rows if r["outcome"] == outcome) or "none"
-    left = [r for r in e.rows if r["outcome"] == SURVIVED]
-    best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
-    return (f"Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
-            f"{names(DROPPED)}; stopped at a rung, more than the margin behind the best run of "
-            f"its replicate (a rule, not a test): {names(STOPPED)}; in the race at its end: "
-            f"{names(SURVIVED)} (lowest mean: {best}).")
-
-
-def report_lines(e: Elimination, name: str) -> list[str]:
-    """summary.md's race section: the elimination table and the compute spent vs the grid."""
-    header = ["candidate", "outcome", "replicates run", "dropped after / stopped in",
-              "leader at that look / best at the rung", "Δ vs leader", "one-sided paired t p",
-              "Holm-adjusted p", "mean"]
-    where = {DROPPED: lambda r: r["after"], STOPPED: _stop_place}
-    rows = [[r["candidate"], r["outcome"], str(r["n"]),
-             where[r["outcome"]](r) if r["outcome"] in where else "-", r["leader"] or "-",
-             _num(r["delta"], "+.4f"), _num(r["p"], ".3g"), _num(r["p_adjusted"], ".3g"),
-             _num(r["mean"], ".4f")] for r in e.rows]
-    table = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    table += ["| " + " | ".join(row) + " |" for row in rows]
-    s, g = e.spent, e.grid
-    stopped = (f"; {s['stopped']} of them stopped at a rung, counted with their partial steps"
-               if s.get("stopped") else "")
-    return [
-        f"## Race: study {name}", "",
-        f"Every candidate ran the first replicates, then after each further one every candidate "
-        f"significantly worse than the leader was dropped (one-sided paired t, Holm over the "
-        f"candidates at that look; the baseline, {e.baseline or 'none here'}, is never "
-        f"dropped). Replicates in order: {', '.join(e.blocks)}. For a survivor the columns give "
-        "its last look. A candidate `stopped` lost inside a replicate: at a rung (a training "
-        "step) its val loss was above the best other candidate's run of that replicate by "
-        "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
-        "mean is over the replicates it completed.", "",
-        *table, "", verdict(e), "",
-        f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
-        f"({_share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
-        f"≈{_count(g['steps'])} "
-        f"training steps ({_share(s['steps'], g['steps'])}), {_count(s['core_s'])} of "
-        f"≈{_count(g['core_s'])} core-seconds ({_share(s['core_s'], g['core_s'])}; "
-        "core-seconds = wall_time_s × "
-        "threads per run; the grid's steps and core-seconds are estimated as each candidate's "
-        "mean run times the number of replicates)."
-        + (f" The race ended early: {_budget_words(e)}, so the survivors were not raced to the "
-           "last replicate." if e.out_of_budget else ""), ""]

@@ -1,4 +1,4 @@
-"""Figures from the runs DataFrame (qknorm.results): functions take DataFrames, return Figures.
+"""Figures from the runs DataFrame (qknorm.report.results): functions take DataFrames, return Figures.
 
 No pyplot state: figures are `matplotlib.figure.Figure` objects, so this works headless (Agg)
 and in parallel tests; scripts render them with `render` and write the bytes.
@@ -23,8 +23,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
-from qknorm.results import LAYER_DIAGNOSTIC
-from qknorm.stats import (
+from qknorm.report.results import LAYER_DIAGNOSTIC
+from qknorm.report.stats import (
     MIN_FIT_POINTS,
     at_step0,
     completed,
@@ -181,7 +181,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
                 by: list[str] | tuple[str, ...] = (), mark_best: bool = False) -> None:
     """Each completed run a dot, one series (colour) per value of the `by` keys; inf at the
     right; no-p kinds as lines. A grid's p get their mean with a 95% t-band; a continuous
-    search's (qknorm.stats.continuous_p) get one point per trial, a fit in log p and, with
+    search's (qknorm.report.stats.continuous_p) get one point per trial, a fit in log p and, with
     mark_best (a loss: lower is better), a star on each series' best trial."""
     runs = _lp_runs(df, metric)
     continuous = continuous_p(df)

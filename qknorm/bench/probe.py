@@ -1,9 +1,9 @@
 """What a job pays before its first step, phase by phase, measured inside a fresh process.
 
-`python -m qknorm.overhead_probe MODEL [overrides]` prints one JSON line: wall and CPU seconds of
+`python -m qknorm.bench.probe MODEL [overrides]` prints one JSON line: wall and CPU seconds of
 importing torch and the command line, composing the config, loading the data, building the model
 and optimizer, then the last three again in the same process (`warm_*`: the next job of a reused
-joblib worker). qknorm.bench.bench_overhead runs it. Nothing heavy is imported at the top: the
+joblib worker). qknorm.bench.steps.bench_overhead runs it. Nothing heavy is imported at the top: the
 first phase is what it measures.
 """
 
@@ -27,7 +27,7 @@ def probe(model: str, overrides: list[str]) -> dict[str, float]:
     from qknorm import cli  # noqa: F401  what `python -m qknorm.train` imports
 
     marks.append(_now())
-    from qknorm.bench import compose
+    from qknorm.bench.steps import compose
     from qknorm.data import load_splits
     from qknorm.model import GPT
 

@@ -1,0 +1,32 @@
+"""The report wing: run dirs -> DataFrame -> statistics -> summary.md and figures.
+
+  results   run dirs (and studies) -> one DataFrame of runs
+  stats     numbers only: intervals, paired tests, fits
+  paxis     how p is written and placed (labels, ticks, the inf break)
+  plots     figures drawn from a collection
+  computed  Options and Statistics: every number, computed once
+  summary   summary.md's sections
+  build     checks, load, figures, build_report, write_report
+  paper     the paper's table beside ours
+
+Names load lazily (PEP 562), so `from qknorm.report import results` does not import matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_FACE = {
+    **dict.fromkeys(["DEFAULT_METRIC", "Options", "Statistics", "compute"], "qknorm.report.computed"),
+    **dict.fromkeys(["markdown_table", "summarize"], "qknorm.report.summary"),
+    **dict.fromkeys(["Report", "build_report", "check_columns", "check_logged", "figures", "load",
+                     "parse_p", "write_report"], "qknorm.report.build"),
+}
+__all__ = sorted(_FACE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FACE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_FACE[name]), name)

@@ -1,0 +1,163 @@
+"""The report of a sweep (docs/design.md, "The report"): results.csv, summary.md and report/ figures.
+
+`build_report` validates every input and renders every file in memory; `write_report` then
+writes them one by one atomically. A bad --metric, --by or --baseline therefore fails before
+anything is written, and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from qknorm import rundir
+from qknorm.errors import UserError
+from qknorm.report import plots, results, stats
+from qknorm.report.computed import DEFAULT_METRIC, Options, Statistics, compute  # noqa: F401
+from qknorm.report.summary import summarize
+
+
+@dataclass
+class Report:
+    runs: pd.DataFrame
+    summary: str
+    files: dict[str, bytes]  # path relative to the report root -> contents
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: every check before anything is computed or written
+
+def parse_p(text: str) -> float | None:
+    """'2' -> 2.0, 'inf' -> inf, 'none' -> None (no baseline), 'auto' -> 'auto'."""
+    if text.strip().lower() == "none":
+        return None
+    if text.strip().lower() == stats.AUTO:
+        return stats.AUTO
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"--baseline {text!r} is not a number; pass a p that was run, e.g. "
+                        "--baseline 2 or --baseline inf, or --baseline none") from None
+    if math.isnan(value):
+        raise UserError("--baseline nan is not a p; pass a p that was run, e.g. --baseline 2")
+    return value
+
+
+def metric_columns(runs: pd.DataFrame) -> list[str]:
+    """The numeric columns --metric can name: a diagnostic only where some run logged it."""
+    return [c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c])
+            and c not in ("trial",) and not (results.is_diagnostic(c) and runs[c].isna().all())]
+
+
+def check_logged(runs: pd.DataFrame, metric: str, choices: list[str] | None = None) -> None:
+    """UserError when `metric` is an attention diagnostic that no run logged: runs from before
+    issue 14 have none, and a table or figure of NaN would say nothing. `choices`: the metrics
+    to offer instead (default: every column --metric can name)."""
+    if not results.is_diagnostic(metric) or metric in metric_columns(runs):
+        return
+    logged = [c for c in metric_columns(runs) if results.is_diagnostic(c)]
+    if not logged:
+        raise UserError(f"--metric {metric}: no run logged it, the runs predate attention "
+                        "diagnostics (issue 14) or ran with train.diag_batches=0; rerun them with "
+                        "this qknorm, or pick one of: "
+                        f"{', '.join(choices or metric_columns(runs))}")
+    why = {"gamma": " (gamma_l<i>: only norms with a γ)",
+           "p": " (p_l<i>_h<h>: only with norm.p_learnable)"}.get(metric.split("_")[0], "")
+    raise UserError(f"--metric {metric}: no run logged it{why}; pick a diagnostic they logged: "
+                    f"{', '.join(logged)}")
+
+
+def check_columns(runs: pd.DataFrame, metric: str, by: list[str]) -> None:
+    check_logged(runs, metric)
+    numeric = metric_columns(runs)
+    if metric not in runs.columns or metric not in numeric:
+        what = "is not a numeric column" if metric in runs.columns else "is not a column"
+        raise UserError(f"--metric {metric} {what} of results.csv; use one of: "
+                        f"{', '.join(numeric)}")
+    for key in by:
+        if key not in runs.columns:
+            swept = results.swept_keys(runs)
+            raise UserError(f"--by {key} is not a column of results.csv; use a key that varies "
+                            f"across the runs: {', '.join(swept) or 'none does'}")
+
+
+def load(root: Path, options: Options) -> results.Collection:
+    """Collect the runs and check the options against them (UserError on any bad value).
+
+    Resolves options.baseline in place to the run p it names (or None), with baseline_note
+    saying what the default did when p = 2 was not run.
+    """
+    collection = results.collect(root)
+    check_columns(collection.runs, options.metric, options.by)
+    options.baseline, options.baseline_note = stats.resolve_baseline(collection.runs,
+                                                                     options.baseline)
+    return collection
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole report
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def figures(collection: results.Collection, options: Options, curves: pd.DataFrame,
+            paired: pd.DataFrame | None = None) -> dict[str, object]:
+    """Every figure; `paired` (compute's table vs the baseline) adds delta_vs_p. The entropy
+    figures need runs that logged attention diagnostics: older runs report without them."""
+    runs = collection.runs
+    figs: dict[str, object] = {
+        "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
+                                     options.by),
+        "curves": plots.curves(curves),
+        "time_vs_p": plots.time_vs_p(runs, options.logx),
+        "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),
+    }
+    if paired is not None and len(paired):
+        figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
+                                              options.logx, options.by, stats.continuous_p(runs))
+    if plots.logged(runs, plots.ENTROPY):
+        figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
+        figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
+    if plots.learned_p_columns(runs):
+        figs["learned_p"] = plots.learned_p(runs)
+    for (name, _), study in collection.studies.items():
+        if study is None:
+            continue  # results.collect noted why
+        study_figs, notes = plots.optuna_figures(study)
+        collection.warnings.extend(notes)
+        for kind, fig in study_figs.items():
+            figs[f"optuna_{_safe(name)}_{kind}"] = fig
+    return figs
+
+
+def build_report(root: Path | str, options: Options | None = None) -> Report:
+    """Everything in memory: validated runs, summary.md text, results.csv and figure bytes."""
+    options = options or Options()
+    collection = load(Path(root), options)
+    curves = results.collect_curves(collection.runs, collection.root)
+    collection.runs = results.add_best_step(collection.runs, curves)
+    computed = compute(collection, options, curves)  # once, for the figures and summary.md
+    files: dict[str, bytes] = {}
+    for name, fig in figures(collection, options, curves, computed.paired).items():
+        for fmt in options.formats:
+            files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
+        plots.close(fig)
+    summary = summarize(collection, options, curves, computed)
+    files = {"results.csv": collection.runs.to_csv(index=False).encode(),
+             "summary.md": summary.encode(), **files}
+    return Report(collection.runs, summary, files)
+
+
+def write_report(root: Path | str, report: Report) -> list[Path]:
+    written = []
+    for rel, data in report.files.items():
+        path = Path(root) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rundir.atomic_write_bytes(path, data)
+        written.append(path)
+    return written

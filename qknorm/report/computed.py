@@ -1,0 +1,63 @@
+"""What a report computes, and from which options: every number summary.md and the figures
+show, computed once (qknorm.report.stats) before any formatting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from qknorm.report import results, stats
+
+DEFAULT_METRIC = "best_val_loss"
+TIME_METRIC = "wall_time_s"
+
+
+@dataclass
+class Options:
+    metric: str = DEFAULT_METRIC
+    baseline: float | str | None = stats.AUTO  # a p, "auto" (2, or see resolve_baseline), None
+    baseline_note: str = ""  # set by load(): what "auto" did when p = 2 was not run
+    by: list[str] = field(default_factory=list)
+    logx: bool = False
+    formats: tuple[str, ...] = ("png", "pdf")
+
+
+
+@dataclass
+class Statistics:
+    """Every number summary.md shows, each computed once (qknorm.report.stats), before any formatting."""
+
+    keys: list[str]  # the group columns: norm.p, plus norm.kind and --by keys when they vary
+    excluded: dict[str, int]  # status -> runs left out of statistics
+    folded: pd.Series  # label (norm=none, p=2) -> completed runs counted once (results.duplicates)
+    per_metric: dict[str, pd.DataFrame]  # metric -> group_summary (the chosen metric, wall time)
+    best: pd.DataFrame
+    paired: pd.DataFrame | None  # None without a baseline
+    # final and best val loss side by side: None for runs collected without their curves
+    readings: pd.DataFrame | None
+    readings_paired: dict[str, pd.DataFrame]  # reading -> paired Δ vs the baseline
+    disagreement: stats.Disagreement | None
+    ranking: pd.DataFrame | None  # None without curves, or with --by
+    fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
+    attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
+
+
+def compute(collection: results.Collection, options: Options,
+            curves: pd.DataFrame | None = None) -> Statistics:
+    runs, metric, by = collection.runs, options.metric, options.by
+    per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
+    readings = stats.readings_summary(runs, by) if "best_step" in runs else None
+    compared = [metric, *(stats.READINGS if readings is not None else ())]
+    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by)
+               for m in dict.fromkeys(compared)} if options.baseline is not None else {})
+    return Statistics(
+        keys=stats.group_keys(runs, by), excluded=stats.excluded(runs),
+        folded=results.duplicates(runs), per_metric=per_metric,
+        best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
+        ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
+        readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
+        disagreement=stats.readings_disagree(readings) if readings is not None else None,
+        fits=stats.fit_minima(runs, metric, by) if stats.continuous_p(runs) else None,
+        attention=stats.attention_summary(runs, curves, by) if curves is not None else None,
+    )

@@ -1,0 +1,40 @@
+"""The sweep wing: everything Optuna (asking trials, launching their jobs, racing, the study's
+record). The Hydra plugin (hydra_plugins/qknorm_sweeper) is a thin adapter over OptunaSweep.
+
+What the rest of qknorm may use is named here; the modules below are the wing's rooms:
+
+  study       the study's record: every attribute name, replicate labels, counting, retries
+  specs       samplers, pruners and storages from plain specs
+  space       Hydra's sweep grammar -> Optuna distributions
+  plan        every check, before a study is touched
+  jobs        a trial's jobs: overrides, run dirs, outcomes, tell
+  schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
+  race        the race schedule; racestats, its pure statistics
+  sweep       OptunaSweep: one loop over a schedule
+  job         a training job's side of its trial (pruning, rungs)
+  slurm, outputs, status
+
+Names load lazily (PEP 562): a training job imports qknorm.sweep.job without paying for the
+sweeper's imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_FACE = {
+    "OptunaSweep": "qknorm.sweep.sweep",
+    "eval_hook": "qknorm.sweep.job",
+    "EvalHook": "qknorm.sweep.job",
+    "open_storage": "qknorm.sweep.specs",
+    "elimination": "qknorm.sweep.race",
+    "status_lines": "qknorm.sweep.status",
+}
+__all__ = sorted(_FACE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FACE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_FACE[name]), name)
