@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 
 from qknorm.sweep import slurm as _slurm
 from qknorm.sweep import specs as _specs
+from qknorm.sweep.study import HEARTBEAT_ATTR
 from tests.cluster import report_states
 from tests.test_sweeper import FAST, counted, ok, study_of
 
@@ -156,7 +157,7 @@ def test_three_sweepers_on_a_journal_file_one_killed(tmp_path):
     run_killed_scenario(tmp_path, "tpe", url, "journal_tpe")
     study = load(url, "journal_tpe")
     # Heartbeats are system attrs in the journal; the killed trial's stopped, so it was failed.
-    assert all(_specs.HEARTBEAT_ATTR in t.system_attrs for t in counted(study))
+    assert all(HEARTBEAT_ATTR in t.system_attrs for t in counted(study))
 
 
 def test_journal_relative_path_is_made_absolute_for_jobs(tmp_path):

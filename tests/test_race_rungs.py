@@ -14,6 +14,13 @@ from qknorm.errors import RunPruned
 from qknorm.report.summary import race_section
 from qknorm.sweep import job as pruning
 from qknorm.sweep import racestats as race
+from qknorm.sweep.study import (
+    RACE_CANDIDATE_ATTR,
+    RACE_OUTCOME_ATTR,
+    RACE_RUNG_ATTR,
+    RACE_RUNS_ATTR,
+    RACE_STOP_ATTR,
+)
 
 # -- the rule ------------------------------------------------------------------------------------
 
@@ -76,9 +83,9 @@ def study(tmp_path):
     s = optuna.create_study(study_name="r", storage=url)
     trials = [s.ask() for _ in range(3)]
     for t, label in zip(trials, ("norm.p=2.0", "norm.p=4.0", "norm.p=1.0"), strict=True):
-        t.set_user_attr(race.CANDIDATE_ATTR, label)
-    trials[0].set_user_attr(race.RUNG_ATTR + BLOCK, {"250": 2.40, "500": 2.20})
-    trials[0].set_user_attr(race.RUNG_ATTR + "data.fold=1", {"250": 1.00, "500": 1.00})
+        t.set_user_attr(RACE_CANDIDATE_ATTR, label)
+    trials[0].set_user_attr(RACE_RUNG_ATTR + BLOCK, {"250": 2.40, "500": 2.20})
+    trials[0].set_user_attr(RACE_RUNG_ATTR + "data.fold=1", {"250": 1.00, "500": 1.00})
     return url
 
 
@@ -100,27 +107,27 @@ def test_a_job_that_has_lost_at_a_rung_stops_there_and_says_why(study):
         on_eval(500, {"val_loss": 2.31})  # 0.11 behind p=2 on the same fold
     assert e.value.step == 500
     got = attrs(study, 1)
-    assert got[race.RUNG_ATTR + BLOCK] == {"250": 2.44, "500": 2.31}
-    assert got[race.STOP_ATTR + BLOCK] == {"step": 500, "value": 2.31, "best": "norm.p=2.0",
+    assert got[RACE_RUNG_ATTR + BLOCK] == {"250": 2.44, "500": 2.31}
+    assert got[RACE_STOP_ATTR + BLOCK] == {"step": 500, "value": 2.31, "best": "norm.p=2.0",
                                           "best_value": 2.20, "delta": pytest.approx(0.11)}
     assert "pruned_step" not in got  # only this block is marked, not the trial's other jobs
     # p=1's job now has two others at step 500: p=2 (2.20) is still the best of them.
     with pytest.raises(RunPruned):
         hook(study, 2, margin=0.05)(500, {"val_loss": 2.26})
-    assert attrs(study, 2)[race.STOP_ATTR + BLOCK]["best"] == "norm.p=2.0"
+    assert attrs(study, 2)[RACE_STOP_ATTR + BLOCK]["best"] == "norm.p=2.0"
 
 
 def test_the_baseline_a_close_run_and_a_retry_record_their_rungs_and_go_on(study):
     hook(study, 1, margin=None)(500, {"val_loss": 3.0})  # the baseline: recorded, never judged
     hook(study, 2, margin=0.05)(500, {"val_loss": 2.24})  # 0.04 behind p=2: goes on
-    assert attrs(study, 1)[race.RUNG_ATTR + BLOCK] == {"500": 3.0}
-    assert attrs(study, 2)[race.RUNG_ATTR + BLOCK] == {"500": 2.24}
+    assert attrs(study, 1)[RACE_RUNG_ATTR + BLOCK] == {"500": 3.0}
+    assert attrs(study, 2)[RACE_RUNG_ATTR + BLOCK] == {"500": 2.24}
     # A killed sweeper's trial of p=1 and its retry: the retry is not judged against it.
     s = optuna.load_study(study_name="r", storage=study)
     for t in (0, 1):  # trial 0 and 1 are now p=1's earlier attempts
-        s._storage.set_trial_user_attr(s.trials[t]._trial_id, race.CANDIDATE_ATTR, "norm.p=1.0")
+        s._storage.set_trial_user_attr(s.trials[t]._trial_id, RACE_CANDIDATE_ATTR, "norm.p=1.0")
     hook(study, 2, margin=0.05)(250, {"val_loss": 2.9})  # its only other at 250: its own 2.40
-    assert not any(k.startswith(race.STOP_ATTR) for t in (1, 2) for k in attrs(study, t))
+    assert not any(k.startswith(RACE_STOP_ATTR) for t in (1, 2) for k in attrs(study, t))
 
 
 def test_race_keys_are_checked_in_the_job_config():
@@ -191,9 +198,9 @@ def frozen(p: float, runs: dict, state=None, record=None):
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState, create_trial
 
-    attrs = {race.CANDIDATE_ATTR: f"norm.p={p}", race.RUNS_ATTR: runs}
+    attrs = {RACE_CANDIDATE_ATTR: f"norm.p={p}", RACE_RUNS_ATTR: runs}
     if record:
-        attrs[race.RECORD_ATTR] = record
+        attrs[RACE_OUTCOME_ATTR] = record
     state = state or TrialState.RUNNING
     done = [r["value"] for r in race.completed(runs).values()]
     return create_trial(params={"norm.p": p}, state=state,
@@ -282,7 +289,7 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
         "data.fold=1 at step 10, Δ +0.2500), 2 left (norm.p=1.0, norm.p=2.0); ran 8 (1 stopped "
         "early) of 9 runs (89% of the grid), 25 core-seconds (69% of the grid's estimate), 220 "
         "training steps (81%)")
-    del trials["norm.p=inf"].user_attrs[race.RUNS_ATTR][F[0]]  # stopped in its first fold
+    del trials["norm.p=inf"].user_attrs[RACE_RUNS_ATTR][F[0]]  # stopped in its first fold
     assert race.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
 
 
@@ -337,7 +344,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
     assert r.returncode == 0, r.stderr[-3000:]
     study = optuna.load_study(study_name="smoke_race",
                               storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
-    by = {t.user_attrs[race.CANDIDATE_ATTR]: t for t in study.get_trials()}
+    by = {t.user_attrs[RACE_CANDIDATE_ATTR]: t for t in study.get_trials()}
     at10 = {(p, fold): next(row["val_loss"] for row in rundir.read_metrics(Path(d))
                             if row["step"] == 10)
             for p in ("1", "2", "inf")
@@ -349,17 +356,17 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
     assert delta > 0.001
     lost = by["norm.p=inf"]
     assert lost.state == optuna.trial.TrialState.PRUNED
-    assert lost.user_attrs[race.RECORD_ATTR] == {
+    assert lost.user_attrs[RACE_OUTCOME_ATTR] == {
         "outcome": "stopped", "n": 1, "after": f0, "step": 10, "leader": f"norm.p={best}",
         "delta": pytest.approx(delta, abs=1e-12), "p": None, "p_adjusted": None}
-    assert list(lost.user_attrs[race.RUNS_ATTR]) == [f0]  # out: it ran no second fold
-    assert lost.user_attrs[race.RUNS_ATTR][f0]["stopped_at"] == 10
+    assert list(lost.user_attrs[RACE_RUNS_ATTR]) == [f0]  # out: it ran no second fold
+    assert lost.user_attrs[RACE_RUNS_ATTR][f0]["stopped_at"] == 10
     final = rundir.read_final(Path(lost.user_attrs["job_dirs"][f0]))
     assert (final["status"], final["steps"]) == ("pruned", 10)
     for p in ("1", "2"):  # both ran both folds to the end, their rungs recorded per fold
         t = by[f"norm.p={p}"]
         assert t.state == optuna.trial.TrialState.COMPLETE
-        assert t.user_attrs[race.RUNG_ATTR + "data.fold=1"] == {"10": at10[p, "data.fold=1"]}
+        assert t.user_attrs[RACE_RUNG_ATTR + "data.fold=1"] == {"10": at10[p, "data.fold=1"]}
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("race: "))
     assert (f"1 stopped inside a replicate (norm.p=inf: data.fold=0 at step 10, Δ {delta:+.4f}), "
             "2 left (norm.p=1, norm.p=2); ran 5 (1 stopped early) of 6 runs (83% of the grid)"

@@ -27,6 +27,13 @@ from typing import Any
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig
 from qknorm.errors import RunPruned, UserError
 from qknorm.sweep import racestats as race
+from qknorm.sweep.study import (
+    PRUNED_STEP_ATTR,
+    PRUNER_ATTR,
+    RACE_CANDIDATE_ATTR,
+    RACE_RUNG_ATTR,
+    RACE_STOP_ATTR,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +57,7 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
     except KeyError:
         raise UserError(f"optuna.trial={cfg.trial} of study {cfg.study_name!r} is not in "
                         f"{cfg.storage}; these keys are set by the sweeper") from None
-    spec = storage.get_trial(trial_id).user_attrs.get(optuna_specs.PRUNER_ATTR, {"name": "none"})
+    spec = storage.get_trial(trial_id).user_attrs.get(PRUNER_ATTR, {"name": "none"})
     # RandomSampler: Trial() consults the study's sampler; the job must not run TPE or GP.
     study = optuna.load_study(study_name=cfg.study_name, storage=storage,
                               sampler=optuna.samplers.RandomSampler(),
@@ -67,12 +74,12 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
             return  # a non-finite loss is the training loop's business (diverged)
         try:
             siblings = storage.get_trial(trial_id).user_attrs
-            if siblings.get(optuna_specs.PRUNED_STEP_ATTR) is not None:
+            if siblings.get(PRUNED_STEP_ATTR) is not None:
                 raise RunPruned(step)  # a sibling replicate was pruned: so is the trial
             trial.report(row["val_loss"], step)
             prune = trial.should_prune()
             if prune:
-                trial.set_user_attr(optuna_specs.PRUNED_STEP_ATTR, step)
+                trial.set_user_attr(PRUNED_STEP_ATTR, step)
             elif lost is not None:
                 prune = lost(step, row["val_loss"])
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -96,8 +103,8 @@ def rung_values(trials: Iterable[Any], block: str, step: int, mine: str | None) 
     the runs are the same, keep the lowest. My own candidate's trials are not others."""
     out: dict[str, float] = {}
     for t in trials:
-        label = t.user_attrs.get(race.CANDIDATE_ATTR)
-        value = t.user_attrs.get(race.RUNG_ATTR + block, {}).get(str(step))
+        label = t.user_attrs.get(RACE_CANDIDATE_ATTR)
+        value = t.user_attrs.get(RACE_RUNG_ATTR + block, {}).get(str(step))
         if label is None or label == mine or value is None or not math.isfinite(value):
             continue
         out[label] = min(out.get(label, math.inf), value)
@@ -110,21 +117,21 @@ def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judg
     if cfg.block is None:
         return None
     block, rungs = cfg.block, set(cfg.rungs)
-    mine = storage.get_trial(trial_id).user_attrs.get(race.CANDIDATE_ATTR)
+    mine = storage.get_trial(trial_id).user_attrs.get(RACE_CANDIDATE_ATTR)
     recorded: dict[str, float] = {}
 
     def at_eval(step: int, val_loss: float) -> bool:
         if step not in rungs:
             return False
         recorded[str(step)] = val_loss
-        storage.set_trial_user_attr(trial_id, race.RUNG_ATTR + block, dict(recorded))
+        storage.set_trial_user_attr(trial_id, RACE_RUNG_ATTR + block, dict(recorded))
         if cfg.margin is None:  # the baseline: others are judged against it, it never stops
             return False
         others = rung_values(study.get_trials(deepcopy=False), block, step, mine)
         stop = race.stop_at_rung(val_loss, others, cfg.margin)
         if stop is None:
             return False
-        storage.set_trial_user_attr(trial_id, race.STOP_ATTR + block, {
+        storage.set_trial_user_attr(trial_id, RACE_STOP_ATTR + block, {
             "step": step, "value": val_loss, "best": stop.best, "best_value": stop.best_value,
             "delta": stop.delta})
         return True

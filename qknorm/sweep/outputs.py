@@ -13,11 +13,11 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.rundir import COMPLETED, atomic_write_text
-from qknorm.sweep.study import STATUS_ATTR, SURPLUS
+from qknorm.sweep import study as record
+from qknorm.sweep.study import PARAMS_ATTR, STATUS_ATTR, SURPLUS
 
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
-PARAMS_ATTR = "params"  # trial user attr: config key -> value the jobs got (norm.p: inf)
 
 
 def _yaml_scalar(value: Any) -> Any:
@@ -82,19 +82,19 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         # intermediate value and a penalised failure's fail_value, which are not results.
         done = t.values is not None and attrs.get(STATUS_ATTR) == COMPLETED
         values = t.values if done else [math.nan] * len(objectives)
-        std = attrs.get("std")
+        std = attrs.get(record.STD_ATTR)
         std = std if isinstance(std, list) else [std] * len(objectives)
         for name, value, s in zip(objectives, values, std, strict=True):
             row[name] = value
             row[f"{name}_std"] = s
-        row["n"] = attrs.get("n")
+        row["n"] = attrs.get(record.N_ATTR)
         row["duration_s"] = t.duration.total_seconds() if t.duration else math.nan
-        row["jobs"] = ";".join(attrs.get("jobs", []))
-        row["error"] = attrs.get("error", "")
-        row["duplicate_of"] = attrs.get("duplicate_of", "")  # a repeat: it ran no job
-        if "race" in attrs:  # a race's decision (hydra.sweeper.race): dropped after which fold
-            row["race"] = attrs["race"].get("outcome", "")
-            row["race_after"] = attrs["race"].get("after", "")
+        row["jobs"] = ";".join(attrs.get(record.JOBS_ATTR, []))
+        row["error"] = attrs.get(record.ERROR_ATTR, "")
+        row["duplicate_of"] = attrs.get(record.DUPLICATE_ATTR, "")  # a repeat: it ran no job
+        if record.RACE_OUTCOME_ATTR in attrs:  # a race's decision: dropped after which fold
+            row["race"] = attrs[record.RACE_OUTCOME_ATTR].get("outcome", "")
+            row["race_after"] = attrs[record.RACE_OUTCOME_ATTR].get("after", "")
         rows.append(row)
     return pd.DataFrame(rows)
 

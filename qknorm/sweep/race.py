@@ -25,7 +25,14 @@ from qknorm.config import rungs_problem
 from qknorm.errors import UserError
 from qknorm.sweep import racestats as racing
 from qknorm.sweep.space import SearchSpace, format_value
-from qknorm.sweep.study import STATUS_ATTR, SURPLUS, retried_numbers
+from qknorm.sweep.study import (
+    RACE_CANDIDATE_ATTR,
+    RACE_RUNS_ATTR,
+    RACE_SETTINGS_ATTR,
+    STATUS_ATTR,
+    SURPLUS,
+    retried_numbers,
+)
 
 OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05,
            "budget_steps": None}
@@ -87,7 +94,7 @@ def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str]
                          f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
                          "min_replicates")
     candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
-    labels = {c: _label(space, c) for c in candidates}
+    labels = {c: _candidate_label(space, c) for c in candidates}
     baseline = _baseline(options["baseline"], space, candidates)
     rungs, margin = _rungs(options["rungs"], options["margin"], directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
@@ -141,7 +148,7 @@ def _rungs(rungs: Any, margin: Any, direction: str) -> tuple[tuple[int, ...], fl
     return tuple(rungs), float(margin)
 
 
-def _label(space: SearchSpace, candidate: Sequence[Any]) -> str:
+def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:
     values = space.values(dict(zip((p.name for p in space.params), candidate, strict=True)))
     return " ".join(f"{k}={format_value(v)}" for k, v in values.items())
 
@@ -179,7 +186,7 @@ def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashab
 
 def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
     """A study holds one race: a rerun must race the same way. Raises before touching it."""
-    have = study.user_attrs.get(racing.SETTINGS_ATTR)
+    have = study.user_attrs.get(RACE_SETTINGS_ATTR)
     want = race.settings()
     if have is None and study.get_trials(deepcopy=False):
         raise UserError(f"study {study_name!r} holds a sweep that was not a race; race under "
@@ -193,8 +200,8 @@ def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
 
 
 def record_settings(study: optuna.Study, race: RaceSpec) -> None:
-    if racing.SETTINGS_ATTR not in study.user_attrs:
-        study.set_user_attr(racing.SETTINGS_ATTR, race.settings())
+    if RACE_SETTINGS_ATTR not in study.user_attrs:
+        study.set_user_attr(RACE_SETTINGS_ATTR, race.settings())
 
 
 def candidate(trial: FrozenTrial | optuna.Trial, space: SearchSpace) -> Hashable:
@@ -217,13 +224,13 @@ def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashab
 
 def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
     """Block index -> sign * objective, for the blocks the trial completed."""
-    runs = racing.completed(trial.user_attrs.get(racing.RUNS_ATTR, {}))
+    runs = racing.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
     return {i: race.sign * runs[b]["value"] for i, b in enumerate(race.blocks) if b in runs}
 
 
 def stopped_block(trial: FrozenTrial | optuna.Trial) -> str | None:
     """The block in which the trial's run was stopped at a rung (it is out), or None."""
-    runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
+    runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
     return next((b for b, r in runs.items() if r.get("stopped_at") is not None), None)
 
 
@@ -247,7 +254,7 @@ def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
     if race.budget_steps is None:
         return False
     spent = sum(r.get("steps") or 0 for t in trials
-                for r in t.user_attrs.get(racing.RUNS_ATTR, {}).values())
+                for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
     return spent >= race.budget_steps
 
 
@@ -279,7 +286,7 @@ def stop_record(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
                 n_run: int) -> dict[str, Any]:
     """The trial user attr `race` of a candidate stopped at a rung: the block, the step, its
     val loss there minus the best other run's (Δ > margin) and which candidate that was."""
-    stop = trial.user_attrs[racing.RUNS_ATTR][block]
+    stop = trial.user_attrs[RACE_RUNS_ATTR][block]
     return {"outcome": racing.STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
             "leader": stop.get("best"), "delta": stop.get("delta"), "p": None,
             "p_adjusted": None}
@@ -306,13 +313,13 @@ def _finite(x: Any) -> bool:
 
 def race_trials(study: optuna.Study) -> dict[str, FrozenTrial]:
     """Each candidate's latest counted trial, by its label (what the report has)."""
-    return {t.user_attrs[racing.CANDIDATE_ATTR]: t for t in _counted(study.get_trials(deepcopy=False))
-            if racing.CANDIDATE_ATTR in t.user_attrs}
+    return {t.user_attrs[RACE_CANDIDATE_ATTR]: t for t in _counted(study.get_trials(deepcopy=False))
+            if RACE_CANDIDATE_ATTR in t.user_attrs}
 
 
 def elimination(study: optuna.Study) -> racing.Elimination | None:
     """The race a study holds (for the console line and the report), or None: no race."""
-    settings = study.user_attrs.get(racing.SETTINGS_ATTR)
+    settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
     if not isinstance(settings, dict):
         return None
     return racing.elimination(settings, race_trials(study))

@@ -27,16 +27,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from qknorm.multitest import holm
+from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR
 
-# Names in the Optuna study: settings (study user attr), per-trial block results and decision.
-SETTINGS_ATTR = "race"
-RUNS_ATTR = "race_runs"  # trial user attr: block label -> {value, steps, core_s[, stopped_at]}
-RECORD_ATTR = "race"  # trial user attr: how the trial's race ended (see the sweeper's _record)
 DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
-# In-fold stopping (race.rungs): a job's val loss at each rung, and where it was stopped. One
-# attr per block, so two jobs of one trial on different folds never overwrite each other.
-RUNG_ATTR = "race_rungs:"  # + block label -> {str(step): val_loss}
-STOP_ATTR = "race_stop:"  # + block label -> {step, value, best, best_value, delta}
 
 
 @dataclass(frozen=True)
@@ -174,7 +167,6 @@ def completed(runs: Mapping[str, dict]) -> dict[str, dict]:
 # ---------------------------------------------------------------------------------------------
 # Reading a race back from its Optuna study: the elimination table and the compute it spent.
 
-CANDIDATE_ATTR = "race_candidate"  # trial user attr: the candidate as overrides, norm.p=2.0
 
 
 @dataclass
@@ -199,13 +191,13 @@ def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
     counted trial by label (the sweeper's `_race.race_trials` picks them). A run stopped at a
     rung counts in the compute spent (its partial steps and core-seconds), not in the mean."""
     blocks = list(settings["blocks"])
-    runs_of = {label: dict(t.user_attrs.get(RUNS_ATTR, {})) if t is not None else {}
+    runs_of = {label: dict(t.user_attrs.get(RACE_RUNS_ATTR, {})) if t is not None else {}
                for label, t in ((c, trials.get(c)) for c in settings["candidates"])}
     rows = []
     spent = {"runs": 0, "stopped": 0, "steps": 0, "core_s": 0.0}
     for label in settings["candidates"]:
         t = trials.get(label)
-        record = t.user_attrs.get(RECORD_ATTR, {}) if t is not None else {}
+        record = t.user_attrs.get(RACE_OUTCOME_ATTR, {}) if t is not None else {}
         runs, done = runs_of[label], completed(runs_of[label])
         outcome = record.get("outcome") or ("racing" if t is not None else "not started")
         rows.append({"candidate": label, "outcome": outcome, "n": len(runs),

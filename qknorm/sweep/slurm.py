@@ -18,7 +18,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
-from qknorm.sweep import study as bookkeeping
+from qknorm.sweep import study as record
 
 log = logging.getLogger(__name__)
 
@@ -159,20 +159,14 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
     retry runs first. Called when a sweep starts, so the sweep that saw the job end does not
     start it again: the rerun does. Returns the numbers of the trials retried."""
     trials = study.get_trials(deepcopy=False)
-    retried = bookkeeping.retried_numbers(trials)
+    retried = record.retried_numbers(trials)
     numbers = []
     for t in trials:
-        ended = ENDED.search(str(t.user_attrs.get("error", "")))
+        ended = ENDED.search(str(t.user_attrs.get(record.ERROR_ATTR, "")))
         if t.state != TrialState.FAIL or t.number in retried or not ended \
                 or ended.group(2) not in INTERRUPTED:
             continue
-        # As Optuna's RetryHeartbeatStaleTrialCallback, but naming this trial (a retry of a
-        # retry too): its job dirs come along, so replicates that completed are read back.
-        study.add_trial(optuna.trial.create_trial(
-            state=TrialState.WAITING, params=t.params, distributions=t.distributions,
-            user_attrs={k: v for k, v in t.user_attrs.items()
-                        if k not in (bookkeeping.STATUS_ATTR, "error")},
-            system_attrs={**t.system_attrs, "failed_trial": t.number}))
+        record.retry(study, t)  # its job dirs come along: completed replicates are read back
         log.info("trial %d: SLURM job %s ended %s; its params run again", t.number,
                  ended.group(1), ended.group(2))
         numbers.append(t.number)

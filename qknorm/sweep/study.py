@@ -1,11 +1,13 @@
-"""How many trials a study has, counted so that reruns and concurrent sweepers agree.
+"""The study's record: every attribute the sweeper, its jobs and the report read or write in an
+Optuna study, the replicate label they are keyed by, how trials are counted so that reruns and
+concurrent sweepers agree, the one way a trial is retried, and heartbeats.
 
 Every trial this sweeper finishes carries a user attr `status`: completed | pruned | failed
 (counted toward n_trials), or surplus (asked by a sweeper that lost a race for the last slots;
 never launched, not counted). A RUNNING trial whose sweeper died stops getting heartbeats; the
-next sweeper marks it FAIL (Optuna's fail_stale_trials) and re-enqueues its params (the
-storage's RetryHeartbeatStaleTrialCallback, _specs.open_storage), so it does not count and its
-params run again.
+next sweeper marks it FAIL (Optuna's fail_stale_trials) and `retry` re-enqueues its params, so
+it does not count and its params run again. A SLURM job that was cancelled is retried the same
+way (slurm.retry_interrupted).
 """
 
 from __future__ import annotations
@@ -21,14 +23,66 @@ from qknorm.rundir import COMPLETED, FAILED, PRUNED
 
 log = logging.getLogger(__name__)
 
-STATUS_ATTR = "status"
+
+# -- the attributes (user attrs unless marked system) ---------------------------------------
+# Trial, set by the sweeper when it tells the trial:
+STATUS_ATTR = "status"  # completed | pruned | failed | surplus
+JOBS_ATTR = "jobs"  # the run dirs of the trial's jobs, in replicate order
+N_ATTR = "n"  # replicates the trial's value is the mean of
+MEAN_ATTR, STD_ATTR = "mean", "std"  # over the replicates (sample std, n - 1)
+ERROR_ATTR = "error"  # why a failed trial failed
+# Trial, set when the sweeper asks it:
+PARAMS_ATTR = "params"  # config key -> value the jobs got (norm.p: inf)
+PRUNER_ATTR = "pruner"  # the pruner spec its jobs rebuild
+JOB_DIRS_ATTR = "job_dirs"  # replicate label -> the job's run dir (kept across a retry)
+CONFIG_KEY_ATTR = "config_key"  # digest of the trial's jobs' effective configs
+DUPLICATE_ATTR = "duplicate_of"  # the trial a repeat took its result from (it ran no job)
+# Trial, set by a job:
+PRUNED_STEP_ATTR = "pruned_step"  # the first replicate job pruned: its siblings stop too
+# Trial system attrs:
+RETRIED_ATTR = "failed_trial"  # on a retry: the number of the trial it retries (Optuna's name)
+HEARTBEAT_ATTR = "heartbeat"  # last heartbeat (Unix time), in a journal storage
+# A race (qknorm/sweep/race.py). The study and its trials both say "race", kept for studies
+# raced before these names existed; the constants tell them apart.
+RACE_SETTINGS_ATTR = "race"  # study: the race's settings, which a rerun must match
+RACE_OUTCOME_ATTR = "race"  # trial: how its race ended and the look that decided it
+RACE_CANDIDATE_ATTR = "race_candidate"  # trial: the candidate as overrides, norm.p=2.0
+RACE_RUNS_ATTR = "race_runs"  # trial: block label -> {value, steps, core_s[, stopped_at]}
+# One attr per block, so two jobs of one trial on different folds never overwrite each other:
+RACE_RUNG_ATTR = "race_rungs:"  # + block label -> {str(step): val_loss}, set by the job
+RACE_STOP_ATTR = "race_stop:"  # + block label -> {step, value, best, best_value, delta}
+
 COUNTED = (COMPLETED, PRUNED, FAILED)  # a trial's status: its jobs' statuses, diverged as failed
 SURPLUS = "surplus"
+# What a retry leaves behind of the trial it retries: how that attempt ended.
+_NOT_INHERITED = (STATUS_ATTR, ERROR_ATTR)
+
+
+def block_label(combo: list[str]) -> str:
+    """A replicate's identity, e.g. "data.fold=0 seed=1": its overrides, space-joined. The key of
+    JOB_DIRS_ATTR, RACE_RUNS_ATTR, RACE_RUNG_ATTR/RACE_STOP_ATTR and a race job's
+    optuna.race.block."""
+    return " ".join(combo)
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Enqueue the trial's params once more, as a retry of it (system attr RETRIED_ATTR): the
+    retry runs first, the failed trial no longer counts, and the retry inherits its user attrs
+    (job dirs: replicates that completed are read back, not trained again).
+
+    Optuna's RetryHeartbeatStaleTrialCallback does the same for stale trials, but keeps the
+    first original's number in a retry of a retry; here it is always the trial retried, so
+    retried_numbers finds every attempt of a chain.
+    """
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.WAITING, params=trial.params, distributions=trial.distributions,
+        user_attrs={k: v for k, v in trial.user_attrs.items() if k not in _NOT_INHERITED},
+        system_attrs={**trial.system_attrs, RETRIED_ATTR: trial.number}))
 
 
 def retried_numbers(trials: list[FrozenTrial]) -> set[int]:
-    """Numbers of stale trials whose params were re-enqueued (they do not count)."""
-    return {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs}
+    """Numbers of failed trials whose params were re-enqueued (they do not count)."""
+    return {t.system_attrs[RETRIED_ATTR] for t in trials if RETRIED_ATTR in t.system_attrs}
 
 
 def holds_slot(trial: FrozenTrial, retried: set[int]) -> bool:

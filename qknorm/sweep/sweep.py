@@ -36,7 +36,7 @@ from qknorm.sweep import race as _race
 from qknorm.sweep import racestats as racing
 from qknorm.sweep import slurm as _slurm
 from qknorm.sweep import specs as optuna_specs
-from qknorm.sweep import study as bookkeeping
+from qknorm.sweep import study as record
 from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
@@ -44,14 +44,30 @@ from qknorm.sweep.space import (
     parse_space,
     replicate_combinations,
 )
-from qknorm.sweep.study import STATUS_ATTR, Heartbeat, Tally
+from qknorm.sweep.study import (
+    CONFIG_KEY_ATTR,
+    DUPLICATE_ATTR,
+    ERROR_ATTR,
+    JOB_DIRS_ATTR,
+    JOBS_ATTR,
+    MEAN_ATTR,
+    N_ATTR,
+    PARAMS_ATTR,
+    PRUNER_ATTR,
+    RACE_CANDIDATE_ATTR,
+    RACE_OUTCOME_ATTR,
+    RACE_RUNS_ATTR,
+    RACE_STOP_ATTR,
+    STATUS_ATTR,
+    STD_ATTR,
+    Heartbeat,
+    Tally,
+    block_label,
+)
 
 log = logging.getLogger(__name__)
 
-CONFIG_KEY_ATTR = "config_key"  # digest of the trial's jobs' effective configs
-DUPLICATE_ATTR = "duplicate_of"  # the trial a repeat took its result from (it ran no job)
 DIRECTIONS = ("minimize", "maximize")
-JOB_DIRS_ATTR = "job_dirs"  # trial user attr: replicate overrides -> the job's run dir
 
 
 def _to_container(value: Any) -> Any:
@@ -154,7 +170,7 @@ class OptunaSweep:
                              "{name: none}")
         sampler_spec = self._resolve("sampler", self.sampler_spec, optuna_specs.SAMPLERS)
         sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
-        race = _race.plan(self.race, space, [_label(c) for c in combinations], directions,
+        race = _race.plan(self.race, space, [block_label(c) for c in combinations], directions,
                           self.objectives, sampler_spec["name"], pruner_spec["name"],
                           self.n_trials)
         n_trials = self._n_trials(space)
@@ -224,7 +240,7 @@ class OptunaSweep:
         names = [p.name for p in space.params]
         for c in race.candidates:
             overrides = [*base, *space.overrides(dict(zip(names, c, strict=True))), *combo,
-                         *_race_keys(race, c, _label(combo))]
+                         *_race_keys(race, c, block_label(combo))]
             cfg = self._compose(overrides, "hydra.sweeper.race.rungs",
                                 "in-fold stopping needs qknorm.train's jobs (they take "
                                 "optuna.race.{block,rungs,margin}), or set rungs: null")
@@ -368,7 +384,7 @@ class OptunaSweep:
             room = 0 if race.over else self._room(study, plan)
             if room > 0:  # candidates nobody runs yet, or a killed sweeper's retries
                 for trial in self._ask(study, plan, min(self.n_jobs, room), heartbeat):
-                    trial.set_user_attr(racing.CANDIDATE_ATTR,
+                    trial.set_user_attr(RACE_CANDIDATE_ATTR,
                                         plan.race.labels[_race.candidate(trial, plan.space)])
                     mine[trial.number] = trial
                 continue
@@ -386,7 +402,7 @@ class OptunaSweep:
         todo = [(trial, combo) for b, combo in enumerate(plan.combinations[:race.need])
                 for trial in mine.values()
                 if _race.candidate(trial, plan.space) in alive
-                and plan.race.blocks[b] not in trial.user_attrs.get(racing.RUNS_ATTR, {})]
+                and plan.race.blocks[b] not in trial.user_attrs.get(RACE_RUNS_ATTR, {})]
         if not plan.race.rungs or not todo:
             return todo
         # In-fold stopping: one block per launch, so a candidate stopped there runs no other,
@@ -408,30 +424,30 @@ class OptunaSweep:
             if trial.number not in mine:
                 continue  # failed on an earlier block of this launch
             value = _objective(job, self.objectives[0])
-            stop = written[trial.number].get(racing.STOP_ATTR + _label(combo))
+            stop = written[trial.number].get(RACE_STOP_ATTR + block_label(combo))
             if value is None and job.status == PRUNED and stop is not None:
-                runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
-                runs[_label(combo)] = _race.stopped_entry(stop, job.fields)
-                trial.set_user_attr(racing.RUNS_ATTR, runs)  # out: _settle tells it
+                runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
+                runs[block_label(combo)] = _race.stopped_entry(stop, job.fields)
+                trial.set_user_attr(RACE_RUNS_ATTR, runs)  # out: _settle tells it
                 continue
             if value is None:
                 race = _race.state(study.get_trials(deepcopy=False), plan.race, plan.space)
                 jobs = self._race_jobs(trial, plan)
-                trial.set_user_attr(racing.RECORD_ATTR, _race.record(
+                trial.set_user_attr(RACE_OUTCOME_ATTR, _race.record(
                     plan.race, race, _race.candidate(trial, plan.space), len(jobs), failed=True))
                 self._tell(study, trial, [*jobs, job], plan)
                 del mine[trial.number]
                 heartbeat.discard(trial._trial_id)
                 continue
-            runs = trial.user_attrs.get(racing.RUNS_ATTR, {})
-            runs[_label(combo)] = _race.run_entry(value, job.fields)
-            trial.set_user_attr(racing.RUNS_ATTR, runs)
+            runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
+            runs[block_label(combo)] = _race.run_entry(value, job.fields)
+            trial.set_user_attr(RACE_RUNS_ATTR, runs)
         return launched
 
     def _race_jobs(self, trial: optuna.Trial, plan: Plan) -> list[JobResult]:
         """The trial's completed blocks as job results, in block order (for _tell); not one
         stopped at a rung."""
-        runs = racing.completed(trial.user_attrs.get(racing.RUNS_ATTR, {}))
+        runs = racing.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
         dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
         return [JobResult(COMPLETED, dirs.get(b, "?"), {self.objectives[0]: runs[b]["value"]})
                 for b in plan.race.blocks if b in runs]
@@ -449,11 +465,11 @@ class OptunaSweep:
                 continue
             jobs = self._race_jobs(trial, plan)
             if stopped is not None:  # stopped at a rung: out, whatever the looks say
-                trial.set_user_attr(racing.RECORD_ATTR, _race.stop_record(
+                trial.set_user_attr(RACE_OUTCOME_ATTR, _race.stop_record(
                     plan.race, trial, stopped, len(jobs) + 1))
                 self._tell_stopped(study, trial, jobs, plan, stopped)
             else:
-                trial.set_user_attr(racing.RECORD_ATTR,
+                trial.set_user_attr(RACE_OUTCOME_ATTR,
                                     _race.record(plan.race, race, c, len(jobs)))
                 if c in dropped:
                     self._tell_dropped(study, trial, jobs, plan, dropped[c])
@@ -466,8 +482,8 @@ class OptunaSweep:
                   dirs: list[str]) -> None:
         """A candidate the race is done with before its end: PRUNED, with its mean/std over
         the blocks it completed (`jobs`) and every run dir it has (`dirs`)."""
-        trial.set_user_attr("jobs", dirs)
-        trial.set_user_attr("n", len(jobs))
+        trial.set_user_attr(JOBS_ATTR, dirs)
+        trial.set_user_attr(N_ATTR, len(jobs))
         if jobs:
             _mean_values(jobs, self.objectives, trial)
         trial.set_user_attr(STATUS_ATTR, PRUNED)
@@ -475,7 +491,7 @@ class OptunaSweep:
 
     def _tell_stopped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       plan: Plan, block: str) -> None:
-        stop = trial.user_attrs[racing.RUNS_ATTR][block]
+        stop = trial.user_attrs[RACE_RUNS_ATTR][block]
         stopped_dir = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(block, "?")
         self._tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir])
         log.info("trial %d [%s] stopped in %s at step %d: val loss %.4g, above %s's %.4g by "
@@ -540,7 +556,7 @@ class OptunaSweep:
         """Tell a repeat its original's outcome without running it (the runs are deterministic);
         it counts toward n_trials like the original, so a small space still ends."""
         original = study.get_trials(deepcopy=False)[number]
-        for key in (STATUS_ATTR, "jobs", "n", "mean", "std", "error"):
+        for key in (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR):
             if key in original.user_attrs:
                 trial.set_user_attr(key, original.user_attrs[key])
         trial.set_user_attr(DUPLICATE_ATTR, number)
@@ -576,7 +592,7 @@ class OptunaSweep:
         dirs = {n: dict(t.user_attrs.get(JOB_DIRS_ATTR, {})) for n, t in trials.items()}
         for (trial, combo), reused in zip(jobs, results_of, strict=True):
             planned = (self.sweep_dir / _subdir(trial, combo)).resolve()
-            dirs[trial.number][_label(combo)] = reused.run_dir if reused else str(planned)
+            dirs[trial.number][block_label(combo)] = reused.run_dir if reused else str(planned)
         for number, trial in trials.items():  # before launching: a killed sweep's retry finds them
             trial.set_user_attr(JOB_DIRS_ATTR, dirs[number])
         overrides = [self._job_overrides(*jobs[i], plan, url) for i in todo]
@@ -590,7 +606,7 @@ class OptunaSweep:
                         for _ in todo]
         for i, result in zip(todo, launched, strict=True):
             if result.run_dir == "?":  # no config came back (a scancelled job): its planned dir
-                result.run_dir = dirs[jobs[i][0].number][_label(jobs[i][1])]
+                result.run_dir = dirs[jobs[i][0].number][block_label(jobs[i][1])]
             results_of[i] = result
         return results_of, len(todo)
 
@@ -604,13 +620,13 @@ class OptunaSweep:
                 study.sampler = optuna_specs.build_sampler(spec, plan.space.grid)
             trial = study.ask(plan.space.distributions)
             heartbeat.add(trial._trial_id)
-            trial.set_user_attr(optuna_specs.PRUNER_ATTR, plan.pruner_spec)
-            trial.set_user_attr(results.PARAMS_ATTR, plan.space.values(trial.params))
+            trial.set_user_attr(PRUNER_ATTR, plan.pruner_spec)
+            trial.set_user_attr(PARAMS_ATTR, plan.space.values(trial.params))
             batch.append(trial)
-        extra = bookkeeping.surplus(study, [t.number for t in batch], plan.n_trials)
+        extra = record.surplus(study, [t.number for t in batch], plan.n_trials)
         for trial in [t for t in batch if t.number in extra]:
             # Another sweeper took the last slots first: give this one up before it runs.
-            trial.set_user_attr(STATUS_ATTR, bookkeeping.SURPLUS)
+            trial.set_user_attr(STATUS_ATTR, record.SURPLUS)
             study.tell(trial, state=TrialState.FAIL)
             heartbeat.discard(trial._trial_id)
             log.info("trial %d not run: another sweeper filled the study's n_trials=%d",
@@ -626,14 +642,14 @@ class OptunaSweep:
             f"optuna.storage={format_value(url)}", f"optuna.trial={trial.number}",
             # Named by trial number: unique even when several sweepers share one sweep dir.
             f"hydra.sweep.subdir={format_value(subdir)}",
-            *(_race_keys(plan.race, _race.candidate(trial, plan.space), _label(combo))
+            *(_race_keys(plan.race, _race.candidate(trial, plan.space), block_label(combo))
               if plan.race is not None and plan.race.rungs else []),
         ]
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
               plan: Plan) -> None:
-        trial.set_user_attr("jobs", [j.run_dir for j in jobs])
-        trial.set_user_attr("n", len(jobs))
+        trial.set_user_attr(JOBS_ATTR, [j.run_dir for j in jobs])
+        trial.set_user_attr(N_ATTR, len(jobs))
         label = " ".join(plan.space.overrides(trial.params)[len(plan.space.fixed):])
         bad = [j for j in jobs if j.status not in (COMPLETED, PRUNED)]
         values, error = None, ""
@@ -642,7 +658,7 @@ class OptunaSweep:
         if bad or error:
             error = error or f"job {bad[0].status} ({bad[0].run_dir}): {bad[0].error}"
             trial.set_user_attr(STATUS_ATTR, FAILED)
-            trial.set_user_attr("error", error)
+            trial.set_user_attr(ERROR_ATTR, error)
             if plan.fail_values is not None:
                 study.tell(trial, plan.fail_values)
                 log.warning("trial %d [%s] FAILED, told fail_value %s: %s", trial.number, label,
@@ -660,10 +676,6 @@ class OptunaSweep:
             shown = ", ".join(f"{o}={v:.4g}" for o, v in zip(self.objectives, values, strict=True))
             log.info("trial %d [%s] COMPLETE: %s (mean of %d)", trial.number, label, shown,
                      len(jobs))
-
-
-def _label(combo: list[str]) -> str:
-    return " ".join(combo)
 
 
 def _race_keys(race: _race.RaceSpec, candidate: Any, block: str) -> list[str]:
@@ -688,7 +700,7 @@ def _reused_job(trial: optuna.Trial, combo: list[str]) -> JobResult | None:
     completed there are read back instead of trained again, so a resumed sweep runs only what
     is missing.
     """
-    earlier = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(_label(combo))
+    earlier = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(block_label(combo))
     result = _final_result(earlier, None) if earlier else None
     return result if result is not None and result.status == COMPLETED else None
 
@@ -733,8 +745,8 @@ def _mean_values(jobs: list[JobResult], objectives: list[str],
         means.append(statistics.fmean(xs))
         stds.append(statistics.stdev(xs) if len(xs) > 1 else 0.0)
     single = len(objectives) == 1
-    trial.set_user_attr("mean", means[0] if single else means)
-    trial.set_user_attr("std", stds[0] if single else stds)  # sample std (n - 1)
+    trial.set_user_attr(MEAN_ATTR, means[0] if single else means)
+    trial.set_user_attr(STD_ATTR, stds[0] if single else stds)  # sample std (n - 1)
     return means, ""
 
 
