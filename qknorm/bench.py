@@ -23,7 +23,7 @@ import torch
 
 from qknorm.config import ATTENTIONS  # model.attention; auto is left out of variant names
 from qknorm.errors import UserError, first_line
-from qknorm.norms import LpQKNorm, lp_norm_scaled, lp_normalize
+from qknorm.nn import LpQKNorm, lp_norm_scaled, lp_normalize
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
