@@ -129,3 +129,11 @@ def test_swap_qk_norms_counts_reads_head_dim_and_refuses_a_model_without_the_nam
     assert [(n.head_dim, n.p, n.gamma.item()) for n in norms] == [want] * 4
     with pytest.raises(ValueError, match="no submodule named q_norm or k_norm in Linear; pass names="):
         swap_qk_norms(nn.Linear(8, 8), p=3.0, block_size=32)
+
+
+def test_qknorm_norms_still_exports_lp_normalize():
+    """qknorm.norms.lp_normalize is a documented name; it is the layer's function."""
+    import qknorm.nn
+    import qknorm.norms
+
+    assert qknorm.norms.lp_normalize is qknorm.nn.lp_normalize
