@@ -18,7 +18,7 @@ from pathlib import Path
 import tomllib
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-EXTRAS = ("dev",)  # optional groups installed with the floors; the others need services
+EXTRAS = ("sweep", "dev")  # optional groups installed with the floors; the others need services
 REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;]*)")
 
 

@@ -10,6 +10,8 @@ VENV=.venv-floors
 TORCH_VERSION=2.13.0
 TESTS=(
     tests/test_norms.py                      # torch: the norms and their autograd Functions
+    tests/test_nn.py                         # qknorm.nn imports torch alone
+    tests/test_nn_hosts.py                   # transformers: the Qwen3 host
     tests/test_model.py::test_causality      # the GPT with every norm: nn.RMSNorm, SDPA
     tests/test_config.py                     # hydra-core, omegaconf
     tests/test_results.py                    # pandas, scipy, pyyaml
@@ -25,7 +27,7 @@ python3 .ci/floors.py --torch "$TORCH_VERSION" > "$VENV/floors.txt"
 # minutes; antlr4-python3-runtime (hydra-core's pin) is published as source only.
 # --no-compile: tests import a fraction of torch, compiled on first import.
 "$VENV/bin/pip" install --quiet --no-compile --only-binary :all: \
-    --no-binary antlr4-python3-runtime -c "$VENV/floors.txt" -e ".[dev]"
+    --no-binary antlr4-python3-runtime -c "$VENV/floors.txt" -e ".[sweep,dev]"
 echo "floors: installed $(tr '\n' ' ' < "$VENV/floors.txt")in $((SECONDS - start)) s"
 "$VENV/bin/ruff" check qknorm scripts tests hydra_plugins
 # Old releases' deprecation warnings about their own dependencies are noise here.

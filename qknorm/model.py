@@ -1,8 +1,9 @@
 """A nanoGPT-shaped GPT whose attention takes its query-key normalization from config.
 
 Learned positions, pre-LN blocks, GELU MLP, weight tying, no biases by default -- as nanoGPT's
-model.py, with one change: CausalSelfAttention normalizes q and k through `qknorm.norms` and
-hands SDPA the scale that norm asks for.
+model.py, with one change: CausalSelfAttention normalizes q and k through the layer
+`qknorm.norms.build_qk_norm` builds from config (qknorm/nn.py) and hands SDPA the scale that
+norm asks for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from qknorm.config import ModelConfig, NormConfig
-from qknorm.norms import LpQKNorm, build_qk_norm
+from qknorm.nn import LpQKNorm
+from qknorm.norms import build_qk_norm
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,

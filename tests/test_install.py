@@ -115,12 +115,32 @@ def test_floors_pin_every_direct_dependency_at_its_floor():
                        capture_output=True, text=True, check=True)
     pins = dict(line.split("==") for line in r.stdout.splitlines())
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    names = [floors.REQUIREMENT.match(req).group(1).lower()
-             for req in project["dependencies"] + project["optional-dependencies"]["dev"]]
+    assert floors.EXTRAS == ("sweep", "dev")  # the sweeps and the tests: all CI runs
+    names = [floors.REQUIREMENT.match(req).group(1).lower() for req in project["dependencies"]
+             + [r for extra in floors.EXTRAS for r in project["optional-dependencies"][extra]]]
     assert sorted(pins) == sorted(names)
     assert pins["torch"] == "2.13.0"  # the local build, not torch's floor
     assert pins["optuna"] == "4.9"  # RetryHeartbeatStaleTrialCallback is new in 4.9
+    assert pins["hydra-core"] == "1.3"  # the sweep extra's floors are pinned too
+    assert pins["transformers"] == "4.51"  # Qwen3 (tests/test_nn_hosts.py) is new in 4.51
     assert floors.floors({"dependencies": ["a>=1.2,<2", "b[x] >= 3 ; python_version>'3'"]},
                          extras=()) == {"a": "1.2", "b": "3"}
     with pytest.raises(SystemExit, match="'c<2' has no floor; write it as 'c>=X'"):
         floors.floors({"dependencies": ["c<2"]}, extras=())
+
+
+def test_the_layer_needs_torch_alone_and_make_install_adds_every_extra_the_tests_use(tmp_path):
+    """`pip install qknorm` is the layer (qknorm.nn); the sweeps come with the `sweep` extra,
+    which `make install`, CI's floors and each cluster extra bring along."""
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["dependencies"] == ["torch>=2.4"]
+    extras = project["optional-dependencies"]
+    assert sorted(extras) == ["dashboard", "dev", "postgres", "slurm", "sweep"]
+    assert [name for name in ("slurm", "postgres", "dashboard") if "qknorm[sweep]" not in extras[name]] == []
+    r = subprocess.run(["make", "-n", "install", f"VENV={tmp_path}/venv"], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [line.split("#")[0].strip() for line in r.stdout.splitlines() if " -e " in line] == [
+        f'{tmp_path}/venv/bin/pip install --quiet -e ".[sweep,dev,postgres,slurm]"']
+    assert '-e ".[sweep,dev]"' in (REPO / ".ci" / "floors.sh").read_text()

@@ -9,14 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from qknorm.config import NormConfig
-from qknorm.norms import (
-    LpQKNorm,
-    calibration_factor,
-    initial_gamma,
-    lp_norm,
-    lp_normalize,
-    qknorm_gamma,
-)
+from qknorm.nn import calibration_factor, initial_gamma, lp_norm, lp_normalize, qknorm_gamma
+from qknorm.norms import build_qk_norm
 
 PS = [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 64.0, math.inf]
 
@@ -159,10 +153,9 @@ def test_qknorm_gamma_is_log2_of_t_squared_minus_t():
 
 
 def test_gamma_inits():
-    cfg = NormConfig(p=4.0, gamma_init="sqrt_d")
-    assert initial_gamma(cfg, 32, 64) == pytest.approx(math.sqrt(32))
-    assert initial_gamma(NormConfig(gamma_init=3.5), 32, 64) == 3.5
-    cal = initial_gamma(NormConfig(p=2.0, gamma_init="calibrated"), 32, 64)
+    assert initial_gamma("sqrt_d", 4.0, 32, 64) == pytest.approx(math.sqrt(32))
+    assert initial_gamma(3.5, 2.0, 32, 64) == 3.5
+    cal = initial_gamma("calibrated", 2.0, 32, 64)
     assert cal == pytest.approx(qknorm_gamma(64))  # p=2 is its own reference
 
 
@@ -179,18 +172,18 @@ def test_calibrated_gamma_equalizes_logit_spread_across_p():
     q, k = torch.randn(4096, d, generator=g), torch.randn(4096, d, generator=g)
     spreads = {}
     for p in [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, math.inf]:
-        gamma = initial_gamma(NormConfig(p=p, gamma_init="calibrated"), d, T)
+        gamma = initial_gamma("calibrated", p, d, T)
         spreads[p] = ((lp_normalize(q, p) * lp_normalize(k, p)).sum(-1).abs().mean() * gamma).item()
     ref = spreads[2.0]
     assert all(abs(s / ref - 1) < 0.10 for s in spreads.values()), spreads
     # ... while at equal gamma they differ by orders of magnitude.
-    raw = {p: spreads[p] / initial_gamma(NormConfig(p=p, gamma_init="calibrated"), d, T)
+    raw = {p: spreads[p] / initial_gamma("calibrated", p, d, T)
            for p in (1.0, 4.0)}
     assert raw[4.0] / raw[1.0] > 50
 
 
 def test_learnable_p_starts_at_p_and_never_drops_below_one():
-    norm = LpQKNorm(NormConfig(p=3.0, p_learnable=True), n_head=2, head_dim=8, block_size=16)
+    norm = build_qk_norm(NormConfig(p=3.0, p_learnable=True), n_head=2, head_dim=8, block_size=16)
     torch.testing.assert_close(norm.p, torch.full((2, 1, 1), 3.0))
     with torch.no_grad():
         norm.p_theta.fill_(-50.0)
@@ -201,7 +194,7 @@ def test_learnable_p_starts_at_p_and_never_drops_below_one():
 
 
 def test_gamma_shapes_and_learnability():
-    per_head = LpQKNorm(NormConfig(gamma_shape="head"), n_head=3, head_dim=8, block_size=16)
+    per_head = build_qk_norm(NormConfig(gamma_shape="head"), n_head=3, head_dim=8, block_size=16)
     assert per_head.gamma.shape == (3, 1, 1) and per_head.gamma.requires_grad
-    fixed = LpQKNorm(NormConfig(gamma_learnable=False), n_head=3, head_dim=8, block_size=16)
+    fixed = build_qk_norm(NormConfig(gamma_learnable=False), n_head=3, head_dim=8, block_size=16)
     assert fixed.gamma.shape == () and "gamma" not in dict(fixed.named_parameters())

@@ -22,7 +22,7 @@ import torch
 
 from qknorm.config import ATTENTIONS, CONF_DIR  # ATTENTIONS: model.attention; auto is left out of names
 from qknorm.errors import UserError, first_line
-from qknorm.norms import LpQKNorm, lp_norm_scaled, lp_normalize
+from qknorm.nn import LpQKNorm, lp_norm_scaled, lp_normalize
 
 # name -> (Hydra overrides, force the general Lp path). l2 is Lp at p=2 with its fast path (the
 # square root of a sum of squares); lp_p2_general is the same maths through max-scaling and pow,
