@@ -21,10 +21,10 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from qknorm import rundir
-from qknorm.config import CONF_DIR, register_configs, to_config, unique_jobs
+from qknorm.config import CONF_DIR, register_configs, task_tree, to_config, unique_jobs
 from qknorm.data import load_splits
 from qknorm.errors import RunDiverged, UserError, exit_with, one_line
 from qknorm.sweep import job as pruning
@@ -130,7 +130,7 @@ def _launched_jobs(jobs: list[list[str]], sweeper: str) -> list[list[str]]:
         return jobs
 
     def task_config(job: list[str]) -> dict:
-        return OmegaConf.to_container(compose("config", overrides=list(job)))
+        return task_tree(compose("config", overrides=list(job))) or {"_job": list(job)}
 
     return unique_jobs(jobs, task_config)[0]
 

@@ -169,6 +169,16 @@ def effective_key(flat: dict[str, Any]) -> str:
     return repr(sorted(effective_config(flat).items()))
 
 
+def task_tree(cfg: DictConfig) -> dict[str, Any] | None:
+    """A composed job's task config as a nested dict (Hydra's own node dropped), or None when
+    the task is not qknorm's (no `norm`): its runs may differ, so nothing counts as a repeat.
+    The one helper behind every "same effective config" check (basic sweeper, preflight, the
+    Optuna sweeper's repeats)."""
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    tree.pop("hydra", None)
+    return tree if "norm" in tree else None
+
+
 def unique_jobs(jobs: list, compose: Callable[[Any], dict[str, Any]]) -> tuple[list, list]:
     """Drop the jobs of a sweep whose effective config an earlier job already has.
 

@@ -22,6 +22,7 @@ from qknorm.errors import UserError
 from qknorm.report.summary import race_section
 from qknorm.sweep import race as _race
 from qknorm.sweep import racestats as race
+from qknorm.sweep.race_plan import plan_race
 from qknorm.sweep.space import parse_space, replicate_combinations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +129,7 @@ def plan(race_spec, params=None, folds=(0, 1, 2, 3, 4), **kw):
     blocks = [" ".join(c) for c in combos]
     args = {"directions": ["minimize"], "objectives": ["best_val_loss"], "sampler": "grid",
             "pruner": "none", "n_trials": None, **kw}
-    return _race.plan(race_spec, space, blocks, **args)
+    return plan_race(race_spec, space, blocks, **args)
 
 
 def test_a_race_spec_names_its_candidates_blocks_and_baseline():

@@ -10,7 +10,7 @@ import pytest
 
 from qknorm.errors import UserError
 from qknorm.sweep import specs as specs
-from qknorm.sweep.sweep import _given_keys
+from qknorm.sweep.plan import given_keys
 
 MEDIAN = {"name": "median", "n_startup_trials": 4, "n_warmup_steps": 500}  # search=p_tpe's
 TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
@@ -73,8 +73,8 @@ def test_given_keys_are_read_from_the_hydra_overrides():
     overrides = ["hydra.sweeper.pruner.name=none", "+hydra.sweeper.pruner.percentile=25",
                  "~hydra.sweeper.pruner.n_warmup_steps", "hydra.sweeper.n_trials=3",
                  "hydra.sweeper.sampler={name: random, seed: 1}", "hydra.sweeper.prunerx.a=1"]
-    assert _given_keys(overrides, "pruner") == {"name", "percentile", "n_warmup_steps"}
-    assert _given_keys(overrides, "sampler") == {"name", "seed"}
+    assert given_keys(overrides, "pruner") == {"name", "percentile", "n_warmup_steps"}
+    assert given_keys(overrides, "sampler") == {"name", "seed"}
 
 
 def _propose(study: optuna.Study, spec: dict, n: int, reseed: bool) -> None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +48,9 @@ class DedupBasicSweeper(BasicSweeper):
         return kept, dropped
 
     def _task_config(self, job: list[str]) -> dict:
+        from qknorm.config import task_tree
+
         assert self.hydra_context is not None and self.config is not None
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))
-        tree = OmegaConf.to_container(cfg, resolve=False)
-        tree.pop("hydra", None)
-        if "norm" not in tree:  # not qknorm's task: every job is its own run, as in Hydra's
-            tree["_job"] = list(job)
-        return tree
+        # Not qknorm's task: every job is its own run, as in Hydra's.
+        return task_tree(cfg) or {"_job": list(job)}

@@ -6,7 +6,7 @@ What the rest of qknorm may use is named here; the modules below are the wing's 
   study       the study's record: every attribute name, replicate labels, counting, retries
   specs       samplers, pruners and storages from plain specs
   space       Hydra's sweep grammar -> Optuna distributions
-  plan        every check, before a study is touched
+  plan        every check, before a study is touched (race_plan: the race's settings)
   jobs        a trial's jobs: overrides, run dirs, outcomes, tell
   schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
   race        the race schedule; racestats, its pure statistics

@@ -12,176 +12,38 @@ side) leaves the race: its block result says `stopped_at`, and the replay counts
 
 from __future__ import annotations
 
-import itertools
+import logging
 import math
-from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from qknorm.config import rungs_problem
 from qknorm.errors import UserError
+from qknorm.rundir import COMPLETED, PRUNED
+from qknorm.sweep import jobs as trial_jobs
 from qknorm.sweep import racestats as racing
-from qknorm.sweep.space import SearchSpace, format_value
+from qknorm.sweep.jobs import Job, JobResult
+from qknorm.sweep.plan import Plan
+from qknorm.sweep.race_plan import RaceSpec
+from qknorm.sweep.schedule import room
+from qknorm.sweep.space import SearchSpace
 from qknorm.sweep.study import (
+    JOB_DIRS_ATTR,
     RACE_CANDIDATE_ATTR,
+    RACE_OUTCOME_ATTR,
     RACE_RUNS_ATTR,
     RACE_SETTINGS_ATTR,
+    RACE_STOP_ATTR,
     STATUS_ATTR,
     SURPLUS,
+    Heartbeat,
+    block_label,
     retried_numbers,
 )
 
-OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05,
-           "budget_steps": None}
-EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [1000]}"
-
-
-@dataclass(frozen=True)
-class RaceSpec:
-    min_replicates: int
-    alpha: float
-    baseline: Hashable | None  # the baseline's candidate key (trial params, in space order)
-    candidates: tuple[Hashable, ...]  # every grid point, in grid order
-    labels: dict[Hashable, str]  # candidate -> "norm.p=2.0"
-    blocks: tuple[str, ...]  # replicate combinations as labels, in launch order
-    sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
-    rungs: tuple[int, ...] = ()  # steps at which a run is judged inside its block; (): never
-    margin: float = 0.05  # a run stops when its val loss is above the best other's by more
-    budget_steps: int | None = None  # no block launches once the race's runs took this many
-
-    def settings(self) -> dict[str, Any]:
-        """What a rerun must match (stored in the study): the same race, or another study.
-        Without rungs, rungs and margin are None, as a study raced before they existed reads;
-        so is budget_steps without a budget."""
-        return {"min_replicates": self.min_replicates, "alpha": self.alpha,
-                "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
-                "candidates": [self.labels[c] for c in self.candidates],
-                "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None,
-                "budget_steps": self.budget_steps}
-
-
-def plan(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
-         objectives: list[str], sampler: str, pruner: str, n_trials: int | None) -> RaceSpec | None:
-    """The race, every setting checked (UserError names the value and the fix); None: off
-    (race: {} or null)."""
-    if spec is None or spec == {}:
-        return None
-    options = _options(spec)
-    if sampler != "grid":
-        raise UserError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
-                         f"candidate at once), not sampler.name={sampler}")
-    if pruner != "none":
-        raise UserError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
-                         f"pruner.name={pruner}")
-    if len(objectives) != 1:
-        raise UserError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
-                         "in hydra.sweeper.objectives")
-    if n_trials is not None and n_trials != space.grid_size:
-        raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
-                         f"n_trials: null (the grid's {space.grid_size} points)")
-    minimum = _min_replicates(options["min_replicates"])
-    alpha = options["alpha"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise UserError(f"hydra.sweeper.race.alpha={alpha!r} must be in (0, 1), e.g. 0.05")
-    if blocks == [""]:
-        raise UserError("hydra.sweeper.race needs replicates to race over; set e.g. "
-                         "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
-    if len(blocks) < minimum:
-        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
-                         f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
-                         "min_replicates")
-    candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
-    labels = {c: _candidate_label(space, c) for c in candidates}
-    baseline = _baseline(options["baseline"], space, candidates)
-    rungs, margin = _rungs(options["rungs"], options["margin"], directions[0])
-    return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
-                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
-                    _budget(options["budget_steps"]))
-
-
-def _options(spec: Any) -> dict[str, Any]:
-    if not isinstance(spec, dict):
-        raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. {EXAMPLE}")
-    for key in spec:
-        if key not in OPTIONS:
-            raise UserError(f"hydra.sweeper.race.{key} is not a race option "
-                             f"({', '.join(OPTIONS)}); fix its spelling or remove it")
-    return {**OPTIONS, **spec}
-
-
-def _min_replicates(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise UserError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
-                         "(a paired t-test needs two pairs), e.g. 3")
-    return value
-
-
-def _budget(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
-                         "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
-                         "third of paper_cpu's 80,000, or null for no budget")
-    return value
-
-
-def _rungs(rungs: Any, margin: Any, direction: str) -> tuple[tuple[int, ...], float]:
-    """In-fold stopping's settings, checked as far as they go without the task's config (the
-    sweeper checks the rungs against train.max_iters and train.eval_interval)."""
-    if rungs is None or rungs == []:
-        return (), 0.05
-    problem = rungs_problem(rungs, max_iters=math.inf, eval_interval=1)
-    if problem:
-        raise UserError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
-            math.isfinite(margin) and margin > 0):
-        raise UserError(f"hydra.sweeper.race.margin={margin!r} must be a number > 0 (val loss "
-                         "units: how far behind the best run of a fold a run may be at a "
-                         "rung), e.g. 0.05")
-    if direction != "minimize":
-        raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
-                         "but the race maximizes its objective; set rungs: null")
-    return tuple(rungs), float(margin)
-
-
-def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:
-    values = space.values(dict(zip((p.name for p in space.params), candidate, strict=True)))
-    return " ".join(f"{k}={format_value(v)}" for k, v in values.items())
-
-
-def _same(a: Any, b: Any) -> bool:
-    """A baseline as written (2, 2.0, 'inf') against a config value (2.0, inf)."""
-    try:
-        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a) == str(b)
-
-
-def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashable | None:
-    if value is None:
-        return None
-    keys = [p.key for p in space.params]
-    if not isinstance(value, dict):
-        if len(keys) > 1:
-            raise UserError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
-                             f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
-                             f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
-        value = {keys[0]: value}
-    names = [p.name for p in space.params]
-    for c in candidates:
-        config = space.values(dict(zip(names, c, strict=True)))
-        if set(value) == set(config) and all(_same(value[k], config[k]) for k in config):
-            return c
-    shown = ", ".join(f"{k}={format_value(v)}" for k, v in value.items())
-    choices = "; ".join(" ".join(f"{k}={format_value(v)}" for k, v in
-                                 space.values(dict(zip(names, c, strict=True))).items())
-                        for c in candidates)
-    raise UserError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
-                     f"({choices}); pick one of them, or null for none")
+log = logging.getLogger(__name__)
 
 
 def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
@@ -204,11 +66,6 @@ def record_settings(study: optuna.Study, race: RaceSpec) -> None:
         study.set_user_attr(RACE_SETTINGS_ATTR, race.settings())
 
 
-def candidate(trial: FrozenTrial | optuna.Trial, space: SearchSpace) -> Hashable:
-    """A trial's candidate: its param values in the space's order (a grid point)."""
-    return tuple(trial.params[p.name] for p in space.params)
-
-
 def _counted(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """The trials a race counts, in order: not a killed sweeper's retried original (its retry
     inherits the original's block results), not a surplus one."""
@@ -219,7 +76,7 @@ def _counted(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashable, FrozenTrial]:
     """Each candidate's latest counted trial, by its grid point."""
-    return {candidate(t, space): t for t in _counted(trials) if t.params}
+    return {space.candidate(t): t for t in _counted(trials) if t.params}
 
 
 def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
@@ -323,3 +180,135 @@ def elimination(study: optuna.Study) -> racing.Elimination | None:
     if not isinstance(settings, dict):
         return None
     return racing.elimination(settings, race_trials(study))
+
+
+class RaceSchedule:
+    """A trial per candidate, launched a look at a time: the grid's candidates are asked, each
+    look's blocks run, and a candidate is told once the race is done with it (PRUNED when
+    dropped or stopped at a rung, COMPLETE at the end). Every pass replays the race from the
+    study (state), so blocks and decisions of another sweeper, or of a killed one, count; while
+    a look needs another sweeper's blocks there is nothing to launch and the loop waits."""
+
+    def __init__(self, plan: Plan, objectives: list[str], n_jobs: int, heartbeat: Heartbeat):
+        self.plan, self.spec, self.objectives = plan, plan.race, objectives
+        self.n_jobs, self.heartbeat = n_jobs, heartbeat
+        self.mine: dict[int, optuna.Trial] = {}  # this sweeper's candidates still racing
+        self.race = racing.Race()
+
+    def settle(self, study: optuna.Study) -> bool:
+        """Tell my candidates the race is done with: dropped ones PRUNED, and once it is over,
+        the rest COMPLETE with their mean over the blocks they ran. Each gets user attr
+        RACE_OUTCOME_ATTR: the outcome and the look that decided it (the report's table)."""
+        self.race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
+        dropped = self.race.dropped()
+        for trial in list(self.mine.values()):
+            c = self.plan.space.candidate(trial)
+            stopped = stopped_block(trial)
+            if c not in dropped and not self.race.over and stopped is None:
+                continue
+            jobs = self._completed_jobs(trial)
+            if stopped is not None:  # stopped at a rung: out, whatever the looks say
+                trial.set_user_attr(RACE_OUTCOME_ATTR, stop_record(self.spec, trial, stopped,
+                                                                   len(jobs) + 1))
+                self._tell_stopped(study, trial, jobs, stopped)
+            else:
+                trial.set_user_attr(RACE_OUTCOME_ATTR, record(self.spec, self.race, c, len(jobs)))
+                if c in dropped:
+                    self._tell_dropped(study, trial, jobs, dropped[c])
+                else:
+                    trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
+            self._forget(trial)
+        return not self.mine and not self.next_jobs(study) and self.wants(study) <= 0
+
+    def next_jobs(self, study: optuna.Study) -> list[Job]:
+        """The blocks my candidates need for the next look, block-major, leaving out blocks
+        already in the study."""
+        if self.race.over:
+            return []
+        alive = set(self.race.alive)
+        todo = [(trial, combo) for b, combo in enumerate(self.plan.combinations[:self.race.need])
+                for trial in self.mine.values()
+                if self.plan.space.candidate(trial) in alive
+                and self.spec.blocks[b] not in trial.user_attrs.get(RACE_RUNS_ATTR, {})]
+        if not self.spec.rungs or not todo:
+            return todo
+        # In-fold stopping: one block per launch, so a candidate stopped there runs no other,
+        # and its runs best first, so each later run has the leader's to be judged against.
+        first = todo[0][1]
+        order = launch_order(self.spec, self.race)
+        return sorted([(t, combo) for t, combo in todo if combo == first],
+                      key=lambda job: order.index(self.plan.space.candidate(job[0])))
+
+    def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
+        """Keep each block's result in its trial (RACE_RUNS_ATTR) as soon as the launch returns;
+        a block that failed fails its candidate, which leaves the race."""
+        # Fresh from the storage: what the jobs wrote there (the rung stops) is not in `trial`.
+        written = {t.number: t.user_attrs for t in study.get_trials(deepcopy=False)}
+        for (trial, combo), job in zip(jobs, results, strict=True):
+            if trial.number not in self.mine:
+                continue  # failed on an earlier block of this launch
+            value = trial_jobs.objective(job, self.objectives[0])
+            stop = written[trial.number].get(RACE_STOP_ATTR + block_label(combo))
+            runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
+            if value is None and job.status == PRUNED and stop is not None:
+                runs[block_label(combo)] = stopped_entry(stop, job.fields)  # out: settle tells it
+            elif value is None:
+                self._tell_failed(study, trial, job)
+                continue
+            else:
+                runs[block_label(combo)] = run_entry(value, job.fields)
+            trial.set_user_attr(RACE_RUNS_ATTR, runs)
+
+    def wants(self, study: optuna.Study) -> int:
+        """Candidates nobody runs yet, or a killed sweeper's retries."""
+        return 0 if self.race.over else min(self.n_jobs, room(study, self.plan))
+
+    def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
+        for trial in trials:
+            trial.set_user_attr(RACE_CANDIDATE_ATTR,
+                                self.spec.labels[self.plan.space.candidate(trial)])
+            self.mine[trial.number] = trial
+
+    def _forget(self, trial: optuna.Trial) -> None:
+        del self.mine[trial.number]
+        self.heartbeat.discard(trial._trial_id)
+
+    def _completed_jobs(self, trial: optuna.Trial) -> list[JobResult]:
+        """The trial's completed blocks as job results, in block order; not one stopped at a
+        rung."""
+        runs = racing.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
+        dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
+        return [JobResult(COMPLETED, dirs.get(b, "?"), {self.objectives[0]: runs[b]["value"]})
+                for b in self.spec.blocks if b in runs]
+
+    def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, job: JobResult) -> None:
+        race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
+        jobs = self._completed_jobs(trial)
+        trial.set_user_attr(RACE_OUTCOME_ATTR, record(
+            self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
+        trial_jobs.tell(study, trial, [*jobs, job], self.plan, self.objectives)
+        self._forget(trial)
+
+    def _tell_stopped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                      block: str) -> None:
+        stop = trial.user_attrs[RACE_RUNS_ATTR][block]
+        stopped_dir = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(block, "?")
+        trial_jobs.tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir],
+                            self.objectives)
+        log.info("trial %d [%s] stopped in %s at step %d: val loss %.4g, above %s's %.4g by "
+                 "%.4g > margin=%g", trial.number, self.spec.labels[self.plan.space.candidate(
+                     trial)], block, stop["stopped_at"], stop["val_loss"],
+                 stop["best"], stop["val_loss"] - stop["delta"], stop["delta"],
+                 self.spec.margin)
+
+    def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                      look: racing.Look) -> None:
+        trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
+        plan, c = self.plan, self.plan.space.candidate(trial)
+        test = look.tests[c]
+        log.info("trial %d [%s] dropped after %s: worse than the leader %s by %.4g on %d "
+                 "paired replicates (one-sided paired t, Holm-adjusted p=%.3g <= alpha=%g)",
+                 trial.number, plan.race.labels[c], plan.race.blocks[look.n - 1],
+                 plan.race.labels[look.leader], plan.race.sign * test.delta, look.n,
+                 test.p_adjusted, plan.race.alpha)
+

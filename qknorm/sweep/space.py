@@ -99,6 +99,14 @@ class SearchSpace:
         return [*self.fixed,
                 *(f"{k}={format_value(v)}" for k, v in self.values(trial_params).items())]
 
+    def label(self, trial_params: Mapping[str, Any]) -> str:
+        """The searched params as overrides, for the log: "norm.p=4.0"."""
+        return " ".join(self.overrides(trial_params)[len(self.fixed):])
+
+    def candidate(self, trial: Any) -> tuple:
+        """A trial's grid point: its param values in the space's order (a race's candidate)."""
+        return tuple(trial.params[p.name] for p in self.params)
+
 
 def _where(section: str, key: str, text: Any) -> str:
     return f"hydra.sweeper.{section}.{key}={text}"

@@ -1,0 +1,252 @@
+"""Every check before a study is touched: what a sweep will do (a Plan), from the sweeper's
+settings, the command line's sweep arguments and the task's config. Each mistake raises a
+UserError that names the value and the fix; nothing is asked, launched or written before."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import HydraContext
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from qknorm.config import rungs_problem
+from qknorm.errors import UserError
+from qknorm.sweep import slurm
+from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep.race_plan import RaceSpec, plan_race
+from qknorm.sweep.space import (
+    SearchSpace,
+    cli_replicates,
+    format_value,
+    parse_space,
+    replicate_combinations,
+)
+from qknorm.sweep.study import block_label
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = ("minimize", "maximize")
+
+
+def _to_container(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+@dataclass
+class Settings:
+    """hydra.sweeper.* as plain Python values (hydra_plugins/qknorm_sweeper/config.py holds the
+    schema and the defaults)."""
+
+    study_name: str
+    storage: str
+    direction: Any
+    objectives: list[str]
+    n_trials: int | None
+    n_jobs: int
+    sampler_spec: dict[str, Any]
+    pruner_spec: dict[str, Any]
+    replicates: dict[str, list[Any]]
+    max_failure_rate: float
+    fail_value: Any
+    heartbeat_interval: int
+    grace_period: int | None
+    params: dict[str, Any]
+    race: Any = None  # None: no race
+    given: dict[str, set[str]] = field(default_factory=dict)  # sampler/pruner -> keys set on the CLI
+
+    @classmethod
+    def of(cls, study_name: str, storage: str, direction: Any, objectives: Any,
+           n_trials: int | None, n_jobs: int, sampler: Any, pruner: Any, replicates: Any,
+           max_failure_rate: float, fail_value: Any, heartbeat_interval: int,
+           grace_period: int | None, params: Any, race: Any = None) -> Settings:
+        race = _to_container(race)
+        return cls(study_name, storage, _to_container(direction), list(_to_container(objectives)),
+                   n_trials, n_jobs, dict(_to_container(sampler) or {}),
+                   dict(_to_container(pruner) or {"name": "none"}),
+                   dict(_to_container(replicates) or {}), max_failure_rate,
+                   _to_container(fail_value), heartbeat_interval, grace_period,
+                   dict(_to_container(params) or {}), race or None)
+
+
+@dataclass
+class Plan:
+    """Everything checked: what a sweep will do, before it touches a study."""
+
+    space: SearchSpace
+    base_overrides: list[str]
+    combinations: list[list[str]]
+    directions: list[str]
+    n_trials: int
+    sampler: optuna.samplers.BaseSampler
+    sampler_spec: dict[str, Any]
+    pruner: optuna.pruners.BasePruner
+    pruner_spec: dict[str, Any]
+    fail_values: list[float] | None
+    race: RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
+
+
+
+class Planner:
+    """Composes the task's config for every value a sweep will use, so a key that is not in the
+    config (or a value of the wrong type) fails now, not in job 37."""
+
+    def __init__(self, settings: Settings, hydra_context: HydraContext, config: DictConfig):
+        self.s = settings
+        self.hydra_context = hydra_context
+        self.config = config
+        overrides = list(config.hydra.overrides.hydra)
+        self.s.given = {kind: given_keys(overrides, kind) for kind in ("sampler", "pruner")}
+
+    def plan(self, arguments: list[str]) -> Plan:
+        if not self.s.objectives:
+            raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
+                             "e.g. [best_val_loss]")
+        directions = self.s.direction if isinstance(self.s.direction, list) else [self.s.direction]
+        if len(directions) != len(self.s.objectives) or any(d not in DIRECTIONS
+                                                          for d in directions):
+            raise UserError(f"hydra.sweeper.direction={self.s.direction!r} must give one of "
+                             f"{'/'.join(DIRECTIONS)} per objective {self.s.objectives}; e.g. "
+                             f"direction: {['minimize'] * len(self.s.objectives)}")
+        if not 0.0 <= self.s.max_failure_rate <= 1.0:
+            raise UserError(f"hydra.sweeper.max_failure_rate={self.s.max_failure_rate} must be "
+                             "in [0, 1]")
+        if self.s.n_jobs < 1:
+            raise UserError(f"hydra.sweeper.n_jobs={self.s.n_jobs} must be >= 1")
+        if self.s.heartbeat_interval < 1:
+            raise UserError(f"hydra.sweeper.heartbeat_interval={self.s.heartbeat_interval} "
+                             "must be >= 1 second")
+        slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
+        replicates, arguments = cli_replicates(self.s.replicates, arguments)
+        space, base = parse_space(self.s.params, arguments)
+        if not space.params:
+            raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
+                             "norm.p: interval(1.0, 8.0)")
+        combinations = replicate_combinations(replicates)
+        pruner_spec = self._resolve("pruner", self.s.pruner_spec, optuna_specs.PRUNERS)
+        pruner = optuna_specs.build_pruner(pruner_spec)
+        if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
+            raise UserError(f"hydra.sweeper.pruner.name={self.s.pruner_spec.get('name')}: "
+                             "Optuna cannot prune multi-objective studies; use pruner: "
+                             "{name: none}")
+        sampler_spec = self._resolve("sampler", self.s.sampler_spec, optuna_specs.SAMPLERS)
+        sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
+        race = plan_race(self.s.race, space, [block_label(c) for c in combinations], directions,
+                          self.s.objectives, sampler_spec["name"], pruner_spec["name"],
+                          self.s.n_trials)
+        n_trials = self._n_trials(space)
+        self._check_keys(space, base, replicates)
+        if race is not None and race.rungs:
+            self._check_rungs(race, space, base, combinations[0])
+        return Plan(space=space, base_overrides=base, combinations=combinations,
+                    directions=directions, n_trials=n_trials, sampler=sampler,
+                    sampler_spec=sampler_spec, pruner=pruner,
+                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race)
+
+    def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+        """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
+        spec, dropped = optuna_specs.resolve(kind, spec, table, self.s.given.get(kind, set()))
+        if dropped:
+            log.info("hydra.sweeper.%s.name=%s: dropped %s, set in the config for another %s "
+                     "(Optuna's %s does not take them)", kind, spec["name"],
+                     ", ".join(f"{k}={v}" for k, v in dropped.items()), kind,
+                     optuna_specs.optuna_name(table[spec["name"]]))
+        return spec
+
+    def _n_trials(self, space: SearchSpace) -> int:
+        grid_size = space.grid_size if self.s.sampler_spec.get("name") == "grid" else None
+        if self.s.n_trials is None:
+            if grid_size is None:
+                raise UserError("hydra.sweeper.n_trials=null is only for the grid sampler; "
+                                 "set a number of trials")
+            return grid_size
+        if self.s.n_trials < 1:
+            raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} must be >= 1")
+        if grid_size is not None and self.s.n_trials > grid_size:
+            raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} exceeds the grid's "
+                             f"{grid_size} points; set n_trials<={grid_size} or null")
+        return self.s.n_trials
+
+    def _fail_values(self) -> list[float] | None:
+        if self.s.fail_value is None:
+            return None
+        values = self.s.fail_value if isinstance(self.s.fail_value, list) else [self.s.fail_value]
+        if len(values) != len(self.s.objectives) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            raise UserError(f"hydra.sweeper.fail_value={self.s.fail_value!r} must be one finite "
+                             f"number per objective {self.s.objectives}, or null to tell FAIL")
+        return [float(v) for v in values]
+
+    def _check_keys(self, space: SearchSpace, base: list[str],
+                    replicates: dict[str, list[Any]]) -> None:
+        """Compose the job config with every param value and replicate value, so a key that is
+        not in the config (or a value of the wrong type) fails now, not in job 37."""
+        job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
+                    "optuna.storage=x", "optuna.trial=0"]
+        self._compose(base + job_keys, "the task config",
+                      "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
+        for p in space.params:
+            self._compose_values(base, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
+        for fixed in space.fixed:
+            self._compose(base + [fixed], f"hydra.sweeper.params ({fixed})",
+                          "check the key's spelling and type")
+        for key, values in replicates.items():
+            self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
+
+    def _check_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
+                     combo: list[str]) -> None:
+        """Every rung must be an eval step before the end of every candidate's run: compose
+        each candidate's job (the grid may set train.*) and read train.max_iters and
+        train.eval_interval; the job must also take optuna.race.* (qknorm.train does)."""
+        names = [p.name for p in space.params]
+        for c in race.candidates:
+            overrides = [*base, *space.overrides(dict(zip(names, c, strict=True))), *combo,
+                         *race.job_keys(c, block_label(combo))]
+            cfg = self._compose(overrides, "hydra.sweeper.race.rungs",
+                                "in-fold stopping needs qknorm.train's jobs (they take "
+                                "optuna.race.{block,rungs,margin}), or set rungs: null")
+            max_iters = OmegaConf.select(cfg, "train.max_iters")
+            eval_interval = OmegaConf.select(cfg, "train.eval_interval")
+            if not (isinstance(max_iters, int) and isinstance(eval_interval, int)):
+                raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
+                                 "train.eval_interval in the task's config (qknorm.train's); "
+                                 "set rungs: null")
+            problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
+            if problem:
+                raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
+
+    def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
+        for value in values:
+            override = f"{key}={format_value(value)}"
+            self._compose(base + [override], where,
+                          f"{override} does not fit the config; check the key's spelling and type")
+
+    def _compose(self, overrides: list[str], where: str, fix: str) -> DictConfig:
+        try:
+            return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        except Exception as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            reason = " ".join(lines[:2]) if lines else type(e).__name__
+            raise UserError(f"{where}: {reason} -- {fix}") from None
+
+
+def given_keys(overrides: list[str], kind: str) -> set[str]:
+    """Keys of hydra.sweeper.<kind> that command-line overrides set (a dict value sets all of
+    its keys): `hydra.sweeper.pruner.name=none` -> {"name"}."""
+    node = f"hydra.sweeper.{kind}"
+    keys = set()
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if key == node and isinstance(override.value(), dict):
+            keys |= set(override.value())
+        elif key.startswith(node + "."):
+            keys.add(key[len(node) + 1:].split(".")[0])
+    return keys
+
+

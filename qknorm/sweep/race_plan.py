@@ -1,0 +1,174 @@
+"""A race's settings (hydra.sweeper.race), every one checked before a study is touched: the
+candidates (the grid's points), the blocks (replicate combinations) they race over, and the
+rules that take a candidate out (qknorm/sweep/racestats.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from qknorm.config import rungs_problem
+from qknorm.errors import UserError
+from qknorm.sweep.space import SearchSpace, format_value
+
+OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05,
+           "budget_steps": None}
+EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [1000]}"
+
+
+@dataclass(frozen=True)
+class RaceSpec:
+    min_replicates: int
+    alpha: float
+    baseline: Hashable | None  # the baseline's candidate key (trial params, in space order)
+    candidates: tuple[Hashable, ...]  # every grid point, in grid order
+    labels: dict[Hashable, str]  # candidate -> "norm.p=2.0"
+    blocks: tuple[str, ...]  # replicate combinations as labels, in launch order
+    sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
+    rungs: tuple[int, ...] = ()  # steps at which a run is judged inside its block; (): never
+    margin: float = 0.05  # a run stops when its val loss is above the best other's by more
+    budget_steps: int | None = None  # no block launches once the race's runs took this many
+
+    def settings(self) -> dict[str, Any]:
+        """What a rerun must match (stored in the study): the same race, or another study.
+        Without rungs, rungs and margin are None, as a study raced before they existed reads;
+        so is budget_steps without a budget."""
+        return {"min_replicates": self.min_replicates, "alpha": self.alpha,
+                "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
+                "candidates": [self.labels[c] for c in self.candidates],
+                "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None,
+                "budget_steps": self.budget_steps}
+
+    def job_keys(self, candidate: Hashable, block: str) -> list[str]:
+        """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
+        gets margin null: it records its values for the others and is never stopped."""
+        margin = None if candidate == self.baseline else self.margin
+        return [f"optuna.race.block={format_value(block)}",
+                f"optuna.race.rungs=[{','.join(map(str, self.rungs))}]",
+                f"optuna.race.margin={format_value(margin)}"]
+
+
+def plan_race(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
+         objectives: list[str], sampler: str, pruner: str, n_trials: int | None) -> RaceSpec | None:
+    """The race, every setting checked (UserError names the value and the fix); None: off
+    (race: {} or null)."""
+    if spec is None or spec == {}:
+        return None
+    options = _options(spec)
+    if sampler != "grid":
+        raise UserError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
+                         f"candidate at once), not sampler.name={sampler}")
+    if pruner != "none":
+        raise UserError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
+                         f"pruner.name={pruner}")
+    if len(objectives) != 1:
+        raise UserError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
+                         "in hydra.sweeper.objectives")
+    if n_trials is not None and n_trials != space.grid_size:
+        raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
+                         f"n_trials: null (the grid's {space.grid_size} points)")
+    minimum = _min_replicates(options["min_replicates"])
+    alpha = options["alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise UserError(f"hydra.sweeper.race.alpha={alpha!r} must be in (0, 1), e.g. 0.05")
+    if blocks == [""]:
+        raise UserError("hydra.sweeper.race needs replicates to race over; set e.g. "
+                         "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
+    if len(blocks) < minimum:
+        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
+                         f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
+                         "min_replicates")
+    candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
+    labels = {c: _candidate_label(space, c) for c in candidates}
+    baseline = _baseline(options["baseline"], space, candidates)
+    rungs, margin = _rungs(options["rungs"], options["margin"], directions[0])
+    return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
+                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
+                    _budget(options["budget_steps"]))
+
+
+def _options(spec: Any) -> dict[str, Any]:
+    if not isinstance(spec, dict):
+        raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. {EXAMPLE}")
+    for key in spec:
+        if key not in OPTIONS:
+            raise UserError(f"hydra.sweeper.race.{key} is not a race option "
+                             f"({', '.join(OPTIONS)}); fix its spelling or remove it")
+    return {**OPTIONS, **spec}
+
+
+def _min_replicates(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise UserError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
+                         "(a paired t-test needs two pairs), e.g. 3")
+    return value
+
+
+def _budget(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
+                         "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
+                         "third of paper_cpu's 80,000, or null for no budget")
+    return value
+
+
+def _rungs(rungs: Any, margin: Any, direction: str) -> tuple[tuple[int, ...], float]:
+    """In-fold stopping's settings, checked as far as they go without the task's config (the
+    sweeper checks the rungs against train.max_iters and train.eval_interval)."""
+    if rungs is None or rungs == []:
+        return (), 0.05
+    problem = rungs_problem(rungs, max_iters=math.inf, eval_interval=1)
+    if problem:
+        raise UserError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
+            math.isfinite(margin) and margin > 0):
+        raise UserError(f"hydra.sweeper.race.margin={margin!r} must be a number > 0 (val loss "
+                         "units: how far behind the best run of a fold a run may be at a "
+                         "rung), e.g. 0.05")
+    if direction != "minimize":
+        raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
+                         "but the race maximizes its objective; set rungs: null")
+    return tuple(rungs), float(margin)
+
+
+def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:
+    values = space.values(dict(zip((p.name for p in space.params), candidate, strict=True)))
+    return " ".join(f"{k}={format_value(v)}" for k, v in values.items())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """A baseline as written (2, 2.0, 'inf') against a config value (2.0, inf)."""
+    try:
+        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashable | None:
+    if value is None:
+        return None
+    keys = [p.key for p in space.params]
+    if not isinstance(value, dict):
+        if len(keys) > 1:
+            raise UserError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
+                             f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
+                             f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
+        value = {keys[0]: value}
+    names = [p.name for p in space.params]
+    for c in candidates:
+        config = space.values(dict(zip(names, c, strict=True)))
+        if set(value) == set(config) and all(_same(value[k], config[k]) for k in config):
+            return c
+    shown = ", ".join(f"{k}={format_value(v)}" for k, v in value.items())
+    choices = "; ".join(" ".join(f"{k}={format_value(v)}" for k, v in
+                                 space.values(dict(zip(names, c, strict=True))).items())
+                        for c in candidates)
+    raise UserError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
+                     f"({choices}); pick one of them, or null for none")
+
+

@@ -1,0 +1,157 @@
+"""How a sweep spends its trials: the Schedule protocol, and the plain schedule.
+
+The loop (qknorm/sweep/sweep.py) asks a schedule, each pass, what to do; a schedule answers from
+the study and its own trials, tells the trials it is done with, and never calls back into the
+loop (Optuna's pruners and study/_optimize.py are the pattern). Two schedules exist: EveryReplicate
+here (each trial runs every replicate, then is told) and RaceSchedule (qknorm/sweep/race.py: a
+trial per candidate, run a look at a time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from qknorm.config import effective_key, flatten, task_tree
+from qknorm.rundir import COMPLETED, PRUNED
+from qknorm.sweep import jobs as trial_jobs
+from qknorm.sweep.jobs import Job, JobResult, Launcher
+from qknorm.sweep.plan import Plan
+from qknorm.sweep.study import (
+    CONFIG_KEY_ATTR,
+    DUPLICATE_ATTR,
+    ERROR_ATTR,
+    JOBS_ATTR,
+    MEAN_ATTR,
+    N_ATTR,
+    STATUS_ATTR,
+    STD_ATTR,
+    Heartbeat,
+    Tally,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Schedule(Protocol):
+    def settle(self, study: optuna.Study) -> bool:
+        """Tell the trials the schedule is done with; True when the sweep is done."""
+
+    def next_jobs(self, study: optuna.Study) -> list[Job]:
+        """(trial, replicate) jobs to launch now; [] for none."""
+
+    def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
+        """Keep what the launched jobs gave (telling trials that are done)."""
+
+    def wants(self, study: optuna.Study) -> int:
+        """How many trials to ask now (0: none)."""
+
+    def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
+        """Take the trials asked for it."""
+
+
+def room(study: optuna.Study, plan: Plan) -> int:
+    """Trials still to ask: n_trials less the finished and the running ones."""
+    tally = Tally.of(study)
+    return plan.n_trials - tally.finished - tally.running
+
+
+class EveryReplicate:
+    """Ask up to n_jobs trials, launch every replicate of each in one launch, tell each trial the
+    mean over its replicates. A trial whose jobs' effective configs repeat an earlier trial's is
+    not run: it is told that trial's result (docs/sweeper.md, "Repeated runs are not launched")."""
+
+    def __init__(self, plan: Plan, launcher: Launcher, objectives: list[str], n_jobs: int,
+                 heartbeat: Heartbeat):
+        self.plan, self.launcher, self.objectives = plan, launcher, objectives
+        self.n_jobs, self.heartbeat = n_jobs, heartbeat
+        self.pending: list[optuna.Trial] = []  # admitted, to launch
+        self.repeats: list[tuple[optuna.Trial, int]] = []  # (trial, the trial it repeats)
+
+    def settle(self, study: optuna.Study) -> bool:
+        finished = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+        waiting = []
+        for trial, number in self.repeats:  # once the original is told (it may be in this batch)
+            if number not in finished:
+                waiting.append((trial, number))
+                continue
+            self._tell_repeat(study, trial, number)
+            self.heartbeat.discard(trial._trial_id)
+        self.repeats = waiting
+        return not self.pending and room(study, self.plan) <= 0
+
+    def next_jobs(self, study: optuna.Study) -> list[Job]:
+        # Replicate-major: all trials' first fold, then their second, ...; a sweep stopped
+        # early then holds whole folds, every p paired.
+        return [(trial, combo) for combo in self.plan.combinations for trial in self.pending]
+
+    def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
+        by_trial: dict[int, list[JobResult]] = {t.number: [] for t in self.pending}
+        for (trial, _), result in zip(jobs, results, strict=True):
+            by_trial[trial.number].append(result)
+        for trial in self.pending:
+            trial_jobs.tell(study, trial, by_trial[trial.number], self.plan, self.objectives)
+            self.heartbeat.discard(trial._trial_id)
+        self.pending = []
+
+    def wants(self, study: optuna.Study) -> int:
+        return 0 if self.pending else max(0, min(self.n_jobs, room(study, self.plan)))
+
+    def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
+        self.pending, self.repeats = self._split_repeats(study, trials)
+
+    def _split_repeats(self, study: optuna.Study, batch: list[optuna.Trial]
+                       ) -> tuple[list[optuna.Trial], list[tuple[optuna.Trial, int]]]:
+        """(trials to launch, [(trial, number of the trial it repeats)]). A trial repeats one
+        when its jobs' effective configs (qknorm.config.effective_config) equal those of a
+        trial that completed or was pruned, or of one launched in this batch: e.g. a grid over
+        norm and norm.p reaches norm=none once per p. A repeat is told its original's result."""
+        known = {t.user_attrs[CONFIG_KEY_ATTR]: t.number
+                 for t in study.get_trials(deepcopy=False)
+                 if t.user_attrs.get(STATUS_ATTR) in (COMPLETED, PRUNED)
+                 and CONFIG_KEY_ATTR in t.user_attrs}
+        launch, repeats = [], []
+        for trial in batch:
+            key = self._config_key(trial)
+            trial.set_user_attr(CONFIG_KEY_ATTR, key)
+            if key in known:
+                repeats.append((trial, known[key]))
+            else:
+                known[key] = trial.number
+                launch.append(trial)
+        return launch, repeats
+
+    def _config_key(self, trial: optuna.Trial) -> str:
+        """A digest of the effective configs of the trial's jobs (one per replicate)."""
+        keys = []
+        for combo in self.plan.combinations:
+            try:  # the plan composed every value already; this cannot fail on user input
+                tree = task_tree(self.launcher.compose(self.launcher.overrides(trial, combo)))
+            except Exception as e:  # then the trial runs as it would have: it repeats nothing
+                log.warning("trial %d: config not composed (%s); launched", trial.number, e)
+                return f"trial {trial.number}"
+            if tree is None:  # not qknorm's task: its runs may differ; launch them all
+                return f"trial {trial.number}"
+            keys.append(effective_key(flatten(tree)))
+        return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+    def _tell_repeat(self, study: optuna.Study, trial: optuna.Trial, number: int) -> None:
+        """Tell a repeat its original's outcome without running it (the runs are deterministic);
+        it counts toward n_trials like the original, so a small space still ends."""
+        original = study.get_trials(deepcopy=False)[number]
+        for key in (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR):
+            if key in original.user_attrs:
+                trial.set_user_attr(key, original.user_attrs[key])
+        trial.set_user_attr(DUPLICATE_ATTR, number)
+        if original.state == TrialState.COMPLETE:
+            study.tell(trial, original.values)
+        else:
+            study.tell(trial, state=original.state)
+        label = self.plan.space.label(trial.params)
+        log.info("trial %d [%s] not run: same effective config as trial %d, told its result "
+                 "(%s)", trial.number, label, number, original.state.name)
+
