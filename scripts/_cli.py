@@ -23,7 +23,7 @@ from qknorm.report import (  # noqa: E402
     parse_p,
     plots,  # noqa: E402
 )
-from qknorm.report.stats import AUTO  # noqa: E402
+from qknorm.report.baseline import AUTO  # noqa: E402
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 

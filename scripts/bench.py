@@ -5,7 +5,8 @@
     python scripts/bench.py --model cpu --threads 1 --norms none,l2,lp_p4,lp_pinf --dtypes float32 \
         --compile --no-micro --no-eval --no-overhead --out docs/bench_step_cpu.json   # issue 13
 
-Writes one JSON file (see qknorm/bench/steps.py for what each number means) and prints a short table.
+Writes one JSON file (see qknorm/bench/steps.py and overhead.py for what each number means) and
+prints a short table.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import _cli
 
 from qknorm import rundir
+from qknorm.bench import overhead
 from qknorm.bench import steps as bench
 
 
@@ -88,8 +90,8 @@ def main(argv: list[str]) -> int:
         result["eval"] = bench.bench_eval(args.model, args.overrides, variant_list[0].norm,
                                           rounds=args.rounds)
     if not args.no_overhead:
-        result["overhead"] = bench.bench_overhead(args.model, args.overrides, args.threads,
-                                                  repeats=args.overhead_repeats)
+        result["overhead"] = overhead.bench_overhead(args.model, args.overrides, args.threads,
+                                                     repeats=args.overhead_repeats)
     result["environment"]["load_avg_1m_end"] = os.getloadavg()[0]
 
     out = Path(args.out)

@@ -3,8 +3,8 @@
 `python -m qknorm.bench.probe MODEL [overrides]` prints one JSON line: wall and CPU seconds of
 importing torch and the command line, composing the config, loading the data, building the model
 and optimizer, then the last three again in the same process (`warm_*`: the next job of a reused
-joblib worker). qknorm.bench.steps.bench_overhead runs it. Nothing heavy is imported at the top: the
-first phase is what it measures.
+joblib worker). qknorm.bench.overhead.bench_overhead runs it. Nothing heavy is imported at the
+top: the first phase is what it measures.
 """
 
 from __future__ import annotations

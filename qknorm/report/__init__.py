@@ -1,13 +1,18 @@
 """The report wing: run dirs -> DataFrame -> statistics -> summary.md and figures.
 
-  results   run dirs (and studies) -> one DataFrame of runs
-  stats     numbers only: intervals, paired tests, fits
-  paxis     how p is written and placed (labels, ticks, the inf break)
-  plots     figures drawn from a collection
-  computed  Options and Statistics: every number, computed once
-  summary   summary.md's sections
-  build     checks, load, figures, build_report, write_report
-  paper     the paper's table beside ours
+  results    run dirs (and studies) -> one DataFrame of runs
+  paxis      how p is written and placed (labels, ticks, the inf break): its one home
+  baseline   the run p (a grid or a continuous search) and the baseline p they are compared with
+  stats      numbers only: intervals, paired tests, fits
+  plots      figures against p, and the face every figure is reached through
+  canvas     what every figure shares: canvas, labels, colours, gids, --by series, legend
+  stepplots  figures over training steps
+  deltaplot  the paired Δ vs the baseline, per p
+  studyplots Optuna's own plots of a study
+  computed   Options and Statistics: every number, computed once
+  summary    summary.md's sections
+  build      checks, load, figures, build_report, write_report
+  paper      the paper's table beside ours
 
 Names load lazily (PEP 562), so `from qknorm.report import results` does not import matplotlib.
 """
@@ -20,6 +25,7 @@ from typing import Any
 _FACE = {
     **dict.fromkeys(["DEFAULT_METRIC", "Options", "Statistics", "compute"], "qknorm.report.computed"),
     **dict.fromkeys(["markdown_table", "summarize"], "qknorm.report.summary"),
+    **dict.fromkeys(["format_p", "p_labels"], "qknorm.report.paxis"),
     **dict.fromkeys(["Report", "build_report", "check_columns", "check_logged", "figures", "load",
                      "parse_p", "write_report"], "qknorm.report.build"),
 }

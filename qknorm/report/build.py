@@ -16,7 +16,7 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.report import plots, results, stats
+from qknorm.report import baseline, plots, results
 from qknorm.report.computed import DEFAULT_METRIC, Options, Statistics, compute  # noqa: F401
 from qknorm.report.summary import summarize
 
@@ -35,8 +35,8 @@ def parse_p(text: str) -> float | None:
     """'2' -> 2.0, 'inf' -> inf, 'none' -> None (no baseline), 'auto' -> 'auto'."""
     if text.strip().lower() == "none":
         return None
-    if text.strip().lower() == stats.AUTO:
-        return stats.AUTO
+    if text.strip().lower() == baseline.AUTO:
+        return baseline.AUTO
     try:
         value = float(text)
     except ValueError:
@@ -93,8 +93,8 @@ def load(root: Path, options: Options) -> results.Collection:
     """
     collection = results.collect(root)
     check_columns(collection.runs, options.metric, options.by)
-    options.baseline, options.baseline_note = stats.resolve_baseline(collection.runs,
-                                                                     options.baseline)
+    options.baseline, options.baseline_note = baseline.resolve_baseline(collection.runs,
+                                                                        options.baseline)
     return collection
 
 
@@ -119,7 +119,7 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
     }
     if paired is not None and len(paired):
         figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
-                                              options.logx, options.by, stats.continuous_p(runs))
+                                              options.logx, options.by, baseline.continuous_p(runs))
     if plots.logged(runs, plots.ENTROPY):
         figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
         figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from qknorm.report import results, stats
+from qknorm.report.baseline import AUTO, continuous_p
 
 DEFAULT_METRIC = "best_val_loss"
 TIME_METRIC = "wall_time_s"
@@ -16,7 +17,7 @@ TIME_METRIC = "wall_time_s"
 @dataclass
 class Options:
     metric: str = DEFAULT_METRIC
-    baseline: float | str | None = stats.AUTO  # a p, "auto" (2, or see resolve_baseline), None
+    baseline: float | str | None = AUTO  # a p, "auto" (2, or see resolve_baseline), None
     baseline_note: str = ""  # set by load(): what "auto" did when p = 2 was not run
     by: list[str] = field(default_factory=list)
     logx: bool = False
@@ -58,6 +59,6 @@ def compute(collection: results.Collection, options: Options,
         ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
         readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
         disagreement=stats.readings_disagree(readings) if readings is not None else None,
-        fits=stats.fit_minima(runs, metric, by) if stats.continuous_p(runs) else None,
+        fits=stats.fit_minima(runs, metric, by) if continuous_p(runs) else None,
         attention=stats.attention_summary(runs, curves, by) if curves is not None else None,
     )

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from qknorm.report import stats
+from qknorm.report import paxis, stats
 from qknorm.report.summary import markdown_table
 
 VAL_LOSS = {2.0: 1.40506, 2.5: 1.373479, 3.0: 1.364543, 3.5: 1.361630, 4.0: 1.357461}
@@ -49,7 +49,7 @@ def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
         header += [f"{label}: mean [95% CI] (n)", f"{label}: Δ vs p=2 [95% CI]", "paired t p"]
     rows = []
     for _, r in table.iterrows():
-        cells = [stats.format_p(r["norm.p"]), num(r["paper"]), num(r["paper_delta"], True)]
+        cells = [paxis.format_p(r["norm.p"]), num(r["paper"]), num(r["paper_delta"], True)]
         for label in labels:
             c = {k.split(":", 1)[1]: v for k, v in r.items() if k.startswith(f"{label}:")}
             n = "-" if pd.isna(c["n"]) else str(int(c["n"]))

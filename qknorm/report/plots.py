@@ -1,78 +1,54 @@
-"""Figures from the runs DataFrame (qknorm.report.results): functions take DataFrames, return Figures.
-
-No pyplot state: figures are `matplotlib.figure.Figure` objects, so this works headless (Agg)
-and in parallel tests; scripts render them with `render` and write the bytes.
-
-The p axis: finite p at their value (or log-scaled with `logx`), p = inf at the right end after
-a gap, with its own tick. Kinds without p (norm=none, rms) have no x position, so they are drawn
-as horizontal lines at their mean with a shaded 95% interval: a level every p can be read against.
+"""Figures from the runs DataFrame (qknorm.report.results), each a pyplot-free Figure: a metric
+against p (metric_vs_p on one Axes; loss_vs_p, time_vs_p, gamma_vs_p, entropy_vs_p, learned_p)
+drawn here, and `render` to bytes. Kinds without p (norm=none, rms) have no x position, so they
+are drawn as horizontal lines at their mean with a shaded 95% interval: a level every p can be
+read against. The figures over steps (stepplots), the paired Δ (deltaplot), Optuna's plots
+(studyplots) and p's ticks (paxis) are re-exported (`name as name`): the report, scripts/ and
+tests reach every figure as plots.<name>.
 """
 
 from __future__ import annotations
 
-import functools
 import io
 import math
-import warnings
-from dataclasses import dataclass
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
+from qknorm.report.baseline import continuous_p
+from qknorm.report.canvas import (
+    BEST_GID,
+    ENTROPY,
+    MEAN_COLOR,
+    OTHER_KIND_COLORS,
+    RUN_COLOR,
+    RUN_GID,
+    TRIAL_GID,
+    legend,
+    metric_label,
+    new_figure,
+    series,
+)
+from qknorm.report.deltaplot import HOLM_GID as HOLM_GID
+from qknorm.report.deltaplot import delta_vs_p as delta_vs_p
+from qknorm.report.paxis import PAxis, format_p
+from qknorm.report.paxis import nice_p_ticks as nice_p_ticks
 from qknorm.report.results import LAYER_DIAGNOSTIC
 from qknorm.report.stats import (
     MIN_FIT_POINTS,
     at_step0,
     completed,
-    continuous_p,
-    format_p,
     quadratic_fit,
     t_interval,
     trial_means,
 )
-
-LABELS = {  # axis labels with units; losses are mean cross-entropy per character
-    "best_val_loss": "best validation loss (nats/char)",
-    "val_loss": "final validation loss (nats/char)",
-    "train_loss": "final training loss (nats/char)",
-    "wall_time_s": "wall time per run (s)",
-    "tokens_per_s": "training throughput (tokens/s)",
-    "gamma": r"learned $\gamma$ at the end (mean over layers)",
-    "p_final": "p at the end of training",
-    "steps": "steps",
-    "attn_entropy": "attention entropy (nats, mean over layers)",
-    "attn_entropy_frac": "attention entropy / ln(t+1)",
-    "attn_max_weight": "largest attention weight per row (mean over layers)",
-    "logit_std": "std of the attention logits (mean over layers)",
-}
-# The entropy the figures show: as a fraction of its causal maximum ln(t+1), so rows that see
-# 2 tokens and rows that see 256 weigh alike and 1 always means uniform attention.
-ENTROPY = "attn_entropy_frac"
-ALPHA = 0.05  # delta_vs_p fills the marker of a comparison whose Holm-adjusted p is below
-HOLM_GID = "holm"  # delta_vs_p: the filled markers (Holm p < ALPHA); tests find them
-P_LABEL = r"p of the $L_p$ norm on q and k (norm.p)"
-RUN_GID = "runs"  # the scatter collections with one dot per run carry this gid (tests find them)
-TRIAL_GID = "trials"  # continuous search: one point per trial (the mean of its runs)
-BEST_GID = "best"  # continuous search: the best trial of each series
-RUN_COLOR = "#4C72B0"
-MEAN_COLOR = "#C44E52"
-OTHER_KIND_COLORS = {"none": "#55A868", "rms": "#8172B2"}
-SERIES_COLORS = ["#4C72B0", "#DD8452", "#C44E52", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
-                 "#64B5CD"]  # one per --by value; none/rms keep their own green and purple
-
-
-def metric_label(metric: str) -> str:
-    return LABELS.get(metric, metric)
-
-
-def new_figure(ncols: int = 1, width: float = 6.4, height: float = 4.2) -> tuple[Figure, list]:
-    fig = Figure(figsize=(width * ncols if ncols > 1 else width, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, list(axes)
+from qknorm.report.stepplots import curve_groups, mean_band
+from qknorm.report.stepplots import curves as curves
+from qknorm.report.stepplots import entropy_curves as entropy_curves
+from qknorm.report.studyplots import optuna_figures as optuna_figures
 
 
 def render(fig: Figure, fmt: str) -> bytes:
@@ -87,80 +63,6 @@ def close(fig: Figure) -> None:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-
-
-# ---------------------------------------------------------------------------------------------
-# the p axis
-
-@dataclass
-class PAxis:
-    """Where each p goes on x: finite p at p, inf at the right end after a gap."""
-
-    finite: list[float]
-    has_inf: bool
-    logx: bool
-    continuous: bool = False  # a search's p values: log axis, round ticks instead of one per p
-
-    @classmethod
-    def of(cls, ps, logx: bool = False, continuous: bool = False) -> PAxis:
-        ps = [float(p) for p in ps if not math.isnan(p)]
-        return cls(sorted({p for p in ps if math.isfinite(p)}), any(math.isinf(p) for p in ps),
-                   logx or continuous, continuous)
-
-    @property
-    def x_inf(self) -> float:
-        if not self.finite:
-            return 1.0
-        hi, lo = self.finite[-1], self.finite[0]
-        if self.logx:
-            return hi * max(1.6, (hi / lo) ** 0.2)
-        return hi + max(1.0, 0.2 * (hi - lo))
-
-    def x(self, p: float) -> float:
-        return self.x_inf if math.isinf(p) else p
-
-    def apply(self, ax: Axes) -> None:
-        if self.logx:
-            ax.set_xscale("log", base=2)
-        finite = nice_p_ticks(self.finite) if self.continuous else self.finite
-        ticks = finite + ([self.x_inf] if self.has_inf else [])
-        labels = [format_p(p, 3) for p in finite] + (["∞"] if self.has_inf else [])
-        if len(finite) > 12:  # many p values on a grid: let matplotlib thin them out
-            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        else:
-            ax.set_xticks(ticks, labels)
-            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        if self.has_inf and self.finite:
-            _break_mark(ax, self.finite[-1], self.x_inf, self.logx)
-        ax.set_xlabel(P_LABEL)
-
-
-def nice_p_ticks(ps: list[float], most: int = 8) -> list[float]:
-    """Round p values for a log axis over the range of ps (10% wider): powers of 2, then halves, quarters
-    and eighths between them, the coarsest level that gives at least 4 ticks (thinned to
-    `most`). A range too narrow for any of them gets its two ends, to 3 digits."""
-    if not ps:
-        return []
-    lo, hi = min(ps) / 1.1, max(ps) * 1.1  # a tick just outside the points still labels them
-    ticks: list[float] = []
-    for n_subs in (1, 2, 4, 8):
-        octaves = range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)
-        ticks = [2.0**k * (1 + i / n_subs) for k in octaves for i in range(n_subs)]
-        ticks = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
-        if len(ticks) >= 4:
-            break
-    if len(ticks) > most:
-        ticks = ticks[:: math.ceil(len(ticks) / most)]
-    if len(ticks) < 2:
-        ticks = sorted({float(format_p(lo, 3)), float(format_p(hi, 3))})
-    return ticks
-
-
-def _break_mark(ax: Axes, last: float, x_inf: float, logx: bool) -> None:
-    """A '//' on the x axis between the last finite p and inf: the axis is not continuous there."""
-    mid = math.sqrt(last * x_inf) if logx else (last + x_inf) / 2
-    ax.annotate("//", xy=(mid, 0), xycoords=("data", "axes fraction"), ha="center",
-                va="center", fontsize=11, color="0.3", annotation_clip=False)
 
 
 def _lp_runs(df: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -188,7 +90,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     axis = PAxis.of(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna(), logx, continuous)
     draw = _continuous_series if continuous else _grid_series
     few = []
-    for name, color, group in _series(runs, by):
+    for name, color, group in series(runs, by):
         if not draw(ax, axis, group, metric, name, color, mark_best):
             few.append(name)
     if few:  # a legend entry without a mark: the legend is placed off the data
@@ -205,19 +107,6 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     ax.grid(True, alpha=0.3, lw=0.6)
     if title:
         ax.set_title(title, fontsize=10)
-
-
-def _series(runs: pd.DataFrame, by) -> list[tuple[str, str | None, pd.DataFrame]]:
-    """(name, colour, runs) per value of the `by` keys; one unnamed series without them."""
-    by = [k for k in by if k not in ("norm.p",)]
-    if not by:
-        return [("", None, runs)]
-    out = []
-    for i, (values, group) in enumerate(runs.groupby(by, dropna=False, sort=True)):
-        values = values if isinstance(values, tuple) else (values,)
-        name = ", ".join(f"{k}={v}" for k, v in zip(by, values))
-        out.append((name, SERIES_COLORS[i % len(SERIES_COLORS)], group))
-    return out
 
 
 def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
@@ -307,11 +196,7 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
             else "each completed run a dot, mean ± 95% t-interval")
     metric_vs_p(ax, df, metric, logx, baseline, title=f"{metric} vs p: {what} (n={n})", by=by,
                 mark_best=True)
-    if by:  # a legend entry per series and mark: below the axes, off the data
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2,
-                   fontsize=7, frameon=False)
-    else:
-        ax.legend(fontsize=8, frameon=False)
+    legend(fig, ax, by)
     return fig
 
 
@@ -321,143 +206,6 @@ def time_vs_p(df: pd.DataFrame, logx: bool = False) -> Figure:
     metric_vs_p(axes[1], df, "tokens_per_s", logx, title="training throughput")
     axes[0].legend(fontsize=8, frameon=False)
     return fig
-
-
-# ---------------------------------------------------------------------------------------------
-# curves over training steps
-
-def p_colors(ps) -> dict[float, tuple]:
-    """One colour per p, ordered (inf last), from a perceptually uniform map."""
-    ordered = sorted({float(p) for p in ps if not math.isnan(p)})
-    cmap = matplotlib.colormaps["viridis"]
-    n = max(1, len(ordered) - 1)
-    return {p: cmap(0.9 * i / n) for i, p in enumerate(ordered)}
-
-
-def _curve_groups(curves: pd.DataFrame):
-    """(label, colour, style, frame) per group of completed runs: p groups, then no-p kinds."""
-    done = completed(curves)
-    lp = done[done["norm.kind"].isin(P_KINDS)]
-    colors = p_colors(lp["norm.p"])
-    for p, group in lp.groupby("norm.p", sort=True):
-        yield f"p={format_p(p)}", colors[p], "-", group
-    for kind, group in done[~done["norm.kind"].isin(P_KINDS)].groupby("norm.kind", sort=True):
-        yield f"norm={kind}", OTHER_KIND_COLORS.get(kind, "0.5"), "--", group
-
-
-def _mean_band(ax: Axes, group: pd.DataFrame, y: str, label: str, color, ls: str
-               ) -> tuple[np.ndarray, np.ndarray]:
-    stats_rows = [(step, *t_interval(g[y].dropna())) for step, g in group.groupby("step")]
-    steps = np.array([r[0] for r in stats_rows], dtype=float)
-    n_runs = group["run_dir"].nunique()
-    mean = np.array([r[2] for r in stats_rows])
-    ax.plot(steps, mean, color=color, ls=ls, lw=1.6, label=f"{label} (n={n_runs})")
-    low, high = np.array([r[4] for r in stats_rows]), np.array([r[5] for r in stats_rows])
-    ok = ~np.isnan(low)
-    if ok.any():
-        ax.fill_between(steps[ok], low[ok], high[ok], color=color, alpha=0.15, lw=0)
-    return steps, mean
-
-
-def curves(curves_df: pd.DataFrame, y: str = "val_loss") -> Figure:
-    """y (val loss by default) vs step: mean over completed runs per p, with a 95% t-band."""
-    fig, (ax,) = new_figure()
-    for label, color, ls, group in _curve_groups(curves_df):
-        steps, mean = _mean_band(ax, group, y, label, color, ls)
-        if y == "val_loss" and len(mean) and not np.isnan(mean).all():
-            # Where each mean curve is lowest: a curve still falling at the end has its marker
-            # there, one that overfits earlier (final and best val loss then disagree).
-            i = int(np.nanargmin(mean))
-            ax.plot(steps[i], mean[i], marker="v", ms=6, color=color, ls="none", gid="best")
-    ax.set_xlabel("training step")
-    ax.set_ylabel({"val_loss": "validation loss (nats/char)",
-                   "train_loss": "training loss (nats/char)",
-                   "gamma_mean": r"learned $\gamma$ (mean over layers)"}.get(y, metric_label(y)))
-    ax.set_title(f"{y} during training: mean over completed runs ± 95% t-interval"
-                 + (" (▼ lowest)" if y == "val_loss" else ""), fontsize=10)
-    ax.grid(True, alpha=0.3, lw=0.6)
-    if ax.lines:
-        ax.legend(fontsize=8, frameon=False, ncols=2 if len(ax.lines) > 5 else 1)
-    return fig
-
-
-# ---------------------------------------------------------------------------------------------
-# paired differences and attention diagnostics (issue 14)
-
-def delta_vs_p(paired: pd.DataFrame, metric: str, baseline: float, logx: bool = False,
-               by: list[str] | tuple[str, ...] = (), continuous: bool = False) -> Figure:
-    """Paired Δ (group − baseline) of metric per p, from stats.paired_vs_baseline: the mean Δ
-    with its 95% t-interval, filled where the Holm-adjusted paired-t p < ALPHA, one series per
-    --by value, a zero line; kinds without p are levels with their interval, as in loss_vs_p.
-    The figure the comparisons are read from: each p's own spread over folds (loss_vs_p)
-    hides differences that pairing resolves."""
-    fig, (ax,) = new_figure()
-    has_p = paired["norm.p"].notna()
-    axis = PAxis.of([*paired.loc[has_p, "norm.p"], baseline], logx, continuous)
-    series = _series(paired[has_p], by)
-    for i, (name, color, group) in enumerate(series):
-        _delta_series(ax, axis, group, baseline, name, color or MEAN_COLOR,
-                      offset=i - (len(series) - 1) / 2)
-    ax.axhline(0.0, color="0.35", ls="--", lw=1, zorder=2,
-               label=f"Δ = 0 (baseline p={format_p(baseline)})")
-    _delta_levels(ax, paired[~has_p])
-    axis.apply(ax)
-    ax.set_ylabel(f"Δ {metric} vs p={format_p(baseline)}")
-    ax.set_title(f"Δ {metric} − baseline, paired by (seed, data.fold): mean ± 95% t-interval",
-                 fontsize=10)
-    ax.grid(True, alpha=0.3, lw=0.6)
-    if by:
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2,
-                   fontsize=7, frameon=False)
-    else:
-        ax.legend(fontsize=8, frameon=False)
-    return fig
-
-
-def _dodge(axis: PAxis, xs: np.ndarray, offset: float) -> np.ndarray:
-    """Series side by side at the same p, so their intervals do not hide each other."""
-    if axis.logx:
-        return xs * 2.0 ** (0.04 * offset)
-    width = (axis.x_inf - axis.finite[0]) if axis.finite else 1.0
-    return xs + 0.012 * width * offset
-
-
-def _delta_series(ax: Axes, axis: PAxis, group: pd.DataFrame, baseline: float, name: str,
-                  color: str, offset: float) -> None:
-    """One series: error bars, hollow circles, filled diamonds where Holm p < ALPHA, and a line
-    through the baseline's Δ = 0 (dotted across the axis break to inf)."""
-    prefix = f"{name}: " if name else ""
-    group = group.sort_values("norm.p")
-    xs = _dodge(axis, np.array([axis.x(p) for p in group["norm.p"]], dtype=float), offset)
-    y = group["delta_mean"].to_numpy(dtype=float)
-    yerr = np.vstack([y - group["delta_ci_low"], group["delta_ci_high"] - y])
-    ax.errorbar(xs, y, yerr=np.nan_to_num(yerr), fmt="none", ecolor=color, capsize=4, lw=1.2,
-                zorder=4)
-    sig = (group["holm_pvalue"] < ALPHA).to_numpy()  # NaN (no test): not significant
-    if (~sig).any():
-        ax.scatter(xs[~sig], y[~sig], marker="o", s=40, facecolors="white", edgecolors=color,
-                   linewidths=1.4, zorder=5, label=f"{prefix}mean Δ ± 95% t-interval")
-    if sig.any():
-        ax.scatter(xs[sig], y[sig], marker="D", s=44, color=color, edgecolors="black",
-                   linewidths=0.6, zorder=6, gid=HOLM_GID,
-                   label=f"{prefix}Holm p < {ALPHA:g}")
-    line = pd.DataFrame({"p": [*group["norm.p"], baseline], "y": [*y, 0.0]}).sort_values("p")
-    xl = _dodge(axis, np.array([axis.x(p) for p in line["p"]], dtype=float), offset)
-    finite = np.isfinite(line["p"].to_numpy(dtype=float))
-    ax.plot(xl[finite], line["y"][finite], color=color, lw=1.0, alpha=0.6, zorder=3)
-    if finite.any() and not finite.all():  # sorted: inf is last; dotted across the break
-        ax.plot(xl[-2:], line["y"].iloc[-2:], ls=":", color=color, lw=1.0, alpha=0.6, zorder=3)
-
-
-def _delta_levels(ax: Axes, others: pd.DataFrame) -> None:
-    """Kinds without p (norm=none, rms): their Δ as a level with its shaded interval."""
-    for _, r in others.iterrows():
-        kind = r.get("norm.kind", "?")
-        color = OTHER_KIND_COLORS.get(kind, "0.5")
-        ax.axhline(r["delta_mean"], color=color, lw=1.4, ls="-.", zorder=2,
-                   label=f"norm={kind} Δ (no p, {int(r['n_pairs'])} pairs)")
-        if pd.notna(r["delta_ci_low"]):
-            ax.axhspan(r["delta_ci_low"], r["delta_ci_high"], color=color, alpha=0.12, lw=0)
 
 
 def logged(df: pd.DataFrame, column: str) -> bool:
@@ -479,37 +227,7 @@ def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False
     axes[1].set_ylabel("")  # one y scale, labelled once
     fig.suptitle("attention entropy / its causal maximum ln(t+1), mean over layers, heads and "
                  "rows t ≥ 1 (1 = uniform over the visible tokens)", fontsize=10)
-    if by:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2,
-                   fontsize=7, frameon=False)
-    else:
-        axes[0].legend(fontsize=8, frameon=False)
-    return fig
-
-
-def entropy_curves(curves_df: pd.DataFrame, runs: pd.DataFrame | None = None,
-                   by: list[str] | tuple[str, ...] = ()) -> Figure:
-    """ENTROPY over training steps, mean ± 95% t-band per p, from the runs that logged it. With
-    `by` keys (columns of `runs`), one panel per value on one y scale: one mean per p over, say,
-    both gamma_init values would hide the difference the comparison is about."""
-    logged = curves_df.dropna(subset=[ENTROPY])
-    by = [k for k in by if k not in ("norm.p", "norm.kind")]
-    if not by or runs is None:
-        return curves(logged, y=ENTROPY)
-    panels = _series(logged.merge(runs[["run_dir", *by]], on="run_dir", how="left"), by)
-    fig, axes = new_figure(len(panels), width=5.2)
-    for ax, (name, _, group) in zip(axes, panels):
-        if ax is not axes[0]:
-            ax.sharey(axes[0])
-        for label, color, ls, g in _curve_groups(group):
-            _mean_band(ax, g, ENTROPY, label, color, ls)
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("training step")
-        ax.grid(True, alpha=0.3, lw=0.6)
-    axes[0].set_ylabel(metric_label(ENTROPY))
-    axes[0].legend(fontsize=8, frameon=False)
-    fig.suptitle(f"{ENTROPY} during training: mean over completed runs ± 95% t-interval",
-                 fontsize=10)
+    legend(fig, axes[0], by)
     return fig
 
 
@@ -534,9 +252,9 @@ def gamma_vs_p(df: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False) ->
         ax.set_title("learned p vs initial p", fontsize=10)
         ax.legend(fontsize=8, frameon=False)
     else:
-        for label, color, ls, group in _curve_groups(curves_df):
+        for label, color, ls, group in curve_groups(curves_df):
             if group["gamma_mean"].notna().any():
-                _mean_band(ax, group, "gamma_mean", label, color, ls)
+                mean_band(ax, group, "gamma_mean", label, color, ls)
         ax.set_xlabel("training step")
         ax.set_ylabel(r"learned $\gamma$ (mean over layers)")
         ax.set_title(r"$\gamma$ during training (p fixed)", fontsize=10)
@@ -544,44 +262,6 @@ def gamma_vs_p(df: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False) ->
             ax.legend(fontsize=8, frameon=False)
     ax.grid(True, alpha=0.3, lw=0.6)
     return fig
-
-
-# ---------------------------------------------------------------------------------------------
-# Optuna studies
-
-def optuna_figures(study) -> tuple[dict[str, Figure], list[str]]:
-    """History, param importances and slice plots of a study; notes for those it cannot draw."""
-    import optuna
-    from optuna.visualization import matplotlib as ovm
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    kw = {}
-    if len(study.directions) > 1:  # multi-objective: plot the first objective
-        kw = {"target": lambda t: t.values[0], "target_name": "objective 0"}
-    done = [t for t in study.get_trials(deepcopy=False)
-            if t.state == optuna.trial.TrialState.COMPLETE]
-    figures, notes = {}, []
-    # PED-ANOVA, Optuna 5's default, named so that Optuna 4.9 (whose default, fANOVA, needs
-    # scikit-learn) draws the same importances.
-    importances = functools.partial(ovm.plot_param_importances,
-                                    evaluator=optuna.importance.PedAnovaImportanceEvaluator())
-    plotters = {"history": ovm.plot_optimization_history, "importances": importances,
-                "slice": ovm.plot_slice}
-    for name, plot in plotters.items():
-        if name == "importances" and len(done) < 2:
-            notes.append(f"study {study.study_name!r}: no importances plot ({len(done)} completed "
-                         "trial(s); it needs at least 2)")
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # optuna marks these plots experimental
-                axes = plot(study, **kw)
-        except Exception as e:  # e.g. one distinct param value: importances are undefined
-            notes.append(f"study {study.study_name!r}: no {name} plot ({type(e).__name__}: {e})")
-            continue
-        ax = np.ravel(axes)[0]
-        figures[name] = ax.figure
-    return figures, notes
 
 
 def learned_p_columns(runs: pd.DataFrame) -> dict[tuple[int, int], str]:

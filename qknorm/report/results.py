@@ -23,6 +23,7 @@ import yaml
 from qknorm import rundir
 from qknorm.config import P_KINDS, effective_key, flatten
 from qknorm.errors import UserError
+from qknorm.report.paxis import format_p
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +212,8 @@ def _duplicate_of(df: pd.DataFrame, configs: list[dict[str, Any]]) -> list[str |
 def duplicates(runs: pd.DataFrame) -> pd.Series:
     """How many runs were folded into another, per label (norm=none, p=2, ...), for the summary."""
     dup = runs[runs["duplicate_of"].notna()]
-    labels = [f"norm={k}" if pd.isna(p) else f"p={p:g}" for k, p in zip(dup["norm.kind"],
-                                                                        dup["norm.p"])]
+    labels = [f"norm={k}" if pd.isna(p) else f"p={format_p(p)}"
+              for k, p in zip(dup["norm.kind"], dup["norm.p"])]
     return pd.Series(labels, dtype=object).value_counts(sort=False)
 
 

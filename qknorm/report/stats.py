@@ -17,8 +17,17 @@ import pandas as pd
 from scipy import stats
 
 from qknorm.config import P_KINDS
-from qknorm.errors import UserError
 from qknorm.multitest import holm
+
+# Re-exported: callers reach the run p, the baseline and p's labels as stats.<name>; they live
+# in qknorm.report.baseline and qknorm.report.paxis.
+from qknorm.report.baseline import AUTO as AUTO
+from qknorm.report.baseline import check_baseline as check_baseline
+from qknorm.report.baseline import continuous_p as continuous_p
+from qknorm.report.baseline import resolve_baseline as resolve_baseline
+from qknorm.report.baseline import run_ps as run_ps
+from qknorm.report.paxis import format_p
+from qknorm.report.paxis import p_labels as p_labels
 from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
 
 CONFIDENCE = 0.95
@@ -86,76 +95,6 @@ def best(summary: pd.DataFrame, metric: str, by: list[str] | tuple[str, ...] = (
     ranked = summary.dropna(subset=[f"{metric}_mean"]).sort_values(f"{metric}_mean", kind="stable")
     by = [k for k in by if k in summary.columns and k not in ("norm.p", "norm.kind")]
     return ranked.groupby(by, dropna=False).head(1) if by else ranked.head(1)
-
-
-AUTO = "auto"  # --baseline's default: p = 2 when run, else what resolve_baseline says
-
-
-def run_ps(df: pd.DataFrame) -> list[float]:
-    """The distinct p values of the Lp runs, sorted (inf last)."""
-    return sorted(set(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna()))
-
-
-def label_digits(ps) -> int:
-    """Significant digits that print every p distinctly: 6, more where two would print alike."""
-    ps = set(ps)
-    return next((d for d in range(6, 17) if len({format_p(p, d) for p in ps}) == len(ps)), 17)
-
-
-def p_labels(ps) -> dict[float, str]:
-    """Each p as the report's tables and errors print it."""
-    digits = label_digits(ps)
-    return {p: format_p(p, digits) for p in sorted(set(ps))}
-
-
-def continuous_p(df: pd.DataFrame) -> bool:
-    """Whether the p values are a continuous search's rather than a grid's.
-
-    A grid's p values are typed (or listed by a preset) and print exactly at 6 significant
-    digits; a sampler's (TPE, GP, random over an interval) almost never do. More than 12
-    distinct finite p are drawn as a continuous search too: no axis holds one tick per p.
-    """
-    finite = [p for p in run_ps(df) if math.isfinite(p)]
-    return len(finite) > 12 or any(float(format_p(p)) != p for p in finite)
-
-
-def check_baseline(df: pd.DataFrame, baseline: float) -> float:
-    """The run p that `baseline` names: equal to it, or printed the same (the report's tables
-    and this error round p to 6 significant digits). UserError naming every p run otherwise."""
-    ps = run_ps(df)
-    if baseline in ps:
-        return baseline
-    digits, labels = label_digits(ps), p_labels(ps)
-    for p, label in labels.items():  # labels are distinct: at most one matches
-        if format_p(baseline, digits) == label:
-            return p
-    run = ", ".join(labels.values()) or "none"
-    raise UserError(f"--baseline {format_p(baseline)}: no run used norm.p={format_p(baseline)} "
-                    f"(p values run, each accepted as written: {run}); pass one of those, or "
-                    "--baseline none")
-
-
-def resolve_baseline(df: pd.DataFrame, baseline: float | str | None) -> tuple[float | None, str]:
-    """(the baseline p, or None for no paired table; one sentence for the summary when the
-    default could not be p = 2). A p the user gave must have been run (UserError)."""
-    if baseline is None:
-        return None, ""
-    if baseline != AUTO:
-        return check_baseline(df, float(baseline)), ""
-    ps = run_ps(df)
-    if 2.0 in ps:
-        return 2.0, ""
-    if not ps:
-        return None, "No run has a p (norm=none or rms only), so there is no paired Δ table."
-    if continuous_p(df):
-        return None, ("p=2 was not run and the p values come from a continuous search, "
-                      "where any one p is a single trial, so there is no paired Δ table; the "
-                      "loss_vs_p figure's fit shows the trend, and --baseline P with a p from "
-                      "the tables above compares every p with that one.")
-    nearest = min(ps, key=lambda p: abs(math.log(p / 2.0)))  # inf is infinitely far
-    return nearest, (f"p=2 was not run, so the baseline is the run p nearest to 2, "
-                     f"p={p_labels(ps)[nearest]}; --baseline P picks another, --baseline none "
-                     "drops the comparison.")
 
 
 @dataclass
@@ -424,13 +363,3 @@ def fit_minima(df: pd.DataFrame, metric: str, by: list[str] | tuple[str, ...] = 
         lowest = fit_minimum(trials["p"], trials["mean"]) or {}
         rows.append({**dict(zip(by, values)), "trials": len(trials), **lowest})
     return pd.DataFrame(rows, columns=[*by, "trials", "p", "mean", "low", "high", "edge"])
-
-
-def format_p(p: float, digits: int = 6) -> str:
-    """2.0 -> '2', 2.5 -> '2.5', inf -> 'inf', NaN -> '-' (a kind without p); `digits`
-    significant digits."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "-"
-    if math.isinf(p):
-        return "inf"
-    return f"{p:.{digits}g}"

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from qknorm import rundir
-from qknorm.report import results, stats
+from qknorm.report import paxis, results, stats
 from qknorm.report.computed import Options, Statistics, compute
 from qknorm.sweep import elimination
 from qknorm.sweep import racestats as race
@@ -37,7 +37,7 @@ def _group_label(row: pd.Series, keys: list[str]) -> list[str]:
     out = []
     for key in keys:
         value = row[key]
-        out.append(stats.format_p(value) if key == "norm.p" else str(value))
+        out.append(paxis.format_p(value) if key == "norm.p" else str(value))
     return out
 
 
@@ -148,7 +148,7 @@ def _folded_note(folded: pd.Series) -> list[str]:
 
 def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
                    baseline: float) -> list[str]:
-    b = stats.format_p(baseline)
+    b = paxis.format_p(baseline)
     return [f"## Δ {metric} vs p={b} (group − baseline), paired by (seed, data.fold)", "",
             "Negative Δ: lower than the baseline. p-values: paired t-test "
             "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
@@ -181,8 +181,8 @@ def _readings_section(s: Statistics, metric: str, baseline: float | None) -> lis
     header = s.keys + ["n", "best: mean [95% t-interval]", "best step (median)",
                        "final: mean [95% t-interval]", "runs best at the last eval"]
     if baseline is not None:
-        header += [f"Δ best vs p={stats.format_p(baseline)} [95%]",
-                   f"Δ final vs p={stats.format_p(baseline)} [95%]"]
+        header += [f"Δ best vs p={paxis.format_p(baseline)} [95%]",
+                   f"Δ final vs p={paxis.format_p(baseline)} [95%]"]
     return ["## Final and best val loss side by side", "",
             "best = the lowest val loss of the run's evals, reached at `best step`; final = the "
             "val loss at the last step. Δ: group − baseline, paired by (seed, data.fold), "
@@ -229,7 +229,7 @@ def _fit_section(fits: pd.DataFrame, by: list[str], metric: str) -> list[str]:
             cells = ["-", "-", "-", f"no fit: fewer than {stats.MIN_FIT_POINTS} trials at 3 or "
                      "more finite p"]
         else:
-            cells = [stats.format_p(r["p"], 3), _num(r["mean"]),
+            cells = [paxis.format_p(r["p"], 3), _num(r["mean"]),
                      f"[{_num(r['low'])}, {_num(r['high'])}]",
                      f"the {r['edge']} finite p run" if r["edge"] else ""]
         rows.append([str(r[k]) for k in by] + [str(int(r["trials"]))] + cells)

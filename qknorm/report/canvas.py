@@ -1,0 +1,69 @@
+"""What every figure of the report shares: its canvas (`new_figure`, a pyplot-free Figure, so
+figures draw headless and in parallel tests), the axis labels, the colours, the gids tests find
+marks by, the split of runs into --by series and where the legend goes.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+LABELS = {  # axis labels with units; losses are mean cross-entropy per character
+    "best_val_loss": "best validation loss (nats/char)",
+    "val_loss": "final validation loss (nats/char)",
+    "train_loss": "final training loss (nats/char)",
+    "wall_time_s": "wall time per run (s)",
+    "tokens_per_s": "training throughput (tokens/s)",
+    "gamma": r"learned $\gamma$ at the end (mean over layers)",
+    "p_final": "p at the end of training",
+    "steps": "steps",
+    "attn_entropy": "attention entropy (nats, mean over layers)",
+    "attn_entropy_frac": "attention entropy / ln(t+1)",
+    "attn_max_weight": "largest attention weight per row (mean over layers)",
+    "logit_std": "std of the attention logits (mean over layers)",
+}
+# The entropy the figures show: as a fraction of its causal maximum ln(t+1), so rows that see
+# 2 tokens and rows that see 256 weigh alike and 1 always means uniform attention.
+ENTROPY = "attn_entropy_frac"
+RUN_GID = "runs"  # the scatter collections with one dot per run carry this gid (tests find them)
+TRIAL_GID = "trials"  # continuous search: one point per trial (the mean of its runs)
+BEST_GID = "best"  # continuous search: the best trial of each series
+RUN_COLOR = "#4C72B0"
+MEAN_COLOR = "#C44E52"
+OTHER_KIND_COLORS = {"none": "#55A868", "rms": "#8172B2"}
+SERIES_COLORS = ["#4C72B0", "#DD8452", "#C44E52", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
+                 "#64B5CD"]  # one per --by value; none/rms keep their own green and purple
+
+
+def metric_label(metric: str) -> str:
+    return LABELS.get(metric, metric)
+
+
+def new_figure(ncols: int = 1, width: float = 6.4, height: float = 4.2) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width * ncols if ncols > 1 else width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def series(runs: pd.DataFrame, by) -> list[tuple[str, str | None, pd.DataFrame]]:
+    """(name, colour, runs) per value of the `by` keys; one unnamed series without them."""
+    by = [k for k in by if k not in ("norm.p",)]
+    if not by:
+        return [("", None, runs)]
+    out = []
+    for i, (values, group) in enumerate(runs.groupby(by, dropna=False, sort=True)):
+        values = values if isinstance(values, tuple) else (values,)
+        name = ", ".join(f"{k}={v}" for k, v in zip(by, values))
+        out.append((name, SERIES_COLORS[i % len(SERIES_COLORS)], group))
+    return out
+
+
+def legend(fig: Figure, ax: Axes, by) -> None:
+    """ax's legend: inside the axes, or with --by series (an entry per series and mark) below
+    them, off the data."""
+    if by:
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2,
+                   fontsize=7, frameon=False)
+    else:
+        ax.legend(fontsize=8, frameon=False)
