@@ -16,6 +16,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm import rundir
+from qknorm.status import open_reader
 from qknorm.sweep import status_lines
 from qknorm.sweep.specs import JOURNAL_PREFIX
 from qknorm.sweep.status import duration
@@ -223,8 +224,8 @@ def status_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 
-def finished_study(storage) -> None:
-    study = new_study(storage, "done")
+def finished_study(storage, name: str = "done") -> None:
+    study = new_study(storage, name)
     study.add_trial(trial(0, TrialState.COMPLETE, 100, 30, 3.5, status="completed", n=2,
                           std=0.25, mean=3.5))
     study.add_trial(trial(1, TrialState.PRUNED, 70, 10, status="pruned", n=1))
@@ -243,11 +244,30 @@ def test_the_cli_reads_sqlite_read_only_and_a_journal_file(tmp_path):
     r = status_cli("sqlite:///o.db", "--n-trials", "2", cwd=tmp_path)  # relative: from cwd
     assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK)
     assert (db.stat().st_mtime_ns, db.read_bytes()) == before  # read, never written
+    reader = open_reader(f"sqlite:///{db}")
+    with pytest.raises(Exception) as e:  # Optuna wraps the driver's error: its cause says why
+        reader.set_study_user_attr(reader.get_study_id_from_name("done"), "x", 1)
+    assert "attempt to write a readonly database" in str(e.value.__cause__)
     log = tmp_path / "o.log"
     finished_study(optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(log))))
     r = status_cli(JOURNAL_PREFIX + str(log), "--study", "done", "--n-trials", "2",
                    cwd=tmp_path)
+    assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK)
+
+
+def test_a_sweep_dir_without_jobs_finds_its_study_in_optimization_results(tmp_path):
+    """Its storage is as the sweep was given it, relative to where the sweep ran: found from
+    the sweep dir's ancestors, whatever the reader's cwd."""
+    (tmp_path / "outputs").mkdir()
+    finished_study(f"sqlite:///{tmp_path}/outputs/o.db")
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "p_tpe" / "DATE"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "optimization_results.yaml").write_text(
+        "study_name: done\nstorage: sqlite:///outputs/o.db\nn_trials: 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = status_cli(str(sweep_dir), cwd=elsewhere)
     assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK)
 
 
@@ -299,3 +319,18 @@ def test_a_real_sweep_shows_two_of_two_complete(cli):
     # 2 trials x 2 folds (p_tpe's replicates) x 20 steps
     assert lines[3].startswith("  spent: 4 jobs, 80 training steps, ")
 
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.xdist_group("postgres")
+def test_the_cli_reads_postgresql_in_read_only_transactions(tmp_path, postgres_url):
+    name = f"status_{tmp_path.name}"  # the session's server is shared: a study of its own
+    finished_study(postgres_url, name)
+    r = status_cli(postgres_url, "--study", name, "--n-trials", "2", cwd=tmp_path)
+    assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK.replace("done:", f"{name}:"))
+    reader = open_reader(postgres_url)
+    study_id = reader.get_study_id_from_name(name)
+    with pytest.raises(Exception) as e:  # Optuna wraps the driver's error: its cause says why
+        reader.set_study_user_attr(study_id, "x", 1)
+    assert "cannot execute INSERT in a read-only transaction" in str(e.value.__cause__)
