@@ -1,0 +1,271 @@
+"""A sweep's status in at most three lines, read from its Optuna study alone, so it works from
+any terminal or machine while the sweep runs (python -m qknorm.status; the sweeper logs it after
+every tell). docs/status.md explains the lines.
+
+  trials 5/8: 2 complete, 1 pruned, 1 failed, 1 running; elapsed 10m00s, ETA ≤ 5m00s (...)
+  best: trial 3 (norm.p=2.5) 3.8000 ± 0.0100 (n=2)
+  spent: 6 jobs, 120 training steps, 0.0167 core-h
+
+Trials are counted as the sweeper counts them (qknorm/sweep/study.py, holds_slot): a stale trial
+that was retried and a surplus trial hold no slot. The ETA:
+
+  plain  median job time x jobs left / slots, where a job's time is a completed trial's wall
+         time (ask to tell) / its n jobs, and jobs left = (total - finished trials) x the jobs
+         per trial. A batch of `slots` trials (the sweeper's n_jobs) takes one trial's wall
+         time, whether its launcher runs the batch's jobs one by one or all at once, so this
+         is right either way. A running trial counts as not started: the ETA errs long by up
+         to one batch.
+  race   elapsed / runs done x runs left, where runs left are every block still missing of the
+         candidates still racing (the throughput so far: a race's trials live as long as the
+         race, so their wall time says nothing about one run's).
+
+"≤": the jobs left are an upper bound, because a pruner (a trial's PRUNER_ATTR spec, other than
+none) may stop trials early and a race drops candidates. The time per job stays an estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from qknorm.rundir import COMPLETED, FAILED, PRUNED, read_final
+from qknorm.sweep import racestats
+from qknorm.sweep.study import (
+    DUPLICATE_ATTR,
+    JOB_DIRS_ATTR,
+    JOBS_ATTR,
+    N_ATTR,
+    PARAMS_ATTR,
+    PRUNER_ATTR,
+    RACE_CANDIDATE_ATTR,
+    RACE_SETTINGS_ATTR,
+    STATUS_ATTR,
+    STD_ATTR,
+    SURPLUS,
+    holds_slot,
+    retried_numbers,
+)
+
+DECIDED = (racestats.DROPPED, racestats.STOPPED, racestats.SURVIVED, racestats.FAILED)
+
+# run dir -> ((mtime_ns, size) of its final.json, the fields the status reads). A final.json is
+# read once per version: a retried job may write its run dir's final.json again.
+_finals: dict[str, tuple[tuple[int, int], dict[str, Any] | None]] = {}
+
+
+def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 1,
+                 now: float | None = None) -> list[str]:
+    """The study's status (see the module doc): progress and time, the best so far, the compute
+    spent. `n_trials`: the sweep's total (None: the grid's size when the study was sampled on
+    a grid or raced, else the trials so far); `slots`: trials run at once (the sweeper's
+    n_jobs); `now`: Unix time (tests fix it)."""
+    now = time.time() if now is None else now
+    trials = study.get_trials(deepcopy=False)  # the one read of the study
+    retried = retried_numbers(trials)
+    counted = [t for t in trials if holds_slot(t, retried)]
+    settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
+    elim = _elimination(settings, trials, retried) if isinstance(settings, dict) else None
+    total = n_trials if n_trials is not None else (
+        len(settings["candidates"]) if elim is not None else _grid_size(trials))
+    lines = [_progress(trials, counted, total, slots, now, elim),
+             _best(study, counted)]
+    lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))
+    return lines
+
+
+# -- line 1: trials and time ----------------------------------------------------------------
+
+def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int | None,
+              slots: int, now: float, elim: racestats.Elimination | None) -> str:
+    by = {s: sum(t.state.is_finished() and t.user_attrs.get(STATUS_ATTR) == s for t in counted)
+          for s in (COMPLETED, PRUNED, FAILED)}
+    running = sum(t.state == TrialState.RUNNING for t in counted)
+    finished = sum(by.values())
+    shown = f"{finished}/{total}" if total is not None else f"{finished} so far"
+    line = (f"trials {shown}: {by[COMPLETED]} complete, {by[PRUNED]} pruned, "
+            f"{by[FAILED]} failed, {running} running")
+    starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
+    if not starts:
+        return line + "; not started"
+    done = running == 0 and total is not None and finished >= total
+    if done:  # over: its elapsed time stays what it was, whenever the status is read
+        ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete]
+        return line + f"; elapsed {duration(max(ends, default=now) - min(starts))}, done"
+    elapsed = now - min(starts)
+    line += f"; elapsed {duration(elapsed)}, "
+    if total is None:
+        return line + "ETA unknown (the total is not known: give n_trials)"
+    bound = "≤ " if elim is not None or _pruned_sometimes(trials) else ""
+    if elim is not None:
+        runs_done = elim.spent["runs"]
+        left = sum(len(elim.blocks) - r["n"] for r in elim.rows
+                   if r["outcome"] not in DECIDED)
+        if not runs_done:
+            return line + "ETA unknown (no run finished yet)"
+        per_run = elapsed / runs_done
+        return line + (f"ETA {bound}{duration(per_run * left)} ({left} runs left at most x "
+                       f"{duration(per_run)} per run so far)")
+    timed = [t for t in counted if t.state == TrialState.COMPLETE
+             and t.user_attrs.get(STATUS_ATTR) == COMPLETED and DUPLICATE_ATTR not in t.user_attrs
+             and t.duration is not None and (t.user_attrs.get(N_ATTR) or 0) >= 1]
+    if not timed:
+        return line + "ETA unknown (no trial completed yet)"
+    job_s = statistics.median(t.duration.total_seconds() / t.user_attrs[N_ATTR] for t in timed)
+    per_trial = max(t.user_attrs[N_ATTR] for t in timed)
+    jobs_left = max(total - finished, 0) * per_trial
+    eta = job_s * jobs_left / max(slots, 1)
+    return line + (f"ETA {bound}{duration(eta)} ({jobs_left} jobs left x {duration(job_s)} "
+                   f"median job / {slots} slot{'s' if slots != 1 else ''})")
+
+
+def _pruned_sometimes(trials: list[FrozenTrial]) -> bool:
+    """Whether the latest trial was asked under a pruner that may stop trials early."""
+    spec = next((t.user_attrs[PRUNER_ATTR] for t in reversed(trials)
+                 if isinstance(t.user_attrs.get(PRUNER_ATTR), dict)), None)
+    return spec is not None and spec.get("name", "none") != "none"
+
+
+def _grid_size(trials: list[FrozenTrial]) -> int | None:
+    """The grid's size, from the search space Optuna's GridSampler stores in each trial."""
+    for t in reversed(trials):
+        space = t.system_attrs.get("search_space")
+        if isinstance(space, dict) and "grid_id" in t.system_attrs:
+            return math.prod(len(v) for v in space.values())
+    return None
+
+
+def duration(seconds: float) -> str:
+    """45s, 12m30s, 2h05m, 3d04h: two units, enough for an ETA."""
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+# -- line 2: the best so far ----------------------------------------------------------------
+
+def _best(study: optuna.Study, counted: list[FrozenTrial]) -> str:
+    # A penalised failure is COMPLETE for Optuna but not a result (as outputs.summary).
+    done = [t for t in counted if t.state == TrialState.COMPLETE
+            and t.user_attrs.get(STATUS_ATTR) == COMPLETED and t.values is not None]
+    directions = study.directions
+    if len(directions) > 1:
+        front = _pareto(done, directions)
+        return f"Pareto front: {len(front)} of {len(done)} complete trials"
+    if not done:
+        return "best: none yet"
+    sign = 1.0 if directions[0] == StudyDirection.MINIMIZE else -1.0
+    best = min(done, key=lambda t: (sign * t.value, t.number))
+    line = f"best: trial {best.number} ({_params(best)}) {best.value:.4f}"
+    std, n = best.user_attrs.get(STD_ATTR), best.user_attrs.get(N_ATTR)
+    if isinstance(std, list):
+        std = std[0]
+    if isinstance(n, int) and n > 1:
+        if isinstance(std, (int, float)) and math.isfinite(std):
+            line += f" ± {std:.4f}"
+        line += f" (n={n})"
+    return line
+
+
+def _params(trial: FrozenTrial) -> str:
+    if RACE_CANDIDATE_ATTR in trial.user_attrs:
+        return trial.user_attrs[RACE_CANDIDATE_ATTR]
+    params = trial.user_attrs.get(PARAMS_ATTR) or trial.params
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in params.items())
+
+
+def _pareto(done: list[FrozenTrial], directions: list[StudyDirection]) -> list[FrozenTrial]:
+    signs = [1.0 if d == StudyDirection.MINIMIZE else -1.0 for d in directions]
+    keys = [[s * v for s, v in zip(signs, t.values, strict=True)] for t in done]
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+    return [t for t, k in zip(done, keys, strict=True)
+            if not any(dominates(o, k) for o in keys)]
+
+
+# -- line 3: compute spent (a race: its share of the grid) ------------------------------------
+
+def _spent_line(trials: list[FrozenTrial], retried: set[int]) -> str:
+    """Training steps and core-hours over every run dir the study names that has a final.json
+    (finished trials' jobs, a running trial's finished replicates); each dir once, as a
+    retry and a repeat name the dirs of the trial they stand for."""
+    dirs: set[str] = set()
+    for t in trials:
+        if t.user_attrs.get(STATUS_ATTR) == SURPLUS:
+            continue
+        dirs.update(t.user_attrs.get(JOBS_ATTR) or ())
+        dirs.update((t.user_attrs.get(JOB_DIRS_ATTR) or {}).values())
+    finals = [f for f in (_final(d) for d in sorted(dirs)) if f is not None]
+    steps = sum(_num(f.get("steps")) for f in finals)
+    core_s = sum(_num(f.get("wall_time_s")) * _num(f.get("threads")) for f in finals)
+    return (f"spent: {len(finals)} jobs, {steps:,.0f} training steps, "
+            f"{core_hours(core_s)} core-h")
+
+
+def _race_line(e: racestats.Elimination) -> str:
+    counts = {o: sum(r["outcome"] == o for r in e.rows) for o in DECIDED}
+    decided = sum(counts.values())
+    parts = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+    line = (f"race: {decided} of {len(e.rows)} candidates decided"
+            f"{f' ({parts})' if parts else ''}, {len(e.rows) - decided} racing; "
+            f"ran {e.spent['runs']} of {e.grid['runs']} runs "
+            f"({racestats.share(e.spent['runs'], e.grid['runs'])} of the grid), "
+            f"{e.spent['steps']:,.0f} training steps "
+            f"({racestats.share(e.spent['steps'], e.grid['steps'])}), "
+            f"{core_hours(e.spent['core_s'])} core-h "
+            f"({racestats.share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
+    return line
+
+
+def _elimination(settings: dict, trials: list[FrozenTrial],
+                 retried: set[int]) -> racestats.Elimination:
+    """race.elimination(study) on the trials already read: each candidate's latest trial that
+    is neither a retried original nor surplus (race._counted)."""
+    current = {t.user_attrs[RACE_CANDIDATE_ATTR]: t for t in trials
+               if t.number not in retried and t.user_attrs.get(STATUS_ATTR) != SURPLUS
+               and RACE_CANDIDATE_ATTR in t.user_attrs}
+    return racestats.elimination(settings, current)
+
+
+def core_hours(core_s: float) -> str:
+    h = core_s / 3600
+    return f"{h:,.1f}" if h >= 10 else f"{h:.3g}"
+
+
+def _num(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) \
+        and math.isfinite(x) else 0.0
+
+
+def _final(run_dir: str) -> dict[str, Any] | None:
+    path = Path(run_dir) / "final.json"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # not finished (or not on this machine)
+    version = (st.st_mtime_ns, st.st_size)
+    cached = _finals.get(run_dir)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    try:
+        final = read_final(Path(run_dir))
+    except (OSError, ValueError):  # being replaced right now: read it next time
+        return None
+    fields = {k: final.get(k) for k in ("steps", "wall_time_s", "threads")} if final else None
+    _finals[run_dir] = (version, fields)
+    return fields

@@ -1,0 +1,336 @@
+"""A sweep's status (qknorm/sweep/status.py, python -m qknorm.status) on studies built here with
+Optuna in tmp storages, with known durations and run dirs, and once on a real small sweep."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from qknorm import rundir
+from qknorm.status import open_reader
+from qknorm.sweep import status_lines
+from qknorm.sweep.specs import JOURNAL_PREFIX
+from qknorm.sweep.status import duration
+from qknorm.sweep.study import (
+    N_ATTR,
+    PARAMS_ATTR,
+    RACE_CANDIDATE_ATTR,
+    RACE_OUTCOME_ATTR,
+    RACE_RUNS_ATTR,
+    RACE_SETTINGS_ATTR,
+    RETRIED_ATTR,
+    STATUS_ATTR,
+    STD_ATTR,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+NOW = 1_800_000_000.0  # Unix time the status is read at
+P = FloatDistribution(0.1, 100.0)
+
+
+def at(seconds_before_now: float) -> datetime.datetime:
+    # Optuna keeps naive local datetimes; .timestamp() reads them back the same way.
+    return datetime.datetime.fromtimestamp(NOW - seconds_before_now)
+
+
+def trial(number: int, state: TrialState, start: float, took: float | None = None,
+          value=None, params: dict | None = None, **attrs) -> FrozenTrial:
+    """A trial that started `start` s before NOW and took `took` s (None: still running);
+    `attrs`: its user attrs by their names in qknorm/sweep/study.py (status, n, std, jobs, ...)."""
+    params = params if params is not None else {"norm.p": 2.0 + number}
+    return FrozenTrial(
+        number=number, state=state, value=None, values=value if isinstance(value, list) else
+        None if value is None else [value],
+        datetime_start=at(start),
+        datetime_complete=None if took is None else at(start - took),
+        params=params, distributions={k: P for k in params},
+        user_attrs={PARAMS_ATTR: params, **attrs},
+        system_attrs={}, intermediate_values={}, trial_id=number)
+
+
+def job(root: Path, name: str, steps: int, wall: float, threads: int) -> str:
+    d = root / name
+    d.mkdir(parents=True)
+    rundir.write_final(d, {"status": "completed", "steps": steps, "wall_time_s": wall,
+                           "threads": threads})
+    return str(d)
+
+
+def new_study(url_or_storage, name="s", directions=("minimize",)) -> optuna.Study:
+    return optuna.create_study(storage=url_or_storage, study_name=name,
+                               directions=list(directions))
+
+
+def plain_study(tmp_path: Path, url: str) -> optuna.Study:
+    """5 counted trials (2 complete, 1 pruned, 1 failed, 1 running), plus a stale trial that
+    was retried (its retry waits) and a surplus one: neither counts."""
+    jobs = tmp_path / "jobs"
+    median = {"name": "median"}
+    study = new_study(url)
+    for t in [
+        trial(0, TrialState.COMPLETE, 600, 100, 3.9, status="completed", n=2, std=0.02,
+              mean=3.9, pruner=median,
+              jobs=[job(jobs, "0_a", 30, 10.0, 2), job(jobs, "0_b", 30, 10.0, 2)]),
+        trial(1, TrialState.COMPLETE, 500, 140, 3.8, status="completed", n=2, std=0.01,
+              mean=3.8, pruner=median,
+              jobs=[job(jobs, "1_a", 30, 14.0, 2), job(jobs, "1_b", 30, 14.0, 2)]),
+        trial(2, TrialState.PRUNED, 400, 20, status="pruned", n=1, pruner=median,
+              jobs=[job(jobs, "2_a", 10, 5.0, 1)]),
+        trial(3, TrialState.FAIL, 300, 5, status="failed", n=1, pruner=median,
+              error="boom", jobs=[str(jobs / "3_a")]),  # no final.json: costs nothing known
+        trial(4, TrialState.FAIL, 200, 1, pruner=median),  # stale: killed with its sweeper
+        trial(5, TrialState.COMPLETE, 100, 1, 1.0, status="surplus", pruner=median),
+        trial(6, TrialState.RUNNING, 50, pruner=median,
+              # a running trial's finished replicate is spent compute too
+              job_dirs={"data.fold=0": job(jobs, "6_a", 30, 7.0, 1),
+                        "data.fold=1": str(jobs / "6_b")}),
+    ]:
+        study.add_trial(t)
+    retry = trial(7, TrialState.WAITING, 0, pruner=median)
+    retry.system_attrs[RETRIED_ATTR] = 4
+    retry.datetime_start = None
+    study.add_trial(retry)
+    return study
+
+
+def test_a_plain_study_counts_as_the_sweeper_does_and_bounds_its_eta(tmp_path):
+    study = plain_study(tmp_path, f"sqlite:///{tmp_path}/o.db")
+    # Job time: median of 100/2 and 140/2 = 60 s; 8 - 4 finished = 4 trials of 2 jobs left;
+    # 60 x 8 / 2 slots = 240 s. A median pruner may stop trials: at most.
+    assert status_lines(study, n_trials=8, slots=2, now=NOW) == [
+        "trials 4/8: 2 complete, 1 pruned, 1 failed, 1 running; elapsed 10m00s, "
+        "ETA ≤ 4m00s (8 jobs left x 1m00s median job / 2 slots)",
+        "best: trial 1 (norm.p=3) 3.8000 ± 0.0100 (n=2)",
+        # steps 30+30+30+30+10+30; core-s 20+20+28+28+5+7 = 108 = 0.03 core-h
+        "spent: 6 jobs, 160 training steps, 0.03 core-h",
+    ]
+    # Without n_trials a TPE study's total is unknown: the count so far, no ETA.
+    assert status_lines(study, now=NOW)[0] == (
+        "trials 4 so far: 2 complete, 1 pruned, 1 failed, 1 running; elapsed 10m00s, "
+        "ETA unknown (the total is not known: give n_trials)")
+
+
+def test_the_eta_is_the_median_job_time_times_the_jobs_left_over_the_slots(tmp_path):
+    study = new_study(f"sqlite:///{tmp_path}/o.db")
+    for i, took in enumerate([30, 90, 60]):  # one job each, no pruner: an estimate, not a bound
+        study.add_trial(trial(i, TrialState.COMPLETE, 1000 - 100 * i, took, 4.0 - i / 10,
+                              status="completed", n=1, pruner={"name": "none"}))
+    first = "trials 3/10: 3 complete, 0 pruned, 0 failed, 0 running; elapsed 16m40s, "
+    assert status_lines(study, 10, 1, NOW)[0] == first + (
+        "ETA 7m00s (7 jobs left x 1m00s median job / 1 slot)")  # 60 x 7
+    assert status_lines(study, 10, 3, NOW)[0] == first + (
+        "ETA 2m20s (7 jobs left x 1m00s median job / 3 slots)")  # 60 x 7 / 3
+    # All done: elapsed is the first start (1000 s before NOW) to the last end (800 - 60 s
+    # before), the same whenever it is read.
+    assert status_lines(study, 3, 1, NOW + 9999)[0] == (
+        "trials 3/3: 3 complete, 0 pruned, 0 failed, 0 running; elapsed 4m20s, done")
+    assert status_lines(study, 3, 1, NOW)[1] == "best: trial 2 (norm.p=4) 3.8000"  # n = 1
+    assert [duration(s) for s in (0, 59.4, 61, 3599, 7500, 90000)] == [
+        "0s", "59s", "1m01s", "59m59s", "2h05m", "1d01h"]
+
+
+def test_best_line_maximize_replicates_and_the_pareto_front(tmp_path):
+    url = f"sqlite:///{tmp_path}/o.db"
+    up = new_study(url, "up", ["maximize"])
+    up.add_trial(trial(0, TrialState.COMPLETE, 100, 10, 5.0, status="completed", n=3, std=0.5))
+    up.add_trial(trial(1, TrialState.COMPLETE, 90, 10, 7.25, status="completed", n=3,
+                       std=0.125, params={"norm.p": 1 / 3}))
+    # A penalised failure is COMPLETE with a great value, but not a result.
+    up.add_trial(trial(2, TrialState.COMPLETE, 80, 10, 99.0, status="failed", n=3))
+    assert status_lines(up, 3, now=NOW)[1] == (
+        "best: trial 1 (norm.p=0.3333) 7.2500 ± 0.1250 (n=3)")
+    two = new_study(url, "two", ["minimize", "minimize"])
+    for i, v in enumerate([[1.0, 3.0], [2.0, 2.0], [2.5, 2.5], [3.0, 1.0]]):
+        two.add_trial(trial(i, TrialState.COMPLETE, 100, 10, v, status="completed", n=1))
+    assert status_lines(two, 4, now=NOW)[1] == "Pareto front: 3 of 4 complete trials"
+    none = new_study(url, "none")
+    assert status_lines(none, 4, now=NOW) == [
+        "trials 0/4: 0 complete, 0 pruned, 0 failed, 0 running; not started",
+        "best: none yet", "spent: 0 jobs, 0 training steps, 0 core-h"]
+
+
+def test_a_grid_study_knows_its_total(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/o.db", study_name="g",
+                                sampler=optuna.samplers.GridSampler(
+                                    {"norm.p": [1.0, 2.0, 4.0], "seed": [0, 1]}, seed=0))
+    for _ in range(2):
+        t = study.ask()
+        t.suggest_categorical("norm.p", [1.0, 2.0, 4.0])
+        t.suggest_categorical("seed", [0, 1])
+        t.set_user_attr(STATUS_ATTR, "completed")
+        t.set_user_attr(N_ATTR, 1)
+        study.tell(t, 3.0)
+    assert status_lines(study, now=NOW)[0].startswith(
+        "trials 2/6: 2 complete, 0 pruned, 0 failed, 0 running; elapsed ")
+
+
+F = [f"data.fold={f}" for f in range(3)]
+CANDIDATES = ["norm.p=1.0", "norm.p=2.0", "norm.p=inf"]
+
+
+def race_trial(number: int, p: float, state: TrialState, runs: dict, **attrs) -> FrozenTrial:
+    # Every candidate is asked when the race starts, 600 s before NOW, and lives as long.
+    t = trial(number, state, 600, None if state == TrialState.RUNNING else 500,
+              params={"norm.p": p}, **attrs)
+    t.distributions = {"norm.p": CategoricalDistribution([1.0, 2.0, math.inf])}
+    t.user_attrs.update({RACE_CANDIDATE_ATTR: f"norm.p={p}", RACE_RUNS_ATTR: runs})
+    return t
+
+
+def run(value, steps=30, core_s=3.0):
+    return {"value": value, "steps": steps, "core_s": core_s}
+
+
+def race_study(url: str) -> optuna.Study:
+    study = new_study(url, "r")
+    study.set_user_attr(RACE_SETTINGS_ATTR, {
+        "min_replicates": 2, "alpha": 0.05, "baseline": "norm.p=2.0", "blocks": F,
+        "candidates": CANDIDATES, "rungs": None, "margin": None, "budget_steps": None})
+    study.add_trial(race_trial(0, 1.0, TrialState.PRUNED, {F[0]: run(2.5), F[1]: run(2.6)},
+                               status="pruned", n=2,
+                               **{RACE_OUTCOME_ATTR: {"outcome": "dropped", "n": 2,
+                                                      "after": F[1]}}))
+    study.add_trial(race_trial(1, 2.0, TrialState.RUNNING, {F[0]: run(1.9), F[1]: run(2.0)}))
+    study.add_trial(race_trial(2, math.inf, TrialState.RUNNING,
+                               {F[0]: run(2.0), F[1]: run(2.05)}))
+    return study
+
+
+def test_a_race_shows_its_decisions_its_share_of_the_grid_and_a_bounded_eta(tmp_path):
+    study = race_study(f"sqlite:///{tmp_path}/o.db")
+    # 6 runs in 600 s: 100 s a run; p=2 and p=inf lack one fold each: 2 runs left at most.
+    assert status_lines(study, now=NOW) == [
+        "trials 1/3: 0 complete, 1 pruned, 0 failed, 2 running; elapsed 10m00s, "
+        "ETA ≤ 3m20s (2 runs left at most x 1m40s per run so far)",
+        "best: none yet",
+        "race: 1 of 3 candidates decided (1 dropped), 2 racing; ran 6 of 9 runs (67% of the "
+        "grid), 180 training steps (67%), 0.005 core-h (67% of the grid's estimate)",
+    ]
+
+
+# -- the command line --------------------------------------------------------------------------
+
+def status_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qknorm.status", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+
+
+def finished_study(storage, name: str = "done") -> None:
+    study = new_study(storage, name)
+    study.add_trial(trial(0, TrialState.COMPLETE, 100, 30, 3.5, status="completed", n=2,
+                          std=0.25, mean=3.5))
+    study.add_trial(trial(1, TrialState.PRUNED, 70, 10, status="pruned", n=1))
+
+
+DONE_BLOCK = ("study done:\n"
+              "  trials 2/2: 1 complete, 1 pruned, 0 failed, 0 running; elapsed 40s, done\n"
+              "  best: trial 0 (norm.p=2) 3.5000 ± 0.2500 (n=2)\n"
+              "  spent: 0 jobs, 0 training steps, 0 core-h\n")
+
+
+def test_the_cli_reads_sqlite_read_only_and_a_journal_file(tmp_path):
+    db = tmp_path / "o.db"
+    finished_study(f"sqlite:///{db}")
+    before = (db.stat().st_mtime_ns, db.read_bytes())
+    r = status_cli("sqlite:///o.db", "--n-trials", "2", cwd=tmp_path)  # relative: from cwd
+    assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK)
+    assert (db.stat().st_mtime_ns, db.read_bytes()) == before  # read, never written
+    reader = open_reader(f"sqlite:///{db}")
+    with pytest.raises(Exception) as e:  # Optuna wraps the driver's error: its cause says why
+        reader.set_study_user_attr(reader.get_study_id_from_name("done"), "x", 1)
+    assert "attempt to write a readonly database" in str(e.value.__cause__)
+    log = tmp_path / "o.log"
+    finished_study(optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(log))))
+    r = status_cli(JOURNAL_PREFIX + str(log), "--study", "done", "--n-trials", "2",
+                   cwd=tmp_path)
+    assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK)
+
+
+def test_a_sweep_dir_without_jobs_finds_its_study_in_optimization_results(tmp_path):
+    """Its storage is as the sweep was given it, relative to where the sweep ran: found from
+    the sweep dir's ancestors, whatever the reader's cwd."""
+    (tmp_path / "outputs").mkdir()
+    finished_study(f"sqlite:///{tmp_path}/outputs/o.db")
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "p_tpe" / "DATE"
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "optimization_results.yaml").write_text(
+        "study_name: done\nstorage: sqlite:///outputs/o.db\nn_trials: 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = status_cli(str(sweep_dir), cwd=elsewhere)
+    assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sqlite:///missing.db"], "error: STORAGE='sqlite:///missing.db': missing.db does not "
+     "exist (relative paths are from the current directory, {cwd}/); fix the path or run from "
+     "the directory the sweep ran in"),
+    (["sqlite:///o.db"], "error: sqlite:///o.db holds 2 studies (done, other); pick one with "
+                         "--study NAME"),
+    (["sqlite:///o.db", "--study", "nope"], "error: --study nope is not in sqlite:///o.db (it "
+                                            "holds done, other); pick one of those"),
+    (["o.db"], "error: STORAGE='o.db' is neither a storage URL nor a sweep dir (a file: write "
+               "sqlite:///PATH or journal:///PATH for a storage file); give e.g. "
+               "sqlite:///outputs/optuna.db, journal:///outputs/optuna.log, "
+               "postgresql+psycopg://user@host/db or a sweep dir such as "
+               "outputs/sweeps/p_tpe/DATE"),
+    (["sqlite:///o.db", "--slots", "0"], "error: --slots=0 must be >= 1 (the sweeper's n_jobs)"),
+    ([], "error: the following arguments are required: STORAGE; usage: python -m "
+         "qknorm.status STORAGE [--study NAME] [--n-trials N] [--slots K]"),
+])
+def test_bad_input_is_one_line_naming_the_value_and_the_fix(tmp_path, args, message):
+    finished_study(f"sqlite:///{tmp_path}/o.db")
+    new_study(f"sqlite:///{tmp_path}/o.db", "other")
+    r = status_cli(*args, cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", message.format(cwd=tmp_path.name) + "\n")
+    assert not (tmp_path / "missing.db").exists()  # a mistyped path creates no empty database
+
+
+@pytest.mark.slow
+def test_a_real_sweep_shows_two_of_two_complete(cli):
+    fast = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
+    r = cli("-m", "qknorm.train", "search=p_tpe", *fast, "hydra.sweeper.study_name=st",
+            "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    # The URL does not know n_trials (a TPE study): given. The sweep dir's jobs know it.
+    r = cli("-m", "qknorm.status", "sqlite:///outputs/optuna.db", "--n-trials", "2")
+    (sweep_dir,) = (cli.cwd / "outputs" / "sweeps" / "p_tpe").iterdir()
+    by_dir = cli("-m", "qknorm.status", str(sweep_dir))
+    assert r.returncode == 0 and by_dir.returncode == 0, r.stderr + by_dir.stderr
+    assert by_dir.stdout == r.stdout
+    lines = r.stdout.splitlines()
+    assert lines[0] == "study st:"
+    assert lines[1].startswith("  trials 2/2: 2 complete, 0 pruned, 0 failed, 0 running; "
+                               "elapsed ") and lines[1].endswith(", done")
+    study = optuna.load_study(study_name="st", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    best = study.best_trial
+    assert lines[2].startswith(f"  best: trial {best.number} (norm.p=") and (
+        f") {best.value:.4f} ± {best.user_attrs[STD_ATTR]:.4f} (n=2)") in lines[2]
+    # 2 trials x 2 folds (p_tpe's replicates) x 20 steps
+    assert lines[3].startswith("  spent: 4 jobs, 80 training steps, ")
+
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.xdist_group("postgres")
+def test_the_cli_reads_postgresql_in_read_only_transactions(tmp_path, postgres_url):
+    name = f"status_{tmp_path.name}"  # the session's server is shared: a study of its own
+    finished_study(postgres_url, name)
+    r = status_cli(postgres_url, "--study", name, "--n-trials", "2", cwd=tmp_path)
+    assert (r.returncode, r.stderr, r.stdout) == (0, "", DONE_BLOCK.replace("done:", f"{name}:"))
+    reader = open_reader(postgres_url)
+    study_id = reader.get_study_id_from_name(name)
+    with pytest.raises(Exception) as e:  # Optuna wraps the driver's error: its cause says why
+        reader.set_study_user_attr(study_id, "x", 1)
+    assert "cannot execute INSERT in a read-only transaction" in str(e.value.__cause__)
