@@ -29,6 +29,7 @@ from qknorm.sweep import study as record
 from qknorm.sweep.jobs import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.schedule import EveryReplicate, Schedule
+from qknorm.sweep.status import status_lines
 from qknorm.sweep.study import PARAMS_ATTR, PRUNER_ATTR, STATUS_ATTR, Heartbeat, Tally
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,18 @@ class OptunaSweep:
                 return None
             if jobs := schedule.next_jobs(study):
                 schedule.record(study, jobs, launcher.launch(jobs))
+                self._log_status(study, plan)
             elif n := schedule.wants(study):
                 schedule.admit(study, self._ask(study, plan, n, heartbeat))
             else:  # another sweeper runs the blocks this look needs
                 time.sleep(min(self.settings.heartbeat_interval, 5))
         return stop
+
+    def _log_status(self, study: optuna.Study, plan: Plan) -> None:
+        """After every launch's tells: done/total, best so far, ETA, compute (sweep/status.py;
+        `python -m qknorm.status` prints the same from any terminal)."""
+        for line in status_lines(study, plan.n_trials, slots=self.settings.n_jobs):
+            log.info("%s", line)
 
     def _failure_stop(self, study: optuna.Study, plan: Plan) -> str | None:
         """Each pass first fails killed sweepers' stale trials (their params are retried),
