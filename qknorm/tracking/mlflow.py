@@ -418,6 +418,8 @@ class ExportCallback(Callback):
         self._pending: tuple[str, str, str | None] | None = None
 
     def _start(self, directory: str, config: DictConfig) -> None:
+        if missing_package("mlflow") is not None:
+            return  # the config's validation says so, in one line, before any job
         tracker = config.tracker
         self._pending = (directory, str(tracker.uri), tracker.experiment)
         atexit.register(self._export)
@@ -427,8 +429,12 @@ class ExportCallback(Callback):
             return
         directory, uri, experiment = self._pending
         self._pending = None
+        if not Path(directory).is_dir():
+            return  # the command stopped before any job (its own error says why)
         try:
-            print(export(directory, uri, experiment).line(uri), file=sys.stderr)
+            summary = export(directory, uri, experiment)
+            if summary.exported or summary.present:  # not after a run that never started
+                print(summary.line(uri), file=sys.stderr)
         except Exception as e:  # the runs are on disk: say how to export them later
             print(f"error: mlflow export of {directory} failed ({first_line(e)}); run "
                   f"python -m qknorm.tracking.mlflow {directory} --uri {uri}", file=sys.stderr)
