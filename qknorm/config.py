@@ -33,6 +33,7 @@ GAMMA_PARAMS = ("linear", "log")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
 ATTENTIONS = ("auto", "sdpa", "explicit")
+TRACKERS = ("none", "tensorboard", "mlflow")  # docs/trackers.md
 
 
 @dataclass
@@ -116,6 +117,18 @@ class OptunaTrialConfig:
 
 
 @dataclass
+class TrackerConfig:
+    """Where a run's numbers go besides its run dir (docs/trackers.md); `tracker=<kind>` picks
+    conf/tracker/<kind>.yaml. The run dir stays the record: trackers mirror it."""
+
+    kind: str = "none"  # none | tensorboard (event files in each run dir) | mlflow
+    # mlflow: the tracking URI the exporter writes to once the sweep ends (a relative SQLite path
+    # is taken from the directory the command starts in, like the Optuna storage)
+    uri: str = "sqlite:///outputs/mlflow.db"
+    experiment: str | None = None  # mlflow: the experiment's name; null: the config's `name`
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     norm: NormConfig = field(default_factory=NormConfig)
@@ -123,6 +136,7 @@ class Config:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     optuna: OptunaTrialConfig = field(default_factory=OptunaTrialConfig)
+    tracker: TrackerConfig = field(default_factory=TrackerConfig)
     name: str = "default"
     seed: int = 0
     device: str = "auto"
@@ -154,7 +168,9 @@ UNUSED_KEYS = {
     "l2": ("norm.p",),  # l2 is lp at p = 2 whatever norm.p says (validate() insists on 2)
     "lp": (),
 }
-BOOKKEEPING = ("optuna.",)  # per-job labels the sweeper sets (trial number): not the run's config
+# per-job labels the sweeper sets (trial number), and where the numbers are mirrored: not the
+# run's config
+BOOKKEEPING = ("optuna.", "tracker.")
 
 
 def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +321,7 @@ def validate(config: Config) -> None:
            "attention diagnostics off)")
 
     _check_race(config.optuna, t)
+    _check_tracker(config.tracker)
 
     _choice("device", config.device, DEVICES)
     _choice("dtype", config.dtype, DTYPES)
@@ -312,6 +329,14 @@ def validate(config: Config) -> None:
            f"compile={config.compile!r} is not one of auto, true, false; pick one of those")
     _check(config.threads is None or config.threads >= 1,
            f"threads={config.threads} must be >= 1, or null for torch's default")
+
+
+def _check_tracker(tracker: TrackerConfig) -> None:
+    from qknorm import tracking  # imports no tracker library: it only looks for one
+
+    _choice("tracker.kind", tracker.kind, TRACKERS)
+    missing = tracking.missing_package(tracker.kind)
+    _check(missing is None, str(missing))
 
 
 def _check_race(o: OptunaTrialConfig, t: TrainConfig) -> None:

@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from qknorm import rundir
+from qknorm import rundir, tracking
 from qknorm.config import Config, OptimizerConfig, flatten
 from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
@@ -131,6 +131,7 @@ class Run:
     start: float = 0.0  # perf_counter() at step 0 (earlier by a resumed run's elapsed time)
     out_dir: Path | None = None
     on_eval: EvalHook | None = None
+    tracker: tracking.RunTracker | None = None  # mirrors metrics.jsonl and final.json (tracker=...)
 
 
 def setup(cfg: Config, splits: Splits | None = None) -> Run:
@@ -187,6 +188,7 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
     status, error = rundir.FAILED, None
     try:
         first_step = _restore(run, checkpoint) if checkpoint else 0
+        run.tracker = tracking.open_run(cfg, out_dir)  # after _restore: it mirrors metrics.jsonl
         _loop(run, first_step, resumed=checkpoint is not None)
         status = rundir.COMPLETED
     except RunDiverged as e:
@@ -211,7 +213,18 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
         if error is not None:
             final["error"] = error
         rundir.write_final(out_dir, final)
+        _close_tracker(run, final)
     return final
+
+
+def _close_tracker(run: Run, final: dict[str, Any]) -> None:
+    """The tracker's last write; its failure is logged, never taken for the run's."""
+    if run.tracker is None:
+        return
+    try:
+        run.tracker.close(final)
+    except Exception as e:
+        log.warning("tracker %s was not closed: %s", run.cfg.tracker.kind, first_line(e))
 
 
 def _loop(run: Run, first_step: int, resumed: bool) -> None:
@@ -284,6 +297,8 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
         **progress.diagnostics,
     }
     rundir.append_metrics(run.out_dir, row)
+    if run.tracker is not None:
+        run.tracker.log(row)
     bar.set_postfix(val=f"{val_loss:.4f}", tok_s=f"{progress.tokens_per_s:.0f}")
     log.info("step %d: train %.4f val %.4f", step, train_loss, val_loss)
     if run.cfg.train.save_checkpoint:
@@ -299,7 +314,8 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
 RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "train.diag_batches", "threads",
                     "compile", "model.attention", "name",
                     "optuna.study_name", "optuna.storage", "optuna.trial",
-                    "optuna.race.block", "optuna.race.rungs", "optuna.race.margin")
+                    "optuna.race.block", "optuna.race.rungs", "optuna.race.margin",
+                    "tracker.kind", "tracker.uri", "tracker.experiment")
 
 
 def _save_checkpoint(run: Run) -> None:

@@ -1,0 +1,350 @@
+"""Trackers (docs/trackers.md), read back with the real libraries: TensorBoard's EventAccumulator
+sees every eval of every run of a sweep as metrics.jsonl has it; MlflowClient sees one parent per
+sweep, a child per trial, the replicates under it, with metrics.jsonl's history, tags and files."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from qknorm import rundir
+from qknorm.results import find_run_dirs, read_config
+from tests import synthetic_runs
+
+FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
+INSTALL = "pip install -e '.[tracking]'"
+
+
+def needs(module: str):
+    return pytest.importorskip(module, reason=f"{module} is not installed ({INSTALL})")
+
+
+def number(value) -> float:
+    return float(value)  # metrics.jsonl writes nan as "nan"
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def sweep_dir(cwd: Path, name: str) -> Path:
+    (found,) = (cwd / "outputs" / "sweeps" / name).iterdir()
+    return found
+
+
+def one_line(r: subprocess.CompletedProcess) -> str:
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorBoard
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={SCALARS: 0})  # 0: keep every event
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def session_hparams(run_dir: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()}
+
+
+def assert_events_mirror_run_dir(run_dir: Path) -> None:
+    """Every metrics.jsonl scalar at every eval, final.json's numbers as final/<key>: exact, in
+    float32 (TensorBoard's scalar type)."""
+    rows, final = rundir.read_metrics(run_dir), rundir.read_final(run_dir)
+    got = scalars(run_dir)
+    keys = [k for k in rows[0] if k != "step"]
+    assert {"attn_entropy", "logit_std_l0", "val_loss"} <= set(keys)  # diagnostics included
+    for key in keys:
+        want = [(r["step"], np.float32(number(r[key]))) for r in rows]
+        assert len(got[key]) == len(want), key
+        assert all(s == ws and same(v, float(wv)) for (s, v), (ws, wv) in zip(got[key], want)), key
+    assert got["final/best_val_loss"] == [(final["steps"], np.float32(final["best_val_loss"]))]
+    numbers = [k for k, v in final.items() if k not in ("seed", "fold") and (
+        v in ("nan", "inf", "-inf") or isinstance(v, (int, float)) and not isinstance(v, bool))]
+    assert set(got) == {*keys, *(f"final/{k}" for k in numbers)}
+
+
+@pytest.mark.slow
+def test_tensorboard_sweep_every_run_has_its_own_events_equal_to_metrics_jsonl(cli):
+    needs("tensorboard")
+    r = cli("-m", "qknorm.train", "-m", *FAST, "tracker=tensorboard", "norm.p=2,4,inf",
+            "hydra/launcher=parallel", "hydra.launcher.n_jobs=2")
+    assert r.returncode == 0, r.stderr
+    sweep = sweep_dir(cli.cwd, "smoke")
+    run_dirs = find_run_dirs(sweep)
+    assert [d.name for d in run_dirs] == ["0", "1", "2"]
+    event_files = [f for d in run_dirs for f in d.glob("events.out.tfevents.*")]
+    assert len(event_files) == 3 and len({f.name for f in event_files}) == 3  # one each, never shared
+    for run_dir in run_dirs:
+        assert [r["step"] for r in rundir.read_metrics(run_dir)] == [0, 10, 20]
+        assert_events_mirror_run_dir(run_dir)
+        hp = session_hparams(run_dir)
+        config = read_config(run_dir)
+        assert hp["norm.p"] == config["norm.p"] and hp["status"] == "completed"
+        assert hp["seed"] == 0 and hp["norm.kind"] == "lp" and "tracker.kind" not in hp
+
+    # what `tensorboard --logdir <sweep dir>` loads: one run per job dir
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    mux = EventMultiplexer().AddRunsFromDirectory(str(sweep))
+    mux.Reload()
+    assert sorted(mux.Runs()) == ["0", "1", "2"]
+
+
+RESUME = ["experiment=smoke", "threads=1", "train.max_iters=200", "train.eval_interval=20",
+          "train.save_checkpoint=true", "tracker=tensorboard", "hydra.run.dir=run"]
+
+
+@pytest.mark.slow
+def test_tensorboard_resumed_run_has_each_eval_once(cli):
+    """A run killed mid-way and resumed: its events are metrics.jsonl's rows, each step once."""
+    needs("tensorboard")
+    proc = subprocess.Popen([sys.executable, "-m", "qknorm.train", *RESUME], cwd=cli.cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while len(rundir.read_metrics(cli.cwd / "run")) < 4:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no 4 evals within 240 s"
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    run_dir = cli.cwd / "run"
+    assert rundir.read_final(run_dir) is None
+    ckpt_step = rundir.load_checkpoint(run_dir)["step"]
+    killed_steps = scalars(run_dir)["val_loss"]
+    assert len(killed_steps) >= 3  # the killed attempt had logged events
+
+    r = cli("-m", "qknorm.train", *RESUME, "train.resume=true")
+    assert r.returncode == 0, r.stderr
+    assert [row["step"] for row in rundir.read_metrics(run_dir)] == list(range(0, 201, 20))
+    assert 20 <= ckpt_step < 200
+    assert [s for s, _ in scalars(run_dir)["val_loss"]] == list(range(0, 201, 20))  # no repeats
+    assert_events_mirror_run_dir(run_dir)
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # the killed attempt's: rebuilt
+
+
+def test_tracker_without_its_package_is_one_line_before_training(cli, tmp_path):
+    """tensorboard (or mlflow) missing: one line naming the extra, exit 2, no run dir."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['tensorboard'] = None\nsys.modules['mlflow'] = None\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(stub), os.environ.get("PYTHONPATH", "")])}
+    for tracker, dist in (("tensorboard", "tensorboard"), ("mlflow", "mlflow-skinny")):
+        for mode in (["seed=0"], ["-m", "seed=0,1"]):  # a run, a multirun
+            r = cli("-m", "qknorm.train", *mode[:-1], *FAST, f"tracker={tracker}", mode[-1], env=env)
+            assert r.returncode == 2, r.stderr
+            assert one_line(r).startswith(
+                f"error: tracker={tracker} needs the {dist} package, which is not installed; run "
+                f"{INSTALL} (the 'tracking' extra), or use tracker=none")  # + the job, for -m
+            assert not list(cli.cwd.rglob(rundir.METRICS_FILE))  # no training started
+            if len(mode) == 2:  # a multirun is checked before its first job: nothing written at all
+                assert not (cli.cwd / "outputs" / "sweeps").exists()
+    r = cli("-m", "qknorm.tracking.mlflow", str(tmp_path), env=env)
+    assert r.returncode == 2 and "the MLflow export needs the mlflow-skinny package" in one_line(r)
+
+
+def test_bad_tracker_is_one_line(cli):
+    r = cli("-m", "qknorm.train", *FAST, "tracker.kind=wandb")
+    assert r.returncode == 2
+    assert one_line(r) == ("error: tracker.kind='wandb' is not one of none, tensorboard, mlflow; "
+                           "pick one of those")
+    r = cli("-m", "qknorm.train", *FAST, "tracker.urii=x")
+    assert r.returncode == 2 and "tracker.urii" in one_line(r)
+
+
+def test_tracker_options_compose(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from qknorm.config import register_configs, to_config
+    from tests.test_config import CONF
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        assert to_config(compose("config")).tracker.kind == "none"
+        cfg = compose("config", overrides=["tracker=mlflow"], return_hydra_config=True)
+        assert list(cfg.hydra.callbacks) == ["qknorm_mlflow"]
+        if importlib_has("mlflow"):
+            t = to_config(compose("config", overrides=["tracker=mlflow"])).tracker
+            assert (t.kind, t.uri, t.experiment) == ("mlflow", "sqlite:///outputs/mlflow.db", None)
+
+
+def importlib_has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# MLflow
+
+def tree(uri: str, experiment: str):
+    """(client, {run name path: run}) of the experiment, paths as 'sweep/trial/replicate'."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    by_id = {r.info.run_id: r for r in runs}
+
+    def path(r) -> str:
+        parent = r.data.tags.get("mlflow.parentRunId")
+        return (path(by_id[parent]) + "/" if parent else "") + r.info.run_name
+
+    paths = {path(r): r for r in runs}
+    assert len(paths) == len(runs), sorted(paths)  # no run twice
+    return client, paths
+
+
+def assert_run_mirrors_run_dir(client, run, run_dir: Path) -> None:
+    rows, final, config = rundir.read_metrics(run_dir), rundir.read_final(run_dir), read_config(run_dir)
+    t = run.data.tags
+    assert t["status"] == final["status"] and t["git_sha"] == final["git_sha"]
+    assert t["run_dir"] == str(run_dir.resolve()) and t["p"] == str(config["norm.p"])
+    assert run.data.params["norm.p"] == str(config["norm.p"])
+    assert run.data.params["seed"] == str(config["seed"])
+    for key in [k for k in rows[0] if k != "step"]:
+        history = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
+        assert [m.step for m in history] == [r["step"] for r in rows], key
+        assert all(same(m.value, number(r[key])) for m, r in zip(history, rows)), key
+    assert run.data.metrics["final/best_val_loss"] == final["best_val_loss"]
+    files = {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert files == {".hydra", *(f for f in ("final.json", "metrics.jsonl", "train.log")
+                                 if (run_dir / f).exists())}
+    hydra = {f.path for f in client.list_artifacts(run.info.run_id, ".hydra")}
+    assert hydra == {".hydra/config.yaml", ".hydra/overrides.yaml"}
+
+
+@pytest.mark.slow
+def test_mlflow_optuna_study_is_a_parent_with_a_child_per_trial_and_its_folds(cli, monkeypatch):
+    needs("mlflow")
+    uri = "sqlite:///outputs/mlflow.db"
+    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=1", "tracker=mlflow", f"tracker.uri={uri}")
+    assert r.returncode == 0, r.stderr
+    assert "mlflow: 4 run(s) exported, 0 already there" in r.stderr
+    sweep = sweep_dir(cli.cwd, "p_tpe")
+    monkeypatch.chdir(cli.cwd)  # the URI is relative, as the sweep took it
+    client, paths = tree(uri, "p_tpe")
+    p = {n: read_config(sweep / f"trial{n}_8")["norm.p"] for n in (0, 1)}
+    assert sorted(paths) == ["study p_tpe", *(f"study p_tpe/trial {n}: norm.p={p[n]}{rep}"
+                                                for n in (0, 1)
+                                                for rep in ("", "/data.fold=8", "/data.fold=9"))]
+    assert paths["study p_tpe"].data.tags["qknorm.level"] == "sweep"
+    for n in (0, 1):
+        trial = paths[f"study p_tpe/trial {n}: norm.p={p[n]}"]
+        assert trial.data.tags["status"] == "completed" and trial.info.status == "FINISHED"
+        assert trial.data.params["norm.p"] == str(p[n])
+        for fold in (8, 9):
+            run = paths[f"study p_tpe/trial {n}: norm.p={p[n]}/data.fold={fold}"]
+            assert run.data.tags["trial"] == str(n) and run.info.status == "FINISHED"
+            assert_run_mirrors_run_dir(client, run, sweep / f"trial{n}_{fold}")
+    artifacts = {f.path for f in client.list_artifacts(paths["study p_tpe"].info.run_id, sweep.name)}
+    assert f"{sweep.name}/optimization_results.yaml" in artifacts
+
+    # the export again, by the command: nothing new, nothing twice
+    again = cli("-m", "qknorm.tracking.mlflow", str(sweep), "--uri", uri)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("mlflow: 0 run(s) exported, 4 already there, 0 without")
+    assert sorted(tree(uri, "p_tpe")[1]) == sorted(paths)
+
+
+@pytest.mark.slow
+def test_mlflow_basic_multirun_with_diverged_jobs_is_exported_when_it_fails(cli, monkeypatch):
+    needs("mlflow")
+    uri = "sqlite:///mlflow.db"
+    r = cli("-m", "qknorm.train", "-m", *FAST, "optimizer.min_lr=0", "optimizer.lr=1e-3,1e6",
+            "seed=0,1", "tracker=mlflow", f"tracker.uri={uri}", "tracker.experiment=mixed")
+    assert r.returncode == 1  # the multirun had failed jobs
+    assert "mlflow: 4 run(s) exported" in r.stderr
+    sweep = sweep_dir(cli.cwd, "smoke")
+    monkeypatch.chdir(cli.cwd)
+    client, paths = tree(uri, "mixed")
+    top = f"sweep {sweep.name}"
+    # a trial is named by its overrides as Hydra writes them in .hydra/overrides.yaml
+    assert sorted(paths) == [top, *(f"{top}/optimizer.lr={lr}{rep}" for lr in ("0.001", "1000000.0")
+                                   for rep in ("", "/seed=0", "/seed=1"))]
+    for job, (lr, seed) in enumerate([("0.001", 0), ("0.001", 1), ("1000000.0", 0),
+                                      ("1000000.0", 1)]):
+        run = paths[f"{top}/optimizer.lr={lr}/seed={seed}"]
+        status = rundir.read_final(sweep / str(job))["status"]
+        assert status == ("completed" if lr == "0.001" else "diverged")
+        assert run.info.status == ("FINISHED" if lr == "0.001" else "FAILED")
+        assert_run_mirrors_run_dir(client, run, sweep / str(job))
+        if lr == "1000000.0":
+            assert run.data.tags["error"] == rundir.read_final(sweep / str(job))["error"]
+    assert paths[f"{top}/optimizer.lr=1000000.0"].data.tags["status"] == "diverged"
+    assert paths[f"{top}/optimizer.lr=0.001"].data.tags["status"] == "completed"
+
+
+def synthetic_sweep(root: Path) -> Path:
+    """The results tests' 12 hand-written job dirs (one diverged, one killed), as a multirun."""
+    synthetic_runs.make_sweep(root)
+    for run_dir in find_run_dirs(root):
+        (run_dir / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "MULTIRUN"}}))
+    return root
+
+
+def test_concurrent_exports_to_one_sqlite_store_neither_fail_nor_duplicate(tmp_path):
+    """Two sweeps exported at once, and one of them twice at once: no lock error, no run twice."""
+    needs("mlflow")
+    a, b = synthetic_sweep(tmp_path / "a"), synthetic_sweep(tmp_path / "b")
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    procs = [subprocess.Popen([sys.executable, "-m", "qknorm.tracking.mlflow", str(d), "--uri", uri],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for d in (a, b, a)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert not any("lock" in err.lower() for _, err in outs), outs
+    lines = sorted(out.split(" -> ")[0] for out, _ in outs)
+    assert lines == ["mlflow: 0 run(s) exported, 11 already there, 1 without final.json left out",
+                     *["mlflow: 11 run(s) exported, 0 already there, 1 without final.json left out"] * 2]
+    client, paths = tree(uri, "synthetic")
+    for sweep in (a, b):
+        top = f"sweep {sweep.name}"
+        trials = {k for k in paths if k.count("/") == 1 and k.startswith(top + "/")}
+        assert trials == {f"{top}/norm.p={p}" for p in (2.0, 4.0, math.inf)}
+        runs = [k for k in paths if k.count("/") == 2 and k.startswith(top + "/")]
+        assert len(runs) == 11  # 12 jobs, the killed one has no final.json
+    diverged = paths[f"sweep a/norm.p=4.0/data.fold={synthetic_runs.DIVERGED[1]}"]
+    assert diverged.data.tags["status"] == "diverged" and diverged.info.status == "FAILED"
+    assert paths["sweep a/norm.p=4.0"].data.tags["status"] == "diverged"
+    assert_run_mirrors_run_dir(client, diverged, a / "7")
+
+
+def test_mlflow_export_bad_input_is_one_line(cli, tmp_path):
+    needs("mlflow")
+    r = cli("-m", "qknorm.tracking.mlflow", str(tmp_path / "nope"))
+    assert r.returncode == 2
+    assert one_line(r) == (f"error: {tmp_path / 'nope'} is not a directory; pass a sweep dir "
+                           "(outputs/sweeps/<name>/<stamp>), a run dir, or outputs/")
+    synthetic_sweep(tmp_path / "s")
+    r = cli("-m", "qknorm.tracking.mlflow", str(tmp_path / "s"), "--uri", "bogus://x")
+    assert r.returncode == 2
+    line = one_line(r)
+    assert line.startswith("error: MLflow store 'bogus://x': ") and line.endswith(
+        "; check --uri / tracker.uri (e.g. sqlite:///outputs/mlflow.db)")
