@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from qknorm import rundir
-from qknorm.results import find_run_dirs, read_config
+from qknorm.report.results import find_run_dirs, read_config
 from tests import synthetic_runs
 
 FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]

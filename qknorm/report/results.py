@@ -46,7 +46,7 @@ FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "token
 DIAGNOSTICS = ["attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std"]
 LAYER_DIAGNOSTIC = re.compile(rf"^({'|'.join([*DIAGNOSTICS, 'gamma', 'p'])})_l(\d+)(?:_h(\d+))?$")
 TAIL = ["run_dir", "trial", "trial_state", "duplicate_of"]
-NOT_COMPARED = ("optuna.",)  # per-job bookkeeping, not an experimental factor
+NOT_COMPARED = ("optuna.", "tracker.")  # per-job bookkeeping, not an experimental factor
 LABEL_KEYS = ("name",)  # the sweep folder's name: the same run under two names is one run
 
 

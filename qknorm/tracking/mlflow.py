@@ -41,7 +41,7 @@ from omegaconf import DictConfig
 from qknorm import rundir
 from qknorm.config import P_KINDS, TrackerConfig
 from qknorm.errors import UserError, first_line
-from qknorm.results import find_run_dirs, read_config
+from qknorm.report.results import find_run_dirs, read_config
 from qknorm.tracking import missing_package
 from qknorm.tracking.tensorboard import FINAL_PREFIX, scalar
 
