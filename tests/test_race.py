@@ -22,6 +22,7 @@ from qknorm.errors import UserError
 from qknorm.report.summary import race_section
 from qknorm.sweep import race as _race
 from qknorm.sweep import racestats as race
+from qknorm.sweep.conf import race_conf
 from qknorm.sweep.race_plan import plan_race
 from qknorm.sweep.space import parse_space, replicate_combinations
 
@@ -129,7 +130,7 @@ def plan(race_spec, params=None, folds=(0, 1, 2, 3, 4), **kw):
     blocks = [" ".join(c) for c in combos]
     args = {"directions": ["minimize"], "objectives": ["best_val_loss"], "sampler": "grid",
             "pruner": "none", "n_trials": None, **kw}
-    return plan_race(race_spec, space, blocks, **args)
+    return plan_race(race_conf(race_spec), space, blocks, **args)
 
 
 def test_a_race_spec_names_its_candidates_blocks_and_baseline():
@@ -149,16 +150,17 @@ BAD_RACES = [
     (ON, {"folds": ()}, "hydra.sweeper.race needs replicates to race over"),
     ({"alpha": 1.5}, {}, "hydra.sweeper.race.alpha=1.5 must be in (0, 1), e.g. 0.05"),
     ({"alpha": 0}, {}, "hydra.sweeper.race.alpha=0 must be in (0, 1)"),
-    ({"min_replicates": 1}, {}, "hydra.sweeper.race.min_replicates=1 must be an integer >= 2"),
+    ({"min_replicates": 1}, {}, "hydra.sweeper.race.min_replicates=1 must be >= 2"),
     ({"baseline": 2.5}, {}, "hydra.sweeper.race.baseline=norm.p=2.5 is not among the "
                             "candidates (norm.p=1.0; norm.p=2.0; norm.p=inf); pick one"),
     ({"baseline": 2.0}, {"params": {"norm": "choice(lp,l2)", "norm.p": "choice(2.0,4.0)"}},
      "hydra.sweeper.race.baseline=2.0 is ambiguous: the candidates vary norm, norm.p"),
-    ({"alpah": 0.1}, {}, "hydra.sweeper.race.alpah is not a race option (min_replicates, "
-                         "alpha, baseline, rungs, margin, budget_steps)"),
+    ({"alpah": 0.1}, {}, "hydra.sweeper.race.alpah is not a race key; did you mean "
+                         "hydra.sweeper.race.alpha?"),
+    ({"budget_steps": 2.5e4}, {}, "hydra.sweeper.race.budget_steps=25000.0: Value '25000.0' of "
+                                  "type 'float' could not be converted to Integer"),
     ({"budget_steps": 0}, {}, "hydra.sweeper.race.budget_steps=0 must be a whole number of "
                               "training steps >= 1"),
-    ({"budget_steps": 2.5e4}, {}, "hydra.sweeper.race.budget_steps=25000.0 must be a whole"),
     (ON, {"sampler": "tpe"}, "hydra.sweeper.race needs sampler: {name: grid}"),
     (ON, {"pruner": "median"}, "set pruner: {name: none}, not pruner.name=median"),
     (ON, {"n_trials": 2}, "hydra.sweeper.n_trials=2: a race runs the whole grid"),
@@ -168,7 +170,7 @@ BAD_RACES = [
 
 @pytest.mark.parametrize("spec, kw, message", BAD_RACES, ids=[
     "fewer-folds", "no-replicates", "alpha-high", "alpha-zero", "min-1", "baseline",
-    "baseline-ambiguous", "unknown-key", "budget-zero", "budget-float", "sampler", "pruner",
+    "baseline-ambiguous", "unknown-key", "budget-float", "budget-zero", "sampler", "pruner",
     "n-trials", "objectives"])
 def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, message):
     with pytest.raises(UserError) as e:
@@ -351,3 +353,20 @@ def test_bad_race_input_exits_2_before_any_job_or_study(cli):
         "fold=2, fold=3); list at least 5 or lower min_replicates"]
     assert not (cli.cwd / "outputs").exists() and not (cli.cwd / "calls.log").exists()
 
+
+
+@pytest.mark.parametrize("override, message", [
+    ("++hydra.sweeper.race.alpah=0.1",
+     "error: hydra.sweeper.race.alpah is not a race key; did you mean hydra.sweeper.race.alpha?"),
+    ("hydra.sweeper.race.margin=big", "error: hydra.sweeper.race.margin='big': Value 'big' of "
+     "type 'str' could not be converted to Float"),
+    ("hydra.sweeper.race.rungs=500", "error: hydra.sweeper.race.rungs=500: Invalid value "
+     "assigned: AnyNode is not a ListConfig, list or tuple."),
+])
+def test_a_misspelt_race_key_or_a_wrong_type_is_one_line_before_the_study(cli, override, message):
+    """hydra.sweeper.race is typed by qknorm/sweep/conf.py's RaceConf: OmegaConf refuses the key
+    or the value before the study is touched, in one line."""
+    r = cli("-m", "qknorm.train", "experiment=smoke", "search=p_race", override)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), r.stderr

@@ -44,13 +44,10 @@ class QknormOptunaSweeperConf:
     # choice(a, b, ...), or a fixed value. A key written `1/norm.p` searches the reciprocal
     # (0 means inf), so a search space can reach p = inf.
     params: Dict[str, Any] = field(default_factory=dict)
-    # {} (no race), or a race over the replicates: {min_replicates: 3, alpha: 0.05, baseline: 2.0}.
-    # Every grid point runs the first min_replicates; after each further one, those
-    # significantly worse than the leader (one-sided paired t, Holm) stop (qknorm/sweep/racestats.py).
-    # With rungs: [1000] and margin: 0.05, a run more than margin above the best other
-    # candidate's run of its fold at a rung also stops there, and its candidate leaves the race.
-    # With budget_steps: N, no replicate launches once the race's runs took N training steps.
-    # A dict, not Optional: Hydra cannot merge a command-line dict into a null node.
+    # {} (no race), or a race over the replicates, typed by qknorm/sweep/conf.py's RaceConf
+    # (its keys and defaults; docs/race.md): {min_replicates: 3, baseline: 2.0, rungs: [1000]}.
+    # A dict, not Optional[RaceConf]: OmegaConf cannot merge a command-line dict into a null
+    # structured node.
     race: Dict[str, Any] = field(default_factory=dict)
 
 

@@ -18,6 +18,7 @@ from qknorm.config import rungs_problem
 from qknorm.errors import UserError
 from qknorm.sweep import slurm
 from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep.conf import race_conf
 from qknorm.sweep.race_plan import RaceSpec, plan_race
 from qknorm.sweep.space import (
     SearchSpace,
@@ -58,7 +59,7 @@ class Settings:
     heartbeat_interval: int
     grace_period: int | None
     params: dict[str, Any]
-    race: Any = None  # None: no race
+    race: dict[str, Any] | None = None  # hydra.sweeper.race as given; None: no race
     given: dict[str, set[str]] = field(default_factory=dict)  # sampler/pruner -> keys set on the CLI
 
     @classmethod
@@ -66,13 +67,12 @@ class Settings:
            n_trials: int | None, n_jobs: int, sampler: Any, pruner: Any, replicates: Any,
            max_failure_rate: float, fail_value: Any, heartbeat_interval: int,
            grace_period: int | None, params: Any, race: Any = None) -> Settings:
-        race = _to_container(race)
         return cls(study_name, storage, _to_container(direction), list(_to_container(objectives)),
                    n_trials, n_jobs, dict(_to_container(sampler) or {}),
                    dict(_to_container(pruner) or {"name": "none"}),
                    dict(_to_container(replicates) or {}), max_failure_rate,
                    _to_container(fail_value), heartbeat_interval, grace_period,
-                   dict(_to_container(params) or {}), race or None)
+                   dict(_to_container(params) or {}), _to_container(race) or None)
 
 
 @dataclass
@@ -105,6 +105,7 @@ class Planner:
         self.s.given = {kind: given_keys(overrides, kind) for kind in ("sampler", "pruner")}
 
     def plan(self, arguments: list[str]) -> Plan:
+        race_settings = race_conf(self.s.race)  # its keys and types first, like a config's
         if not self.s.objectives:
             raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
                              "e.g. [best_val_loss]")
@@ -137,9 +138,9 @@ class Planner:
                              "{name: none}")
         sampler_spec = self._resolve("sampler", self.s.sampler_spec, optuna_specs.SAMPLERS)
         sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
-        race = plan_race(self.s.race, space, [block_label(c) for c in combinations], directions,
-                          self.s.objectives, sampler_spec["name"], pruner_spec["name"],
-                          self.s.n_trials)
+        race = plan_race(race_settings, space, [block_label(c) for c in combinations],
+                         directions, self.s.objectives, sampler_spec["name"],
+                         pruner_spec["name"], self.s.n_trials)
         n_trials = self._n_trials(space)
         self._check_keys(space, base, replicates)
         if race is not None and race.rungs:

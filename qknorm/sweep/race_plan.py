@@ -12,11 +12,8 @@ from typing import Any
 
 from qknorm.config import rungs_problem
 from qknorm.errors import UserError
+from qknorm.sweep.conf import RaceConf
 from qknorm.sweep.space import SearchSpace, format_value
-
-OPTIONS = {"min_replicates": 3, "alpha": 0.05, "baseline": None, "rungs": None, "margin": 0.05,
-           "budget_steps": None}
-EXAMPLE = "race: {min_replicates: 3, alpha: 0.05, baseline: 2.0, rungs: [1000]}"
 
 
 @dataclass(frozen=True)
@@ -28,8 +25,8 @@ class RaceSpec:
     labels: dict[Hashable, str]  # candidate -> "norm.p=2.0"
     blocks: tuple[str, ...]  # replicate combinations as labels, in launch order
     sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
-    rungs: tuple[int, ...] = ()  # steps at which a run is judged inside its block; (): never
-    margin: float = 0.05  # a run stops when its val loss is above the best other's by more
+    rungs: tuple[int, ...]  # steps at which a run is judged inside its block; (): never
+    margin: float  # a run stops when its val loss is above the best other's by more
     budget_steps: int | None = None  # no block launches once the race's runs took this many
 
     def settings(self) -> dict[str, Any]:
@@ -51,13 +48,13 @@ class RaceSpec:
                 f"optuna.race.margin={format_value(margin)}"]
 
 
-def plan_race(spec: Any, space: SearchSpace, blocks: list[str], directions: list[str],
-         objectives: list[str], sampler: str, pruner: str, n_trials: int | None) -> RaceSpec | None:
-    """The race, every setting checked (UserError names the value and the fix); None: off
-    (race: {} or null)."""
-    if spec is None or spec == {}:
+def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
+              directions: list[str], objectives: list[str], sampler: str, pruner: str,
+              n_trials: int | None) -> RaceSpec | None:
+    """The race, every value checked (UserError names the value and the fix; keys and types
+    were checked by Hydra against RaceConf); None: off (race: null)."""
+    if conf is None:
         return None
-    options = _options(spec)
     if sampler != "grid":
         raise UserError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
                          f"candidate at once), not sampler.name={sampler}")
@@ -70,10 +67,12 @@ def plan_race(spec: Any, space: SearchSpace, blocks: list[str], directions: list
     if n_trials is not None and n_trials != space.grid_size:
         raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
                          f"n_trials: null (the grid's {space.grid_size} points)")
-    minimum = _min_replicates(options["min_replicates"])
-    alpha = options["alpha"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise UserError(f"hydra.sweeper.race.alpha={alpha!r} must be in (0, 1), e.g. 0.05")
+    minimum, alpha = conf.min_replicates, conf.alpha
+    if minimum < 2:
+        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} must be >= 2 (a paired "
+                        "t-test needs two pairs), e.g. 3")
+    if not 0 < alpha < 1:
+        raise UserError(f"hydra.sweeper.race.alpha={alpha:g} must be in (0, 1), e.g. 0.05")
     if blocks == [""]:
         raise UserError("hydra.sweeper.race needs replicates to race over; set e.g. "
                          "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
@@ -83,57 +82,39 @@ def plan_race(spec: Any, space: SearchSpace, blocks: list[str], directions: list
                          "min_replicates")
     candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
     labels = {c: _candidate_label(space, c) for c in candidates}
-    baseline = _baseline(options["baseline"], space, candidates)
-    rungs, margin = _rungs(options["rungs"], options["margin"], directions[0])
+    baseline = _baseline(conf.baseline, space, candidates)
+    rungs = _rungs(conf.rungs, conf.margin, directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
-                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
-                    _budget(options["budget_steps"]))
-
-
-def _options(spec: Any) -> dict[str, Any]:
-    if not isinstance(spec, dict):
-        raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. {EXAMPLE}")
-    for key in spec:
-        if key not in OPTIONS:
-            raise UserError(f"hydra.sweeper.race.{key} is not a race option "
-                             f"({', '.join(OPTIONS)}); fix its spelling or remove it")
-    return {**OPTIONS, **spec}
-
-
-def _min_replicates(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise UserError(f"hydra.sweeper.race.min_replicates={value!r} must be an integer >= 2 "
-                         "(a paired t-test needs two pairs), e.g. 3")
-    return value
+                    1.0 if directions[0] == "minimize" else -1.0, rungs, float(conf.margin),
+                    _budget(conf.budget_steps))
 
 
 def _budget(value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if value < 1:
         raise UserError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
                          "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
                          "third of paper_cpu's 80,000, or null for no budget")
     return value
 
 
-def _rungs(rungs: Any, margin: Any, direction: str) -> tuple[tuple[int, ...], float]:
+def _rungs(rungs: list[int] | None, margin: float, direction: str) -> tuple[int, ...]:
     """In-fold stopping's settings, checked as far as they go without the task's config (the
-    sweeper checks the rungs against train.max_iters and train.eval_interval)."""
-    if rungs is None or rungs == []:
-        return (), 0.05
+    plan checks the rungs against train.max_iters and train.eval_interval)."""
+    if not rungs:
+        return ()
     problem = rungs_problem(rungs, max_iters=math.inf, eval_interval=1)
     if problem:
         raise UserError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
-            math.isfinite(margin) and margin > 0):
-        raise UserError(f"hydra.sweeper.race.margin={margin!r} must be a number > 0 (val loss "
+    if not (math.isfinite(margin) and margin > 0):
+        raise UserError(f"hydra.sweeper.race.margin={margin:g} must be a number > 0 (val loss "
                          "units: how far behind the best run of a fold a run may be at a "
                          "rung), e.g. 0.05")
     if direction != "minimize":
         raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
                          "but the race maximizes its objective; set rungs: null")
-    return tuple(rungs), float(margin)
+    return tuple(rungs)
 
 
 def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:

@@ -1,0 +1,56 @@
+"""The race's settings as a typed dataclass, every default written here once.
+
+hydra.sweeper.race stays a plain mapping in the sweeper's schema (hydra_plugins/qknorm_sweeper/
+config.py): OmegaConf cannot merge a command-line dict (`++hydra.sweeper.race={...}`) into a
+null structured node, and null/{} must mean "no race". `race_conf` types the mapping through
+OmegaConf against RaceConf before the study is touched, so a misspelt key or a value of the
+wrong type fails with OmegaConf's own words, in one line, as any other config key does.
+"""
+
+# OmegaConf 2.3 reads typing.Optional/List in structured configs, not `X | None`.
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from qknorm.errors import UserError, did_you_mean, first_line
+
+
+@dataclass
+class RaceConf:
+    # Every candidate (grid point) runs the first min_replicates replicates; after each further
+    # one, those significantly worse than the leader leave (one-sided paired t, Holm).
+    min_replicates: int = 3
+    alpha: float = 0.05
+    # The candidate never dropped, e.g. 2.0 (a p), or {norm: lp, norm.p: 2.0}; null: none.
+    baseline: Any = None
+    # Steps at which a run is judged inside its replicate: more than `margin` (val loss) above
+    # the best other candidate's run of that replicate, it stops there and its candidate leaves.
+    rungs: Optional[List[int]] = None
+    margin: float = 0.05
+    # No replicate launches once the race's runs took this many training steps; null: none.
+    budget_steps: Optional[int] = None
+
+
+def race_conf(spec: Any) -> RaceConf | None:
+    """hydra.sweeper.race typed (None: no race, for null or {}); UserError on a bad key or type."""
+    if spec is None or spec == {}:
+        return None
+    if not isinstance(spec, dict):
+        raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. "
+                        "{min_replicates: 3, baseline: 2.0, rungs: [1000]}")
+    for key in spec:
+        if key not in RaceConf.__dataclass_fields__:
+            hint = did_you_mean("hydra.sweeper.race", key, list(RaceConf.__dataclass_fields__))
+            raise UserError(f"hydra.sweeper.race.{key} is not a race key; {hint}"
+                            "docs/race.md lists them")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaceConf), spec))
+    except OmegaConfBaseException as e:
+        raise UserError(f"hydra.sweeper.race.{e.full_key}={spec.get(e.full_key)!r}: "
+                        f"{first_line(str(e))}") from None
