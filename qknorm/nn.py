@@ -389,28 +389,3 @@ def swap_qk_norms(model: nn.Module, p: float = 4.0, names: tuple[str, ...] = ("q
         device = next(iter(old.parameters()), next(iter(old.buffers()), torch.empty(0))).device
         setattr(parent, name, LpNorm(d, p, **kwargs).to(device))
     return len(swaps)
-
-
-class NoQKNorm(nn.Module):
-    """Plain attention: softmax(q.k / sqrt(hs)), the pair unchanged; `scale` None is SDPA's
-    default 1/sqrt(hs)."""
-
-    scale = None
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return q, k
-
-
-class RMSQKNorm(nn.Module):
-    """RMSNorm on q and k over the head dimension, each with a learned per-dim weight; the
-    attention keeps 1/sqrt(hs) (`scale` None)."""
-
-    scale = None
-
-    def __init__(self, head_dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.q_norm = nn.RMSNorm(head_dim, eps=eps)
-        self.k_norm = nn.RMSNorm(head_dim, eps=eps)
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.q_norm(q), self.k_norm(k)

@@ -13,12 +13,13 @@ which `scale` the attention should use:
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from qknorm.config import P_KINDS, NormConfig
-from qknorm.nn import LpQKNorm, NoQKNorm, RMSQKNorm, lp_normalize
+from qknorm.nn import LpQKNorm, lp_normalize
 
-__all__ = ["build_qk_norm", "lp_normalize"]
+__all__ = ["NoQKNorm", "RMSQKNorm", "build_qk_norm", "lp_normalize"]
 
 
 def build_qk_norm(cfg: NormConfig, n_head: int, head_dim: int, block_size: int) -> nn.Module:
@@ -33,3 +34,28 @@ def build_qk_norm(cfg: NormConfig, n_head: int, head_dim: int, block_size: int) 
     if cfg.kind == "rms":
         return RMSQKNorm(head_dim, eps=cfg.eps)
     raise ValueError(f"unknown norm.kind {cfg.kind!r}")  # validate() catches this first
+
+
+class NoQKNorm(nn.Module):
+    """Plain attention: softmax(q.k / sqrt(hs)), the pair unchanged; `scale` None is SDPA's
+    default 1/sqrt(hs)."""
+
+    scale = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+
+class RMSQKNorm(nn.Module):
+    """RMSNorm on q and k over the head dimension, each with a learned per-dim weight; the
+    attention keeps 1/sqrt(hs) (`scale` None)."""
+
+    scale = None
+
+    def __init__(self, head_dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.q_norm = nn.RMSNorm(head_dim, eps=eps)
+        self.k_norm = nn.RMSNorm(head_dim, eps=eps)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q_norm(q), self.k_norm(k)

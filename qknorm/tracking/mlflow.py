@@ -7,9 +7,8 @@ done (`ExportCallback`, a Hydra callback: conf/tracker/mlflow.yaml). Jobs never 
 parallel jobs, SLURM jobs and sweepers on other machines never contend for its store, and a run
 dir is exported the same way whether the sweep just ended or is a year old.
 
-The layout (docs/trackers.md): one parent run per sweep (an Optuna study, or the sweep dir of a
-basic multirun), one child per trial (a study's trial number; for a basic multirun, the job's
-overrides less the replicate keys), one grandchild per replicate (fold, seed) with the run dir's
+The layout (docs/trackers.md): one parent run per sweep, one child per trial, one grandchild per
+replicate (fold, seed; qknorm/tracking/runs.py places a run dir in that tree) with the run dir's
 config as params, every metrics.jsonl row as metrics at its step, final.json's numbers as
 `final/<key>`, tags (status, git_sha, p, run_dir) and the run dir's files as artifacts. A single
 run (no multirun) is one top-level run. Every run is tagged `qknorm.key`; an export skips what
@@ -34,15 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from qknorm import rundir
 from qknorm.config import P_KINDS, TrackerConfig
 from qknorm.errors import UserError, first_line
-from qknorm.report.results import find_run_dirs, read_config
 from qknorm.tracking import missing_package
+from qknorm.tracking.runs import Job, read_jobs
 from qknorm.tracking.tensorboard import FINAL_PREFIX, scalar
 
 log = logging.getLogger(__name__)
@@ -50,7 +48,6 @@ log = logging.getLogger(__name__)
 DEFAULT_URI = TrackerConfig.uri
 KEY_TAG = "qknorm.key"  # what an MLflow run stands for: how an export knows it has it already
 LEVEL_TAG = "qknorm.level"  # sweep | trial | run
-REPLICATE_KEYS = ("data.fold", "seed")  # besides the Optuna sweeper's hydra.sweeper.replicates
 ARTIFACTS = (rundir.FINAL_FILE, rundir.METRICS_FILE, "train.log", ".hydra/config.yaml",
              ".hydra/overrides.yaml")
 SWEEP_ARTIFACTS = ("optimization_results.yaml", "trials.csv", "multirun.yaml")
@@ -58,23 +55,6 @@ SWEEP_ARTIFACTS = ("optimization_results.yaml", "trials.csv", "multirun.yaml")
 RUN_STATUS = {rundir.COMPLETED: "FINISHED", rundir.PRUNED: "KILLED", rundir.DIVERGED: "FAILED",
               rundir.FAILED: "FAILED"}
 MAX_METRICS, MAX_PARAMS = 1000, 100  # MLflow's log_batch limits
-
-
-@dataclass
-class Job:
-    """One finished run dir, read, and where it goes in MLflow."""
-
-    run_dir: Path
-    config: dict[str, Any]
-    final: dict[str, Any]
-    metrics: list[dict[str, Any]]
-    experiment: str
-    replicate: list[str]  # its replicate overrides, e.g. ["data.fold=8"]
-    start_ms: int
-    end_ms: int
-    sweep: tuple[str, str] | None = None  # (key, run name); None: a single run
-    trial: tuple[str, str] | None = None
-    trial_overrides: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,96 +68,6 @@ class Summary:
         return (f"mlflow: {self.exported} run(s) exported, {self.present} already there, "
                 f"{self.incomplete} without final.json left out -> {uri} "
                 f"(experiment {', '.join(sorted(self.experiments)) or '-'})")
-
-
-# ---------------------------------------------------------------------------------------------
-# reading run dirs
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-
-
-def _mtime_ms(path: Path, default: int) -> int:
-    try:
-        return int(path.stat().st_mtime * 1000)
-    except OSError:
-        return default
-
-
-def read_job(run_dir: Path, experiment: str | None) -> Job | None:
-    """The run dir's files and its place in MLflow; None while it has no final.json."""
-    try:
-        final = rundir.read_final(run_dir)
-    except (OSError, ValueError):
-        final = None
-    if final is None or final.get("status") not in rundir.STATUSES:
-        return None
-    config = read_config(run_dir) or {}
-    hydra = (_read_yaml(run_dir / ".hydra" / "hydra.yaml") or {}).get("hydra", {})
-    overrides = _read_yaml(run_dir / ".hydra" / "overrides.yaml") or []
-    sweeper_replicates = (hydra.get("sweeper") or {}).get("replicates") or {}
-    replicate_keys = {*REPLICATE_KEYS, *sweeper_replicates}
-    end_ms = _mtime_ms(run_dir / rundir.FINAL_FILE, 0)
-    job = Job(
-        run_dir=run_dir, config=config, final=final, metrics=rundir.read_metrics(run_dir),
-        experiment=experiment or str(config.get("name") or "qknorm"),
-        replicate=[o for o in overrides if _key(o) in replicate_keys],
-        start_ms=_mtime_ms(run_dir / ".hydra" / "config.yaml", end_ms), end_ms=end_ms)
-    study, storage, trial = (config.get(f"optuna.{k}") for k in ("study_name", "storage", "trial"))
-    kept = [o for o in overrides if _key(o) not in replicate_keys and not _key(o).startswith("optuna.")]
-    if study is not None and trial is not None:  # a job of our Optuna sweeper
-        key = f"optuna:{study}@{storage}"
-        job.sweep = (key, f"study {study}")
-        job.trial = (f"{key}#trial={int(trial)}", f"trial {int(trial)}")
-        job.trial_overrides = kept
-    elif hydra.get("mode") == "MULTIRUN":  # a basic multirun: a trial is a point of its grid
-        key = f"sweep:{run_dir.parent}"
-        job.sweep = (key, f"sweep {run_dir.parent.name}")
-        job.trial = (f"{key}#{','.join(sorted(kept))}", "")
-        job.trial_overrides = kept
-    return job
-
-
-def _label(job: Job, common: set[str]) -> str:
-    return ",".join(o for o in job.trial_overrides if o not in common)
-
-
-def read_jobs(root: Path, experiment: str | None) -> tuple[list[Job], int]:
-    """The finished run dirs under root (Jobs) and how many are not finished."""
-    if not root.is_dir():
-        raise UserError(f"{root} is not a directory; pass a sweep dir (outputs/sweeps/<name>/"
-                        "<stamp>), a run dir, or outputs/")
-    run_dirs = find_run_dirs(root)
-    if not run_dirs:
-        raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
-                        "dir (outputs/sweeps/<name>/<stamp>), a run dir, or outputs/")
-    jobs, incomplete = [], 0
-    for run_dir in run_dirs:
-        job = read_job(run_dir.resolve(), experiment)
-        if job is None:
-            incomplete += 1
-        else:
-            jobs.append(job)
-    # trial names: the overrides that set a trial apart within its sweep
-    sweeps: dict[str, list[Job]] = {}
-    for job in jobs:
-        if job.sweep is not None:
-            sweeps.setdefault(job.sweep[0], []).append(job)
-    for members in sweeps.values():
-        common = set.intersection(*(set(j.trial_overrides) for j in members))
-        for job in members:
-            label = _label(job, common)
-            name = (f"{job.trial[1]}: {label}" if job.trial[1] and label
-                    else job.trial[1] or label or "trial")
-            job.trial = (job.trial[0], name)
-    return jobs, incomplete
 
 
 # ---------------------------------------------------------------------------------------------
