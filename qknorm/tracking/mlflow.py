@@ -37,9 +37,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from qknorm import rundir
-from qknorm.config import P_KINDS, TrackerConfig
+from qknorm.config import P_KINDS, TrackerConfig, missing_package
 from qknorm.errors import UserError, first_line
-from qknorm.tracking import missing_package
 from qknorm.tracking.runs import Job, read_jobs
 from qknorm.tracking.tensorboard import FINAL_PREFIX, scalar
 
