@@ -5,6 +5,7 @@ is killed and resumed (tests/race_task.py, a task whose losses are a table)."""
 from __future__ import annotations
 
 import math
+import shlex
 import statistics
 import subprocess
 import sys
@@ -351,3 +352,23 @@ def test_bad_race_input_exits_2_before_any_job_or_study(cli):
         "fold=2, fold=3); list at least 5 or lower min_replicates"]
     assert not (cli.cwd / "outputs").exists() and not (cli.cwd / "calls.log").exists()
 
+
+
+@pytest.mark.slow
+def test_p_race_without_a_grid_names_what_a_race_needs_and_a_command_that_runs(cli):
+    """search=p_race on an experiment with no grid: the error is a race's, not TPE's interval."""
+    r = cli("-m", "qknorm.train", "experiment=smoke", "search=p_race")
+    assert r.returncode == 2
+    command = ("python -m qknorm.train experiment=smoke search=p_race 'norm.p=choice(1,2,4,inf)' "
+               "'++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
+               "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]'")
+    assert r.stderr.strip().splitlines() == [
+        "error: search=p_race races a grid of p over replicates, and hydra.sweeper.params has "
+        "no grid; give p as choice(...) with the baseline 2 in it, and more replicates than "
+        f"min_replicates, e.g. {command}"]
+    assert "interval" not in r.stderr
+    assert not (cli.cwd / "outputs").exists()
+    # The command it suggests runs (threads=1: the suite's cores are shared).
+    run = cli(*shlex.split(command)[1:], "threads=1", timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "study smoke_race: 4/4 trials finished (0 failed)" in run.stdout
