@@ -500,3 +500,31 @@ def test_a_repeat_of_an_earlier_batchs_pruned_trial_is_told_its_result_not_run(c
             f"effective config as trial {original.number}, told its result (PRUNED)") in r.stdout
     (sweep,) = sweep_dirs(cli.cwd, "p_grid")
     assert len(list(sweep.glob("trial[0-9]*"))) == 3
+
+
+def test_a_rerun_with_another_replicate_set_or_grid_seed_says_what_the_study_holds(cli):
+    """data.fold=0,1 after data.fold=0 found its grid done and ended without a word; another
+    grid seed on a grid study was taken silently. Both are one line, exit 2, nothing run."""
+    args = ["-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10",
+            "hydra.sweeper.study_name=reps", "norm.p=choice(2.0,4.0)"]
+    ok(cli(*args, "++hydra.sweeper.replicates={data.fold:[0]}"))
+    before = [(t.number, t.state, t.user_attrs["sampler_seed"])
+              for t in study_of(cli.cwd, "reps").get_trials()]
+    assert before == [(0, TrialState.COMPLETE, 0), (1, TrialState.COMPLETE, 0)]
+    r = cli(*args, "++hydra.sweeper.replicates={data.fold:[0,1]}")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1:] == [(  # after Optuna's "Using an existing study"
+        "error: study 'reps' holds 2 trial(s) run on the replicates {data.fold:[0]}, not "
+        "{data.fold:[0,1]}; a trial's value is the mean over its replicates, so one study keeps "
+        "one set: rerun with 'hydra.sweeper.replicates={data.fold:[0]}' to extend it with more "
+        "trials, or run the new set in its own study with hydra.sweeper.study_name=NEW_NAME")]
+    r = cli(*args, "++hydra.sweeper.replicates={data.fold:[0]}", "hydra.sweeper.sampler.seed=1")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1:] == [(
+        "error: hydra.sweeper.sampler.seed=1: the grid trials of study 'reps' were asked with "
+        "seed 0; sweepers on one grid study share its seed (Optuna orders the grid by it): "
+        "rerun with hydra.sweeper.sampler.seed=0")]
+    after = [(t.number, t.state, t.user_attrs["sampler_seed"])
+             for t in study_of(cli.cwd, "reps").get_trials()]
+    assert after == before
+    assert len(sweep_dirs(cli.cwd, "p_grid")) == 1  # the refused reruns launched nothing
