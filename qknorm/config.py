@@ -169,6 +169,10 @@ UNUSED_KEYS = {
     "l2": ("norm.p",),  # l2 is lp at p = 2 whatever norm.p says (validate() insists on 2)
     "lp": (),
 }
+# The value a kind fixes an unused key to (validate() rejects any other): of a sweep's jobs
+# that repeat one effective config, the one with these values is the one launched, whatever
+# the grid's order (`norm=l2 norm.p=4,2` runs l2 at p = 2, as `norm.p=2,4` does).
+FIXED_VALUES = {"l2": {"norm.p": 2.0}}
 # per-job labels the sweeper sets (trial number), and where the numbers are mirrored: not the
 # run's config
 BOOKKEEPING = ("optuna.", "tracker.")
@@ -202,16 +206,26 @@ def unique_jobs(jobs: list, compose: Callable[[Any], dict[str, Any]]) -> tuple[l
     `compose(job)` gives a job's task config as a nested dict. Returns (kept jobs, [(dropped
     job, the kept job it repeats)]), both in the sweep's order.
     """
-    first: dict[str, Any] = {}
+    first: dict[str, Any] = {}  # effective key -> (index in kept, the job fixes its kind's keys)
     kept, dropped = [], []
     for job in jobs:
-        key = effective_key(flatten(compose(job)))
-        if key in first:
-            dropped.append((job, first[key]))
-        else:
-            first[key] = job
+        flat = flatten(compose(job))
+        key, fixed = effective_key(flat), _fixed(flat)
+        if key not in first:
+            first[key] = (len(kept), fixed)
             kept.append(job)
+        elif fixed and not first[key][1]:  # l2 at p = 2 after l2 at p = 4: launch the valid one
+            index = first[key][0]
+            dropped.append((kept[index], job))
+            kept[index], first[key] = job, (index, True)
+        else:
+            dropped.append((job, kept[first[key][0]]))
     return kept, dropped
+
+
+def _fixed(flat: dict[str, Any]) -> bool:
+    """The job sets its kind's fixed keys (FIXED_VALUES) to their values."""
+    return all(flat.get(k) == v for k, v in FIXED_VALUES.get(flat.get("norm.kind"), {}).items())
 
 
 def register_configs() -> None:

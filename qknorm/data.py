@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from qknorm import rundir
 from qknorm.config import DataConfig
 from qknorm.errors import UserError
 
@@ -37,11 +37,23 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def download(url: str, dest: Path, timeout_s: float = 30.0) -> None:
-    """Fetch url into dest atomically (a temp file renamed into place)."""
+def download(url: str, dest: Path, sha256: str | None = None, timeout_s: float = 30.0) -> None:
+    """Fetch url into dest: into a temp file beside it, checked against sha256 (when given), then
+    renamed into place. A download that breaks off or fails its check leaves nothing at dest:
+    the next run would read it and fail the same way until someone deleted it."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with rundir.atomic_writer(dest) as out, urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        shutil.copyfileobj(resp, out)
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            shutil.copyfileobj(resp, out)
+        if sha256 and (got := sha256_of(tmp)) != sha256:
+            raise UserError(f"downloaded {url} but its sha256 is {got}, expected "
+                            f"data.sha256={sha256}; nothing was kept at {dest}: check data.url, "
+                            "or set data.sha256=null for a corpus of your own")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_text(cfg: DataConfig) -> str:
@@ -51,7 +63,7 @@ def load_text(cfg: DataConfig) -> str:
         if not cfg.url:
             raise UserError(f"corpus not found at {path}; set data.path or ${DATA_DIR_ENV}")
         try:
-            download(cfg.url, path)
+            download(cfg.url, path, cfg.sha256)
         except OSError as e:
             raise UserError(
                 f"corpus not found at {path} and downloading {cfg.url} failed ({e}); "

@@ -62,3 +62,29 @@ def test_validation_windows_come_from_the_held_out_fold():
     for row in x[:8]:
         starts = (text_tokens[:-64] == row[0]).nonzero().flatten()
         assert any(torch.equal(text_tokens[s:s + 64], row) for s in starts.tolist())
+
+
+def test_a_download_that_fails_its_checksum_leaves_nothing_where_the_next_run_reads(tmp_path):
+    import hashlib
+
+    import pytest
+
+    from qknorm.errors import UserError
+
+    source = tmp_path / "served.txt"  # a file:// URL stands for the server (no internet here)
+    source.write_text("To be, or not to be\n", encoding="utf-8")
+    good = hashlib.sha256(source.read_bytes()).hexdigest()
+    dest = tmp_path / "cache" / "input.txt"
+    bad = DataConfig(path=str(dest), url=source.as_uri(), sha256="0" * 64)
+    with pytest.raises(UserError) as e:
+        load_text(bad)
+    assert str(e.value) == (
+        f"downloaded {source.as_uri()} but its sha256 is {good}, expected data.sha256={'0' * 64}; "
+        f"nothing was kept at {dest}: check data.url, or set data.sha256=null for a corpus of "
+        "your own")
+    assert list(dest.parent.iterdir()) == []  # no corpus, no temp file
+    with pytest.raises(UserError, match="^downloaded "):  # the next run downloads again
+        load_text(bad)
+    assert load_text(DataConfig(path=str(dest), url=source.as_uri(), sha256=good)) == \
+        "To be, or not to be\n"
+    assert [p.name for p in dest.parent.iterdir()] == ["input.txt"]

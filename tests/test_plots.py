@@ -146,3 +146,33 @@ def test_report_of_runs_without_p_draws_levels_and_says_why_no_delta(tmp_path):
     report = build_report(tmp_path, Options())  # p=2 by default, but no run has a p
     assert "No run has a p (norm=none or rms only), so there is no paired Δ table." in report.summary
     assert report.files["report/loss_vs_p.png"][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def axes_texts(ax) -> list[str]:
+    """The title and every legend entry of ax: what a reader is told is drawn."""
+    handles = ax.get_legend_handles_labels()[1]
+    legend = ax.figure.legends[0] if ax.figure.legends else ax.get_legend()
+    return [ax.get_title(), *handles, *([t.get_text() for t in legend.get_texts()] if legend else [])]
+
+
+def test_loss_vs_p_with_one_run_per_p_promises_no_interval_and_counts_n_per_p(sweep):
+    runs = results.collect(sweep).runs
+    one = runs[(runs["data.fold"] == 0) | runs["norm.p"].isna()]  # p = 2, 4, inf: one run each
+    (ax,) = plots.loss_vs_p(one, baseline=2.0).axes
+    texts = axes_texts(ax)
+    assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, no interval with "
+                              "one run per p (n=1 per p)")
+    assert not [t for t in texts if "interval" in t and "no interval" not in t]
+    assert not ax.containers  # no error bars
+    assert len(run_dots(ax)) == 3
+    # The whole sweep: 4, 3 and 3 runs per p, each with an interval.
+    (ax,) = plots.loss_vs_p(runs, baseline=2.0).axes
+    assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, mean ± 95% "
+                              "t-interval (n=3–4 per p)")
+    assert [c.get_label() for c in ax.containers] == ["mean ± 95% t-interval"]
+    # p = 2 with two runs, 4 and inf with one: intervals only where p has 2+ runs.
+    mixed = runs[(runs["data.fold"] == 0) | (runs["norm.p"] == 2.0) & (runs["data.fold"] == 1)]
+    (ax,) = plots.loss_vs_p(mixed, baseline=2.0).axes
+    assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, mean ± 95% "
+                              "t-interval where p has 2+ runs (n=1–2 per p)")
+    assert [c.get_label() for c in ax.containers] == ["mean ± 95% t-interval"]

@@ -12,6 +12,7 @@ import time
 import optuna
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats as sps
 
 from qknorm import rundir
@@ -278,3 +279,22 @@ def test_mixed_grid_launches_each_effective_config_once_and_report_counts_it_onc
         ("lp", 2.0, 2), ("lp", 4.0, 2), ("none", 0, 2), ("rms", 0, 2)]
     assert "Counted once: 1 completed run(s) repeat another run's effective config, seed and " \
            "fold (norm=none ×1)" in summarize(collection, options)
+
+
+@pytest.mark.slow
+def test_mixed_grid_with_l2_at_another_p_first_runs_l2_once_at_p_2(cli):
+    """l2 fixes p = 2: like norm=none it is one run whatever norm.p says, and of its jobs the
+    one at p = 2 is launched, in either order of the grid (l2 at p = 4 first failed the
+    `norm=l2 fixes p=2` check)."""
+    r = cli("-m", "qknorm.train", "-m", "experiment=smoke", "threads=1", "train.max_iters=10",
+            "norm=l2,lp", "norm.p=4,2", "hydra.sweep.dir=grid")
+    assert r.returncode == 0, r.stderr[-2000:]
+    fixed = "experiment=smoke threads=1 train.max_iters=10"
+    assert (f"skipped job [{fixed} norm=l2 norm.p=4]: same effective config as [{fixed} norm=l2 "
+            "norm.p=2]") in r.stdout
+    assert "3 of 4 jobs launched; 1 repeated an earlier job's effective config" in r.stdout
+    configs = [yaml.safe_load((cli.cwd / "grid" / str(i) / ".hydra" / "config.yaml").read_text())
+               for i in range(3)]
+    assert [(c["norm"]["kind"], c["norm"]["p"]) for c in configs] == [
+        ("l2", 2.0), ("lp", 4.0), ("lp", 2.0)]
+    assert sorted(d.name for d in (cli.cwd / "grid").iterdir() if d.is_dir()) == ["0", "1", "2"]

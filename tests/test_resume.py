@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -52,7 +53,14 @@ def test_killed_run_resumes_to_the_same_val_loss_bitwise(cli):
 
     r = cli("-m", "qknorm.train", *RUN, "hydra.run.dir=killed", "train.resume=true")
     assert r.returncode == 0, r.stderr
-    assert "resumed from" in (cli.cwd / "killed" / "train.log").read_text()
+    log = (cli.cwd / "killed" / "train.log").read_text()
+    assert "resumed from" in log
+    # It resumed at the checkpoint's step and trained only the rest: the resumed process logs
+    # the evals after that step and none before (a restart from 0 would log step 0 again).
+    resumed = log.split("resumed from")[-1]
+    assert resumed.split("\n", 1)[0].endswith(f" at step {ckpt_step}")
+    evals = [int(m) for m in re.findall(r"step (\d+): train", resumed)]
+    assert evals == list(range(ckpt_step + 20, 201, 20))
 
     want, got = rundir.read_metrics(cli.cwd / "ref"), rundir.read_metrics(cli.cwd / "killed")
     assert [row["step"] for row in got] == list(range(0, 201, 20))  # no duplicated eval rows

@@ -102,7 +102,7 @@ def test_pruned_trials_stop_their_jobs_early(cli, launcher):
             f"hydra/launcher={launcher}", "hydra.sweeper.study_name=prune",
             "norm.p=2.0", "optimizer.lr=choice(0.01,0.00000001,0.00000002)",
             "optimizer.warmup_iters=0", "optimizer.min_lr=0",
-            "hydra.sweeper.pruner.name=threshold", "+hydra.sweeper.pruner.upper=4.1",
+            "hydra.sweeper.pruner.name=threshold", "++hydra.sweeper.pruner.upper=4.1",
             "+hydra.sweeper.pruner.n_warmup_steps=10")
     ok(r)
     trials = study_of(cli.cwd, "prune").get_trials()
@@ -431,3 +431,100 @@ def test_a_replicate_key_on_the_command_line_replaces_the_presets_values():
     assert cli_replicates(preset, ["seed=1"]) == (preset, ["seed=1"])
     with pytest.raises(UserError, match=r"data.fold=range\(0,3\): data.fold is a replicate key"):
         cli_replicates(preset, ["data.fold=range(0,3)"])
+
+
+TINY_LR = ["optimizer.lr=0.00000001", "optimizer.warmup_iters=0", "optimizer.min_lr=0",
+           "hydra.sweeper.pruner.name=threshold", "++hydra.sweeper.pruner.upper=4.1",
+           "++hydra.sweeper.pruner.n_warmup_steps=10"]  # val loss stays near ln 65 = 4.17: pruned
+
+
+def test_folds_report_into_one_trial_without_optunas_already_reported_warning(cli):
+    """Two p x two folds: the second fold of a trial reaches steps its first fold reported.
+    Optuna ignores such a report and logged that at every eval, which reads as an error."""
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "hydra.sweeper.study_name=folds",
+            "norm.p=choice(2.0,4.0)", "++hydra.sweeper.replicates={data.fold:[0,1]}",
+            "hydra.sweeper.n_jobs=2")
+    ok(r)
+    logs = r.stdout + r.stderr + "".join(
+        p.read_text() for p in cli.cwd.glob("outputs/sweeps/**/*.log"))
+    assert "already reported" not in logs
+    trials = study_of(cli.cwd, "folds").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:  # the trial's curve is its first fold's, every eval step of it
+        fold0 = next(j for j in t.user_attrs["jobs"] if job_config(j)["data"]["fold"] == 0)
+        assert t.intermediate_values == {row["step"]: row["val_loss"]
+                                         for row in rundir.read_metrics(Path(fold0))}
+    # Replicate-major: both p's fold 0 were launched before either's fold 1.
+    launched = {}
+    for t in trials:
+        for j in t.user_attrs["jobs"]:
+            hydra_cfg = yaml.safe_load((Path(j) / ".hydra" / "hydra.yaml").read_text())
+            launched[hydra_cfg["hydra"]["job"]["num"]] = (t.params["norm.p"],
+                                                          job_config(j)["data"]["fold"])
+    assert [fold for _, (_, fold) in sorted(launched.items())] == [0, 0, 1, 1]
+
+
+def test_with_replicates_the_first_pruned_job_stops_its_sibling(cli):
+    """search=p_tpe's default path: one trial on two folds, run one after the other; fold 0 is
+    pruned at step 10 and fold 1 stops at its first eval, step 0, without training on."""
+    ok(cli("-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=30",
+           "hydra.sweeper.study_name=sib", "hydra.sweeper.n_trials=1",
+           "hydra.sweeper.replicates={data.fold:[0,1]}", *TINY_LR))
+    (trial,) = study_of(cli.cwd, "sib").get_trials()
+    assert trial.state == TrialState.PRUNED and trial.user_attrs["pruned_step"] == 10
+    steps = {}
+    for j in trial.user_attrs["jobs"]:
+        assert rundir.read_final(Path(j))["status"] == "pruned"
+        steps[job_config(j)["data"]["fold"]] = [r["step"] for r in rundir.read_metrics(Path(j))]
+    assert steps == {0: [0, 10], 1: [0]}
+    assert sorted(trial.intermediate_values) == [0, 10]  # fold 1 reported nothing
+
+
+def test_a_repeat_of_an_earlier_batchs_pruned_trial_is_told_its_result_not_run(cli):
+    """One trial a batch, every trial pruned: the second norm=none trial repeats the first,
+    which an earlier batch ran and which was pruned; it is told PRUNED, runs nothing, and the
+    log says which trial it repeats."""
+    r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=30",
+            "hydra.sweeper.study_name=rep1", "norm=choice(none,lp)", "norm.p=choice(2,4)",
+            "hydra.sweeper.n_jobs=1", *TINY_LR)
+    ok(r)
+    trials = study_of(cli.cwd, "rep1").get_trials()
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 4
+    (repeat,) = [t for t in trials if "duplicate_of" in t.user_attrs]
+    original = trials[repeat.user_attrs["duplicate_of"]]
+    assert original.number < repeat.number and original.params["norm"] == "none"
+    assert repeat.params["norm"] == "none" and repeat.params["norm.p"] != original.params["norm.p"]
+    assert repeat.user_attrs["jobs"] == original.user_attrs["jobs"]
+    assert repeat.user_attrs["status"] == "pruned"
+    assert (f"trial {repeat.number} [norm.p={repeat.params['norm.p']} norm=none] not run: same "
+            f"effective config as trial {original.number}, told its result (PRUNED)") in r.stdout
+    (sweep,) = sweep_dirs(cli.cwd, "p_grid")
+    assert len(list(sweep.glob("trial[0-9]*"))) == 3
+
+
+def test_a_rerun_with_another_replicate_set_or_grid_seed_says_what_the_study_holds(cli):
+    """data.fold=0,1 after data.fold=0 found its grid done and ended without a word; another
+    grid seed on a grid study was taken silently. Both are one line, exit 2, nothing run."""
+    args = ["-m", "qknorm.train", "search=p_grid", *FAST, "train.max_iters=10",
+            "hydra.sweeper.study_name=reps", "norm.p=choice(2.0,4.0)"]
+    ok(cli(*args, "++hydra.sweeper.replicates={data.fold:[0]}"))
+    before = [(t.number, t.state, t.user_attrs["sampler_seed"])
+              for t in study_of(cli.cwd, "reps").get_trials()]
+    assert before == [(0, TrialState.COMPLETE, 0), (1, TrialState.COMPLETE, 0)]
+    r = cli(*args, "++hydra.sweeper.replicates={data.fold:[0,1]}")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1:] == [(  # after Optuna's "Using an existing study"
+        "error: study 'reps' holds 2 trial(s) run on the replicates {data.fold:[0]}, not "
+        "{data.fold:[0,1]}; a trial's value is the mean over its replicates, so one study keeps "
+        "one set: rerun with 'hydra.sweeper.replicates={data.fold:[0]}' to extend it with more "
+        "trials, or run the new set in its own study with hydra.sweeper.study_name=NEW_NAME")]
+    r = cli(*args, "++hydra.sweeper.replicates={data.fold:[0]}", "hydra.sweeper.sampler.seed=1")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1:] == [(
+        "error: hydra.sweeper.sampler.seed=1: the grid trials of study 'reps' were asked with "
+        "seed 0; sweepers on one grid study share its seed (Optuna orders the grid by it): "
+        "rerun with hydra.sweeper.sampler.seed=0")]
+    after = [(t.number, t.state, t.user_attrs["sampler_seed"])
+             for t in study_of(cli.cwd, "reps").get_trials()]
+    assert after == before
+    assert len(sweep_dirs(cli.cwd, "p_grid")) == 1  # the refused reruns launched nothing

@@ -121,9 +121,11 @@ def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: s
     color = color or MEAN_COLOR
     means = _group_means(runs, metric)
     fin = means[np.isfinite(means["p"])]
-    if len(means):  # mean and its interval at every p, inf included
+    if (means["n"] > 1).any():  # mean and its interval at every p, inf included
         xm = np.array([axis.x(p) for p in means["p"]])
         yerr = np.vstack([means["mean"] - means["low"], means["high"] - means["mean"]])
+        # With one run at every p there is no interval to draw (nor to name in the legend);
+        # the title says at which p there is one (loss_vs_p).
         ax.errorbar(xm, means["mean"], yerr=np.nan_to_num(yerr), fmt="D", ms=7, mfc="none",
                     mew=1.4, color=color, capsize=4, lw=1.2, zorder=4,
                     label=f"{prefix}mean ± 95% t-interval")
@@ -191,10 +193,18 @@ def _other_kinds(ax: Axes, df: pd.DataFrame, metric: str) -> None:
 def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float | None = 2.0,
               logx: bool = False, by: list[str] | tuple[str, ...] = ()) -> Figure:
     fig, (ax,) = new_figure()
-    n = len(_lp_runs(df, metric))
-    what = ("each trial a point, quadratic fit in log p ± 95%" if continuous_p(df)
-            else "each completed run a dot, mean ± 95% t-interval")
-    metric_vs_p(ax, df, metric, logx, baseline, title=f"{metric} vs p: {what} (n={n})", by=by,
+    runs = _lp_runs(df, metric)
+    if continuous_p(df):
+        what = f"each trial a point, quadratic fit in log p ± 95% (n={len(runs)} runs)"
+    else:  # n per p, as the intervals are per p; a p with one run has none
+        per_p = runs.groupby("norm.p").size()
+        low, high = (int(per_p.min()), int(per_p.max())) if len(per_p) else (0, 0)
+        n = f"n={low} per p" if low == high else f"n={low}–{high} per p"
+        what = ("each completed run a dot, no interval with one run per p" if high <= 1 else
+                "each completed run a dot, mean ± 95% t-interval" if low > 1 else
+                "each completed run a dot, mean ± 95% t-interval where p has 2+ runs")
+        what = f"{what} ({n})"
+    metric_vs_p(ax, df, metric, logx, baseline, title=f"{metric} vs p: {what}", by=by,
                 mark_best=True)
     legend(fig, ax, by)
     return fig

@@ -5,9 +5,10 @@ job reopens the study, rebuilds the pruner its trial was asked under (stored in 
 user attrs), reports val_loss at each eval and raises RunPruned when the pruner says so.
 Outside a study (optuna.trial null) there is no hook and optuna is never imported.
 
-With replicates, several jobs share one trial: each reports its own val_loss (the last one to
-reach a step is the trial's value there), and the first job pruned marks the trial so its
-sibling jobs stop at their next eval too.
+With replicates, several jobs share one trial: each reports its own val_loss, the first one to
+reach a step gives the trial's value there (the others skip that step: Optuna would ignore
+them, with a warning), and the first job pruned marks the trial so its sibling jobs stop at
+their next eval too.
 
 A race's job also checks its rungs (hydra.sweeper.race.rungs): at each rung (an eval step in
 optuna.race.rungs) it records its val loss in its trial (user attr `race_rungs:<block>`), reads
@@ -73,10 +74,15 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
         if not reporting or not math.isfinite(row["val_loss"]):
             return  # a non-finite loss is the training loop's business (diverged)
         try:
-            siblings = storage.get_trial(trial_id).user_attrs
-            if siblings.get(PRUNED_STEP_ATTR) is not None:
+            frozen = storage.get_trial(trial_id)
+            if frozen.user_attrs.get(PRUNED_STEP_ATTR) is not None:
                 raise RunPruned(step)  # a sibling replicate was pruned: so is the trial
-            trial.report(row["val_loss"], step)
+            # A trial holds one value per step: the first replicate to reach a step reports it.
+            # Optuna ignores a second report of a step and logs "The reported value is ignored
+            # because this step is already reported" at every eval of every later fold, which
+            # users read as an error; the ignoring is what we want, so we skip the report.
+            if step not in frozen.intermediate_values:
+                trial.report(row["val_loss"], step)
             prune = trial.should_prune()
             if prune:
                 trial.set_user_attr(PRUNED_STEP_ATTR, step)

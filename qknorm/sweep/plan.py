@@ -75,6 +75,15 @@ class Settings:
                    dict(_to_container(params) or {}), _to_container(race) or None)
 
 
+# docs/race.md's smoke race: checked to run (12 smoke runs, seconds each).
+RACE_NEEDS_A_GRID = (
+    "search=p_race races a grid of p over replicates, and hydra.sweeper.params has no grid; "
+    "give p as choice(...) with the baseline 2 in it, and more replicates than "
+    "min_replicates, e.g. python -m qknorm.train experiment=smoke search=p_race "
+    "'norm.p=choice(1,2,4,inf)' '++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
+    "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]'")
+
+
 @dataclass
 class Plan:
     """Everything checked: what a sweep will do, before it touches a study."""
@@ -126,6 +135,8 @@ class Planner:
         slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
         replicates, arguments = cli_replicates(self.s.replicates, arguments)
         space, base = parse_space(self.s.params, arguments)
+        if not space.params and self.s.race:  # a race needs a grid, not TPE's interval
+            raise UserError(RACE_NEEDS_A_GRID)
         if not space.params:
             raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
                              "norm.p: interval(1.0, 8.0)")

@@ -34,6 +34,7 @@ ERROR_ATTR = "error"  # why a failed trial failed
 # Trial, set when the sweeper asks it:
 PARAMS_ATTR = "params"  # config key -> value the jobs got (norm.p: inf)
 PRUNER_ATTR = "pruner"  # the pruner spec its jobs rebuild
+SAMPLER_SEED_ATTR = "sampler_seed"  # hydra.sweeper.sampler.seed its sweeper ran with (or None)
 JOB_DIRS_ATTR = "job_dirs"  # replicate label -> the job's run dir (kept across a retry)
 CONFIG_KEY_ATTR = "config_key"  # digest of the trial's jobs' effective configs
 DUPLICATE_ATTR = "duplicate_of"  # the trial a repeat took its result from (it ran no job)

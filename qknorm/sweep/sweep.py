@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,15 @@ from qknorm.sweep.jobs import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.schedule import EveryReplicate, Schedule
 from qknorm.sweep.status import status_lines
-from qknorm.sweep.study import PARAMS_ATTR, PRUNER_ATTR, STATUS_ATTR, Heartbeat, Tally
+from qknorm.sweep.study import (
+    JOB_DIRS_ATTR,
+    PARAMS_ATTR,
+    PRUNER_ATTR,
+    SAMPLER_SEED_ATTR,
+    STATUS_ATTR,
+    Heartbeat,
+    Tally,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +90,12 @@ class OptunaSweep:
         if plan.race is not None:
             racing.check_study(study, plan.race, s.study_name)
             racing.record_settings(study, plan.race)
-        else:  # a scancelled job's trial, failed by the sweep that saw it end: run it again
+        else:
+            check_replicates(study, plan, s.study_name)
+            # a scancelled job's trial, failed by the sweep that saw it end: run it again
             slurm.retry_interrupted(study)
+        optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
+        plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
         return study
 
     def _run(self, study: optuna.Study, plan: Plan, schedule: Schedule, launcher: Launcher,
@@ -132,6 +145,7 @@ class OptunaSweep:
             trial = study.ask(plan.space.distributions)
             heartbeat.add(trial._trial_id)
             trial.set_user_attr(PRUNER_ATTR, plan.pruner_spec)
+            trial.set_user_attr(SAMPLER_SEED_ATTR, plan.sampler_spec.get("seed"))
             trial.set_user_attr(PARAMS_ATTR, plan.space.values(trial.params))
             batch.append(trial)
         extra = record.surplus(study, [t.number for t in batch], plan.n_trials)
@@ -154,6 +168,75 @@ class OptunaSweep:
         print(f"trials: {paths[1]}")
         if plan.race is not None:
             print(racestats.summary_line(racing.elimination(study)))
+
+
+def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> dict[str, Any]:
+    """The sampler spec this sweeper asks with, given the seeds the study's trials were asked
+    with (user attr SAMPLER_SEED_ATTR).
+
+    A grid study's sweepers must share the seed: Optuna orders the grid by it, and the study's
+    record of which points are taken assumes one order; another seed is refused (UserError). A
+    stream sampler's (tpe, gp, ...) concurrent sweepers need distinct seeds: two with one seed
+    that ask at the same study size draw the same point (specs.reseeded). A seed that a running
+    trial (another live sweeper's: stale ones were failed before this) was asked with is moved
+    to the next free one, and logged. A rerun after the others finished keeps its seed, so the
+    same command still proposes the same points."""
+    seed = spec.get("seed")
+    trials = study.get_trials(deepcopy=False)
+    if spec.get("name") == "grid":
+        seeds = sorted({t.user_attrs[SAMPLER_SEED_ATTR] for t in trials
+                        if SAMPLER_SEED_ATTR in t.user_attrs and "grid_id" in t.system_attrs}
+                       - {seed}, key=repr)
+        if seeds:
+            raise UserError(
+                f"hydra.sweeper.sampler.seed={seed}: the grid trials of study {study_name!r} "
+                f"were asked with seed {seeds[0]}; sweepers on one grid study share its seed "
+                f"(Optuna orders the grid by it): rerun with hydra.sweeper.sampler.seed={seeds[0]}")
+        return spec
+    if seed is None or spec.get("name") not in optuna_specs.STREAM_SAMPLERS:
+        return spec
+    taken = {t.user_attrs.get(SAMPLER_SEED_ATTR) for t in trials
+             if t.state == TrialState.RUNNING}
+    if seed not in taken:
+        return spec
+    free = next(s for s in range(seed + 1, seed + len(taken) + 2) if s not in taken)
+    log.warning("hydra.sweeper.sampler.seed=%s is in use by another sweeper running trials of "
+                "study %s (two sweepers with one seed propose the same points): this one uses "
+                "seed %d", seed, study_name, free)
+    return {**spec, "seed": free}
+
+
+def check_replicates(study: optuna.Study, plan: Plan, study_name: str) -> None:
+    """A trial's value is the mean over its replicates: a study holds one replicate set. A rerun
+    with another set (data.fold=0,1,2 after 0,1) would find its trials done and end without a
+    word, or mix means over different folds; refused, naming what the study holds."""
+    want = [record.block_label(c) for c in plan.combinations]
+    held: dict[tuple[str, ...], int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(STATUS_ATTR) in record.COUNTED and JOB_DIRS_ATTR in t.user_attrs:
+            labels = tuple(t.user_attrs[JOB_DIRS_ATTR])
+            held[labels] = held.get(labels, 0) + 1
+    other = [labels for labels in held if sorted(labels) != sorted(want)]
+    if not other:
+        return
+    have = other[0]
+    raise UserError(
+        f"study {study_name!r} holds {held[have]} trial(s) run on the replicates "
+        f"{_replicates(have)}, not {_replicates(want)}; a trial's value is the mean over its "
+        f"replicates, so one study keeps one set: rerun with "
+        f"'hydra.sweeper.replicates={_replicates(have)}' to extend it with more trials, or run "
+        "the new set in its own study with hydra.sweeper.study_name=NEW_NAME")
+
+
+def _replicates(labels: Sequence[str]) -> str:
+    """Block labels ("data.fold=0 seed=1") as the replicates option: {data.fold:[0],seed:[1]}."""
+    values: dict[str, list[str]] = {}
+    for label in labels:
+        for item in label.split():
+            key, _, value = item.partition("=")
+            if value not in values.setdefault(key, []):
+                values[key].append(value)
+    return "{" + ",".join(f"{k}:[{','.join(v)}]" for k, v in values.items()) + "}"
 
 
 def _log_plan(s: Settings, plan: Plan) -> None:

@@ -1,0 +1,91 @@
+"""Which sampler seed a sweeper asks with, given the study's other trials; the ask path's give-up
+when another sweeper took the last slot (study.surplus). In-process, on real Optuna studies."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from qknorm.errors import UserError
+from qknorm.sweep import study as record
+from qknorm.sweep.sweep import OptunaSweep, shared_seed
+
+GRID = {"name": "grid", "seed": 0}
+TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
+SPACE = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+
+
+class Beats:  # Heartbeat's interface, without the thread
+    def __init__(self):
+        self.ids: set[int] = set()
+
+    def add(self, trial_id: int) -> None:
+        self.ids.add(trial_id)
+
+    def discard(self, trial_id: int) -> None:
+        self.ids.discard(trial_id)
+
+
+def plan(spec: dict, n_trials: int) -> SimpleNamespace:
+    space = SimpleNamespace(grid=None, distributions=SPACE, values=dict)
+    return SimpleNamespace(sampler_spec=spec, space=space, pruner_spec={"name": "none"},
+                           n_trials=n_trials)
+
+
+def ask(study: optuna.Study, spec: dict, n_trials: int, n: int = 1) -> list[optuna.Trial]:
+    return OptunaSweep.__new__(OptunaSweep)._ask(study, plan(spec, n_trials), n, Beats())
+
+
+def test_a_grid_study_refuses_a_sweeper_with_another_seed():
+    study = optuna.create_study(sampler=optuna.samplers.GridSampler({"x": [0.0, 1.0]}, seed=0))
+    trial = study.ask()
+    trial.set_user_attr(record.SAMPLER_SEED_ATTR, 0)
+    study.tell(trial, 1.0)
+    assert shared_seed(study, GRID, "g") == GRID  # the same seed: a rerun, or a second sweeper
+    with pytest.raises(UserError) as e:
+        shared_seed(study, {"name": "grid", "seed": 1}, "g")
+    assert str(e.value) == (
+        "hydra.sweeper.sampler.seed=1: the grid trials of study 'g' were asked with seed 0; "
+        "sweepers on one grid study share its seed (Optuna orders the grid by it): rerun with "
+        "hydra.sweeper.sampler.seed=0")
+
+
+def test_a_tpe_sweeper_whose_seed_another_running_sweeper_has_takes_the_next_free_one(caplog):
+    study = optuna.create_study()
+    ask(study, TPE, n_trials=10)  # finished: a rerun with the same seed keeps it
+    study.tell(study.trials[0].number, 1.0)
+    assert study.trials[0].user_attrs[record.SAMPLER_SEED_ATTR] == 0
+    assert shared_seed(study, TPE, "t") == TPE
+    running = [ask(study, {**TPE, "seed": s}, n_trials=10)[0] for s in (0, 1)]  # live sweepers
+    assert [t.user_attrs[record.SAMPLER_SEED_ATTR] for t in running] == [0, 1]
+    with caplog.at_level(logging.WARNING):
+        assert shared_seed(study, TPE, "t") == {**TPE, "seed": 2}
+    assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.sweep"] == [
+        "hydra.sweeper.sampler.seed=0 is in use by another sweeper running trials of study t "
+        "(two sweepers with one seed propose the same points): this one uses seed 2"]
+    assert shared_seed(study, {**TPE, "seed": 5}, "t") == {**TPE, "seed": 5}
+    assert shared_seed(study, {**TPE, "seed": None}, "t") == {**TPE, "seed": None}
+
+
+def test_ask_gives_up_a_trial_when_another_sweeper_took_the_last_slot_in_between(caplog):
+    """Two sweepers both saw room for the last of n_trials=3; the other asked first (a lower
+    trial number). This one's ask gives its trial up before any job: surplus, FAIL, not counted."""
+    study = optuna.create_study()
+    for t in ask(study, TPE, n_trials=3, n=2):
+        t.set_user_attr(record.STATUS_ATTR, "completed")
+        study.tell(t, 1.0)
+    theirs = study.ask(SPACE)  # the other sweeper's trial, running
+    with caplog.at_level(logging.INFO):
+        assert ask(study, TPE, n_trials=3) == []
+    mine = study.trials[-1]
+    assert mine.number == theirs.number + 1
+    assert mine.state == TrialState.FAIL and mine.user_attrs[record.STATUS_ATTR] == record.SURPLUS
+    assert record.Tally.of(study) == record.Tally(finished=2, running=1, failed=0)
+    assert f"trial {mine.number} not run: another sweeper filled the study's n_trials=3" \
+        in caplog.messages
+    (kept,) = ask(study, TPE, n_trials=5)  # room again: asked and kept
+    assert kept.number == mine.number + 1
