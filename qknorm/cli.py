@@ -2,7 +2,7 @@
 around `qknorm.train.train`. (`python -m qknorm.cli` is the same command.)
 
 `task` is the thin Hydra task function; `main` wraps Hydra's command line so that a user mistake
-prints as one line (README: Failure handling); `preflight` checks every job of a basic-sweeper
+prints as one line (docs/failures.md); `preflight` checks every job of a basic-sweeper
 multirun before the first one starts. Hydra's private helpers (`hydra._internal`) are used here
 and nowhere else.
 """

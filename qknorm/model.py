@@ -23,7 +23,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
                      scale: float | None) -> torch.Tensor:
     """Fused causal SDPA. Under bf16 autocast on CPU it runs in float32: there the bf16 flash-
     attention backward is several times slower than the float32 one, which cancels all that bf16
-    gains in the matmuls around it (docs/design.md, "Speed notes"). On CUDA it stays bf16."""
+    gains in the matmuls around it (docs/performance.md, "Speed notes"). On CUDA it stays bf16."""
     if q.device.type == "cpu" and v.dtype == torch.bfloat16:
         with torch.autocast("cpu", enabled=False):
             y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
@@ -52,7 +52,7 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropou
 def use_explicit_attention(setting: str, device: torch.device) -> bool:
     """model.attention=auto takes the explicit path where it measured faster: on CPU under
     torch.compile, which fuses its mask and softmax (2% of a model=cpu step); in eager mode SDPA
-    was as fast in float32 and faster in bf16 (docs/design.md, "Speed notes")."""
+    was as fast in float32 and faster in bf16 (docs/performance.md, "Speed notes")."""
     if setting == "auto":
         return device.type == "cpu" and torch.compiler.is_compiling()
     return setting == "explicit"
@@ -182,7 +182,7 @@ class GPT(nn.Module):
         """AdamW; Linear and Embedding weights decay, the rest (biases, norms, gamma, p) do not.
 
         Fused (one kernel over all parameters) on CUDA and CPU: on CPU it measured 2.8x faster
-        than the default per-parameter loop, 4% of a model=cpu step (docs/design.md, "Speed notes").
+        than the default per-parameter loop, 4% of a model=cpu step (docs/performance.md, "Speed notes").
         """
         decayed = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
         params = [p for p in self.parameters() if p.requires_grad]

@@ -159,7 +159,7 @@ def _norm_gradient(xf: torch.Tensor, norm: torch.Tensor, inv: torch.Tensor, p: f
         return xf * xf * xf, inv * inv * inv
     if math.isinf(p):
         # 1 where |x| reaches the max, else 0, since sign(|x| - max) is 0 or -1. Float ops: on
-        # CPU, comparisons that produce bool masks are slower (docs/design.md, "Speed notes").
+        # CPU, comparisons that produce bool masks are slower (docs/performance.md, "Speed notes").
         # There x = ±N, so sign(x) = x / N.
         at_max = (xf.abs() - norm).sign_().add_(1.0)
         return xf * at_max, inv / at_max.sum(dim, keepdim=True)

@@ -193,7 +193,7 @@ SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launch
 
 
 def slurm_logs(sweep: Path, suffix: str) -> list[Path]:
-    """Where README says each job's stdout/stderr land: .submitit/<jobid>/<jobid>_0_log.*"""
+    """Where docs/cluster.md says each job's stdout/stderr land: .submitit/<jobid>/<jobid>_0_log.*"""
     return sorted(sweep.glob(f".submitit/*/*_0_log.{suffix}"))
 
 
@@ -254,7 +254,7 @@ def test_slurm_runs_a_p_grid_a_scancelled_job_and_a_pruned_tpe_study(cli, slurm_
     (retry,) = [t for t in real if t.system_attrs.get("failed_trial") == failed[0].number]
     assert retry.params == failed[0].params and len(study.get_trials()) == 9
     report_states("p grid rerun", states_of(study))
-    # Each job's stdout/stderr where README says: the 7 first jobs, then the retry.
+    # Each job's stdout/stderr where docs/cluster.md says: the 7 first jobs, then the retry.
     (second,) = {*(cli.cwd / "outputs" / "sweeps" / "p_grid").iterdir()} - {first}
     for sweep, n in ((first, 7), (second, 1)):
         outs = [o for o in slurm_logs(sweep, "out") if "step 0: train" in o.read_text()]

@@ -253,7 +253,7 @@ def _attention_section(summary: pd.DataFrame, keys: list[str]) -> list[str]:
             for _, r in summary.iterrows()]
     return ["## Attention at step 0 and at the end", "",
             "Means over layers, heads and rows t ≥ 1 of the causal attention on the first "
-            "train.diag_batches val batches (README, \"Attention diagnostics\"), then mean ± sd "
+            "train.diag_batches val batches (docs/design.md, \"Attention diagnostics\"), then mean ± sd "
             "over the runs: entropy as a fraction of its maximum ln(t+1) (1: uniform over the "
             "visible tokens), the largest weight of a row, the sd of a row's logits.", "",
             markdown_table(keys + ["runs", *columns], rows), ""]

@@ -12,7 +12,7 @@ What this controls: at one look, Holm keeps the chance of dropping any candidate
 difference to that look's leader is in truth <= 0 at alpha or below (family-wise over the
 candidates of the look). What it does not: every further look is another chance to drop one
 (no alpha spending over looks), and the leader is picked on the same data it is tested with,
-which favours it when candidates are level. README "Racing over folds" has the measured rates.
+which favours it when candidates are level. docs/race.md has the measured rates.
 
 Everything here is a pure function of the values. The sweeper replays the race from the values
 recorded in the study (qknorm/sweep/race.py), so a resumed sweep, or a second
