@@ -153,16 +153,22 @@ def _varying_keys(rows: list[dict[str, Any]], config_keys: list[str]) -> list[st
     return varying
 
 
-def collect(root: Path | str) -> Collection:
-    """All runs under root as a DataFrame in results.csv's column order. UserError if none."""
-    root = Path(root)
+def run_dirs_under(root: Path) -> list[Path]:
+    """find_run_dirs, or a UserError when root is not a directory or holds no run."""
     if not root.is_dir():
         raise UserError(f"{root} is not a directory; pass a sweep dir (outputs/sweeps/<name>/"
-                        "<stamp>) or outputs/")
+                        "<stamp>), a run dir, or outputs/")
     run_dirs = find_run_dirs(root)
     if not run_dirs:
         raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
-                        "dir (outputs/sweeps/<name>/<stamp>) or outputs/")
+                        "dir (outputs/sweeps/<name>/<stamp>), a run dir, or outputs/")
+    return run_dirs
+
+
+def collect(root: Path | str) -> Collection:
+    """All runs under root as a DataFrame in results.csv's column order. UserError if none."""
+    root = Path(root)
+    run_dirs = run_dirs_under(root)
     configs = [read_config(d) or {} for d in run_dirs]
     rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
     config_keys = list(dict.fromkeys(k for c in configs for k in c))

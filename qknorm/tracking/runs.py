@@ -11,8 +11,7 @@ from typing import Any
 import yaml
 
 from qknorm import rundir
-from qknorm.errors import UserError
-from qknorm.report.results import find_run_dirs, read_config
+from qknorm.report.results import read_config, run_dirs_under
 
 REPLICATE_KEYS = ("data.fold", "seed")  # besides the Optuna sweeper's hydra.sweeper.replicates
 
@@ -93,13 +92,7 @@ def _label(job: Job, common: set[str]) -> str:
 
 def read_jobs(root: Path, experiment: str | None) -> tuple[list[Job], int]:
     """The finished run dirs under root (Jobs) and how many are not finished."""
-    if not root.is_dir():
-        raise UserError(f"{root} is not a directory; pass a sweep dir (outputs/sweeps/<name>/"
-                        "<stamp>), a run dir, or outputs/")
-    run_dirs = find_run_dirs(root)
-    if not run_dirs:
-        raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
-                        "dir (outputs/sweeps/<name>/<stamp>), a run dir, or outputs/")
+    run_dirs = run_dirs_under(root)
     jobs, incomplete = [], 0
     for run_dir in run_dirs:
         job = read_job(run_dir.resolve(), experiment)
