@@ -30,8 +30,9 @@ from qknorm.errors import RunDiverged, UserError, exit_with, one_line
 from qknorm.sweep import job as pruning
 from qknorm.train import train
 
-BASIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
-                  "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper")
+# The basic sweepers, by their _target_'s class: Hydra's, and ours minus repeats (the plugin's
+# basic.py; the library names it only by this string, never by import).
+BASIC_SWEEPERS = ("BasicSweeper", "DedupBasicSweeper")
 # conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
 
 register_configs()
@@ -115,7 +116,7 @@ def preflight(argv: list[str]) -> None:
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
             return  # a single run validates itself, with the trace in its log file
         jobs = [fixed]
-        if primary.hydra.sweeper._target_ in BASIC_SWEEPERS:
+        if _sweeper_class(primary.hydra.sweeper._target_) in BASIC_SWEEPERS:
             params = [f"{k}={v}" for k, v in (primary.hydra.sweeper.params or {}).items()]
             parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
             (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
@@ -126,13 +127,17 @@ def preflight(argv: list[str]) -> None:
 def _launched_jobs(jobs: list[list[str]], sweeper: str) -> list[list[str]]:
     """The jobs the sweeper will launch: ours skips repeats of an effective config, so only
     those are checked (a repeat never runs)."""
-    if sweeper != BASIC_SWEEPERS[1]:
+    if _sweeper_class(sweeper) != BASIC_SWEEPERS[1]:
         return jobs
 
     def task_config(job: list[str]) -> dict:
         return task_tree(compose("config", overrides=list(job))) or {"_job": list(job)}
 
     return unique_jobs(jobs, task_config)[0]
+
+
+def _sweeper_class(target: str) -> str:
+    return target.rpartition(".")[2]
 
 
 def _check_jobs(jobs: list[list[str]]) -> None:

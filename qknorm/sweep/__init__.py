@@ -1,5 +1,5 @@
 """The sweep wing: everything Optuna (asking trials, launching their jobs, racing, the study's
-record). The Hydra plugin (hydra_plugins/qknorm_sweeper) is a thin adapter over OptunaSweep.
+record). The Hydra plugin (qknorm_sweeper) is a thin adapter over OptunaSweep.
 
 What the rest of qknorm may use is named here; the modules below are the wing's rooms:
 

@@ -1,8 +1,8 @@
 """The race's settings as a typed dataclass, every default written here once.
 
-hydra.sweeper.race stays a plain mapping in the sweeper's schema (hydra_plugins/qknorm_sweeper/
-config.py): OmegaConf cannot merge a command-line dict (`++hydra.sweeper.race={...}`) into a
-null structured node, and null/{} must mean "no race". `race_conf` types the mapping through
+hydra.sweeper.race stays a plain mapping in the sweeper's schema (the plugin's config.py):
+OmegaConf cannot merge a command-line dict (`++hydra.sweeper.race={...}`) into a null
+structured node, and null/{} must mean "no race". `race_conf` types the mapping through
 OmegaConf against RaceConf before the study is touched, so a misspelt key or a value of the
 wrong type fails with OmegaConf's own words, in one line, as any other config key does.
 """

@@ -42,7 +42,7 @@ def _to_container(value: Any) -> Any:
 
 @dataclass
 class Settings:
-    """hydra.sweeper.* as plain Python values (hydra_plugins/qknorm_sweeper/config.py holds the
+    """hydra.sweeper.* as plain Python values (the plugin's config.py holds the
     schema and the defaults)."""
 
     study_name: str
