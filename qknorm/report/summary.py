@@ -288,12 +288,24 @@ def race_verdict(e: race.Elimination) -> str:
     a test against the leader; a stop is the margin rule at a rung, not a test."""
     def names(outcome: str) -> str:
         return ", ".join(r["candidate"] for r in e.rows if r["outcome"] == outcome) or "none"
+
+    def answers(answer: str) -> str:
+        return ", ".join(r["candidate"] for r in e.rows if r["answer"] == answer) or "none"
     left = [r for r in e.rows if r["outcome"] == race.SURVIVED]
     best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
     return (f"Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
             f"{names(race.DROPPED)}; stopped at a rung, more than the margin behind the best run of "
             f"its replicate (a rule, not a test): {names(race.STOPPED)}; in the race at its end: "
-            f"{names(race.SURVIVED)} (lowest mean: {best}).")
+            f"{names(race.SURVIVED)} (lowest mean: {best})."
+            + (f" Level with the leader within ±{e.equivalence:g} (its {_tost_words(e)}), left "
+               f"the race: {names(race.LEVEL)}; in the race at its end but undecided (neither "
+               f"the best nor shown worse or level): {answers(race.UNDECIDED)}."
+               if e.equivalence is not None else ""))
+
+
+def _tost_words(e: race.Elimination) -> str:
+    return (f"paired {1 - 2 * e.alpha:.0%} t-interval of Δ inside ±δ, i.e. TOST at alpha "
+            f"{e.alpha:g}: two one-sided tests, no correction over candidates or looks")
 
 
 def race_section(e: race.Elimination, name: str) -> list[str]:
@@ -307,6 +319,11 @@ def race_section(e: race.Elimination, name: str) -> list[str]:
              _fmt(r["delta"], "+.4f"), _fmt(r["p"], ".3g"), _fmt(r["p_adjusted"], ".3g"),
              _fmt(r["mean"], ".4f")] for r in e.rows]
     table = markdown_table(header, rows).splitlines()
+    # Each candidate's answer and what it cost, a table of its own so the one above reads as
+    # it did before answers existed.
+    costs = markdown_table(["candidate", "answer", "runs", "training steps", "core-seconds"],
+                           [[r["candidate"], r["answer"], str(r["n"]), _count(r["steps"]),
+                             _count(r["core_s"])] for r in e.rows]).splitlines()
     s, g = e.spent, e.grid
     stopped = (f"; {s['stopped']} of them stopped at a rung, counted with their partial steps"
                if s.get("stopped") else "")
@@ -321,6 +338,13 @@ def race_section(e: race.Elimination, name: str) -> list[str]:
         "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
         "mean is over the replicates it completed.", "",
         *table, "", race_verdict(e), "",
+        "Answers: `worse` (dropped, stopped at a rung, or a baseline behind the leader at its "
+        "last look, Holm-adjusted p <= alpha), "
+        + (f"`level` (within ±{e.equivalence:g} of the leader: {_tost_words(e)}), "
+           if e.equivalence is not None else "")
+        + "`best` (the leader at the last look), `undecided` (in the race to its end, none of "
+        "these); each with the runs, training steps and core-seconds it cost (a stopped run's "
+        "partial ones included).", "", *costs, "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
         f"({race.share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
         f"≈{_count(g['steps'])} "

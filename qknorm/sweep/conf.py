@@ -35,6 +35,10 @@ class RaceConf:
     margin: float = 0.05
     # No replicate launches once the race's runs took this many training steps; null: none.
     budget_steps: Optional[int] = None
+    # δ (objective units, nats for a loss): at a look, a candidate whose paired (1 - 2 alpha)
+    # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it
+    # (TOST at alpha); the race ends once no comparison is open. null: off.
+    equivalence: Optional[float] = None
 
 
 def race_conf(spec: Any) -> RaceConf | None:

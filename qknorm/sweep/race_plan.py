@@ -28,16 +28,17 @@ class RaceSpec:
     rungs: tuple[int, ...]  # steps at which a run is judged inside its block; (): never
     margin: float  # a run stops when its val loss is above the best other's by more
     budget_steps: int | None = None  # no block launches once the race's runs took this many
+    equivalence: float | None = None  # δ: a candidate level with the leader within ±δ leaves
 
     def settings(self) -> dict[str, Any]:
         """What a rerun must match (stored in the study): the same race, or another study.
         Without rungs, rungs and margin are None, as a study raced before they existed reads;
-        so is budget_steps without a budget."""
+        so are budget_steps without a budget and equivalence without δ."""
         return {"min_replicates": self.min_replicates, "alpha": self.alpha,
                 "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
                 "candidates": [self.labels[c] for c in self.candidates],
                 "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None,
-                "budget_steps": self.budget_steps}
+                "budget_steps": self.budget_steps, "equivalence": self.equivalence}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
@@ -86,7 +87,17 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
     rungs = _rungs(conf.rungs, conf.margin, directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
                     1.0 if directions[0] == "minimize" else -1.0, rungs, float(conf.margin),
-                    _budget(conf.budget_steps))
+                    _budget(conf.budget_steps), _equivalence(conf.equivalence))
+
+
+def _equivalence(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"hydra.sweeper.race.equivalence={value:g} must be a number > 0 (δ in "
+                         "the objective's units, nats for a loss: candidates within ±δ of the "
+                         "leader count as level), e.g. 0.02, or null for off")
+    return float(value)
 
 
 def _budget(value: Any) -> int | None:
