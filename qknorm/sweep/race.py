@@ -312,7 +312,7 @@ class RaceSchedule:
                  "%.4g > margin=%g", trial.number, self.spec.labels[self.plan.space.candidate(
                      trial)], block, stop["stopped_at"], stop["val_loss"],
                  stop["best"], stop["val_loss"] - stop["delta"], stop["delta"],
-                 self.spec.margin)
+                 self.spec.margin_at(stop["stopped_at"]))
 
     def _tell_level(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                     look: racing.Look) -> None:
