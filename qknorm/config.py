@@ -102,6 +102,9 @@ class RaceRungsConfig:
     block: str | None = None  # the replicate block the job runs, e.g. "data.fold=0"
     rungs: list[int] = field(default_factory=list)  # eval steps at which the job is judged
     margin: float | None = None  # null: record only, never stopped (the race's baseline)
+    # Each rung's own margin, in rung order (hydra.sweeper.race.rungs as a mapping step ->
+    # margin); empty: `margin` at every rung. Set only with margin null.
+    margins: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -388,3 +391,11 @@ def _check_race(o: OptunaTrialConfig, t: TrainConfig) -> None:
     _check(problem is None, f"optuna.race.rungs={list(r.rungs)} {problem}")
     _check(r.margin is None or (math.isfinite(r.margin) and r.margin > 0),
            f"optuna.race.margin={r.margin} must be a number > 0 (val loss units), or null")
+    if r.margins:
+        margins = list(r.margins)
+        _check(r.margin is None and len(margins) == len(r.rungs),
+               f"optuna.race.margins={margins} must give one margin per rung "
+               f"(optuna.race.rungs={list(r.rungs)}) with optuna.race.margin null; these keys "
+               "are set by the qknorm_optuna sweeper")
+        _check(all(math.isfinite(m) and m > 0 for m in margins),
+               f"optuna.race.margins={margins} must be numbers > 0 (val loss units)")

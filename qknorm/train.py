@@ -315,6 +315,7 @@ RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "train.diag_batches
                     "compile", "model.attention", "name",
                     "optuna.study_name", "optuna.storage", "optuna.trial",
                     "optuna.race.block", "optuna.race.rungs", "optuna.race.margin",
+                    "optuna.race.margins",
                     "tracker.kind", "tracker.uri", "tracker.experiment")
 
 

@@ -7,6 +7,7 @@ Scripts import this module first (`import _cli`): Python puts scripts/ on sys.pa
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from qknorm.report import (  # noqa: E402
     plots,  # noqa: E402
 )
 from qknorm.report.baseline import AUTO  # noqa: E402
+from qknorm.report.computed import DEFAULT_EQUIVALENCE  # noqa: E402
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -38,7 +40,7 @@ def run(main: Callable[[], int | None]) -> None:
 
 
 def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) -> None:
-    """DIR, --metric, --baseline, --by, --logx (and --out for one figure)."""
+    """DIR, --metric, --baseline, --by, --equivalence, --logx (and --out for one figure)."""
     parser.add_argument("dir", type=Path, help="a sweep dir (outputs/sweeps/<name>/<stamp>), a "
                         "run dir, or outputs/ for every run")
     parser.add_argument("--metric", default=DEFAULT_METRIC,
@@ -49,6 +51,11 @@ def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) ->
                         "and no comparison for a continuous search)")
     parser.add_argument("--by", nargs="*", default=[], metavar="KEY",
                         help="other swept keys to group by, e.g. optimizer.lr")
+    parser.add_argument("--equivalence", type=float, default=DEFAULT_EQUIVALENCE,
+                        metavar="DELTA", help="δ of the Δ table's verdict, in the metric's "
+                        "units (nats for a loss): 'level within ±δ' where the paired 90%% "
+                        "t-interval of Δ lies inside ±δ, i.e. TOST at 5%% (default: "
+                        f"{DEFAULT_EQUIVALENCE:g})")
     parser.add_argument("--logx", action="store_true", help="log-scale the p axis")
     if figure:
         parser.add_argument("--out", type=Path, default=None,
@@ -57,8 +64,12 @@ def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) ->
 
 def options_from(args: argparse.Namespace) -> Options:
     check_out(getattr(args, "out", None))  # before any work
+    if not (math.isfinite(args.equivalence) and args.equivalence > 0):
+        raise UserError(f"--equivalence {args.equivalence:g} must be a number > 0 (δ in the "
+                        "metric's units, nats for a loss: Δ within ±δ counts as level), e.g. "
+                        f"{DEFAULT_EQUIVALENCE:g}")
     return Options(metric=args.metric, baseline=parse_p(args.baseline), by=list(args.by),
-                   logx=args.logx)
+                   logx=args.logx, equivalence=args.equivalence)
 
 
 def check_out(out: Path | None) -> None:

@@ -21,13 +21,15 @@ from hydra.core.hydra_config import HydraConfig
 
 # With folds 0-3, min_replicates 2 and baseline x=2: x=1 leads; x=2 is a little worse on every
 # fold but, the baseline, runs them all; x=3 is far worse (dropped after 2 folds); x=4 is worse by
-# 0.1 with noise (Holm-adjusted p 0.15 after 2 folds, 0.04 after 3: dropped then).
-MEAN = {1: 0.0, 2: 0.02, 3: 1.0, 4: 0.1}
+# 0.1 with noise (Holm-adjusted p 0.15 after 2 folds, 0.04 after 3: dropped then). x=5 is level
+# with x=1 (tests/test_race_level.py): its 90% interval of Δ after 2 folds is about ±0.01.
+MEAN = {1: 0.0, 2: 0.02, 3: 1.0, 4: 0.1, 5: 0.0}
 FOLD = [0.3, -0.2, 0.5, 0.0]  # shared by every x: pairing removes it
 NOISE = {1: [0.0] * 4,
          2: [0.001, -0.001, 0.002, 0.0],
          3: [0.01, -0.02, 0.0, 0.01],
-         4: [0.06, -0.05, 0.0, 0.0]}
+         4: [0.06, -0.05, 0.0, 0.0],
+         5: [0.002, -0.001, 0.001, -0.002]}
 STEPS, WALL_S, THREADS = 100, 2.0, 2  # what each job's final.json reports
 
 ConfigStore.instance().store(name="race_task", node={

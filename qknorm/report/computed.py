@@ -12,6 +12,7 @@ from qknorm.report.baseline import AUTO, continuous_p
 
 DEFAULT_METRIC = "best_val_loss"
 TIME_METRIC = "wall_time_s"
+DEFAULT_EQUIVALENCE = 0.02
 
 
 @dataclass
@@ -22,6 +23,9 @@ class Options:
     by: list[str] = field(default_factory=list)
     logx: bool = False
     formats: tuple[str, ...] = ("png", "pdf")
+    # δ of the Δ table's verdict (the metric's units, nats for a loss): "level within ±δ" where
+    # the paired 90% t-interval of Δ lies inside ±δ (TOST at 5%).
+    equivalence: float = DEFAULT_EQUIVALENCE
 
 
 
@@ -50,7 +54,7 @@ def compute(collection: results.Collection, options: Options,
     per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
     readings = stats.readings_summary(runs, by) if "best_step" in runs else None
     compared = [metric, *(stats.READINGS if readings is not None else ())]
-    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by)
+    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by, options.equivalence)
                for m in dict.fromkeys(compared)} if options.baseline is not None else {})
     return Statistics(
         keys=stats.group_keys(runs, by), excluded=stats.excluded(runs),

@@ -32,6 +32,9 @@ from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
 
 CONFIDENCE = 0.95
 PAIR_KEYS = ["seed", "data.fold"]
+# The equivalence verdict: TOST at 5%, i.e. the paired 90% t-interval inside ±δ.
+TOST_ALPHA = 0.05
+WORSE, BETTER, LEVEL, UNDECIDED = "worse", "better", "level within ±δ", "undecided"
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:
@@ -107,6 +110,34 @@ class PairedTest:
     wilcoxon_pvalue: float
     note: str
     d_z: float = math.nan  # Cohen's paired effect size, cohens_dz
+    # The paired (1 - 2 TOST_ALPHA) = 90% t-interval of Δ: inside ±δ is TOST's equivalence.
+    tost_low: float = math.nan
+    tost_high: float = math.nan
+
+
+def tost_interval(d) -> tuple[float, float]:
+    """The (1 - 2 TOST_ALPHA) Student-t interval of mean(d): it lies inside [-δ, +δ] exactly
+    when both one-sided tests at TOST_ALPHA (H0: Δ <= -δ; H0: Δ >= δ) reject (TOST, Schuirmann
+    1987). NaN for fewer than 2 differences; without spread, the mean itself."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return math.nan, math.nan
+    mean = float(d.mean())
+    if _no_spread(d):
+        return mean, mean
+    half = float(stats.t.ppf(1 - TOST_ALPHA, len(d) - 1)) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return mean - half, mean + half
+
+
+def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: float) -> str:
+    """One comparison's answer (lower is better): WORSE or BETTER where its Holm-adjusted
+    paired-t p < 0.05 (the delta table's family), else LEVEL where its 90% interval lies inside
+    ±δ (TOST at 5%, not corrected over the table's comparisons), else UNDECIDED."""
+    if not pd.isna(holm_p) and holm_p < 1 - CONFIDENCE:
+        return WORSE if delta > 0 else BETTER
+    if not (pd.isna(low) or pd.isna(high)) and -equivalence <= low and high <= equivalence:
+        return LEVEL
+    return UNDECIDED
 
 
 def cohens_dz(d) -> float:
@@ -153,7 +184,8 @@ def paired_test(x, base) -> PairedTest:
                 if 2.0 / 2**nonzero > 1 - CONFIDENCE:
                     notes.append(f"{nonzero} non-zero pairs: Wilcoxon cannot go below "
                                  f"p={2.0 / 2**nonzero:.3g}")
-    return PairedTest(n, mean, low, high, t_p, w_p, "; ".join(notes), cohens_dz(d))
+    return PairedTest(n, mean, low, high, t_p, w_p, "; ".join(notes), cohens_dz(d),
+                      *tost_interval(d))
 
 
 def _pair_table(group: pd.DataFrame, metric: str) -> tuple[pd.Series, int]:
@@ -164,11 +196,14 @@ def _pair_table(group: pd.DataFrame, metric: str) -> tuple[pd.Series, int]:
 
 
 def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
-                       by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+                       by: list[str] | tuple[str, ...] = (),
+                       equivalence: float | None = None) -> pd.DataFrame:
     """Delta (group - baseline p) of metric per group, paired by (seed, data.fold).
 
     holm_pvalue corrects t_pvalue over the family of every row of this table (one metric, all
     groups, --by values included): the comparisons the table's reader scans for a difference.
+    With `equivalence` (δ, the metric's units) each row also gets the 90% interval of Δ
+    (tost_low, tost_high) and its `verdict`: worse / better / level within ±δ / undecided.
     """
     done = completed(df)
     keys = group_keys(df, by)
@@ -192,12 +227,18 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
         row.update({"n_pairs": test.n, "delta_mean": test.mean, "delta_ci_low": test.ci_low,
                     "delta_ci_high": test.ci_high, "t_pvalue": test.t_pvalue,
                     "wilcoxon_pvalue": test.wilcoxon_pvalue, "d_z": test.d_z,
-                    "note": "; ".join(notes)})
+                    "note": "; ".join(notes), "tost_low": test.tost_low,
+                    "tost_high": test.tost_high})
         rows.append(row)
     columns = keys + ["n_pairs", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue",
                       "holm_pvalue", "wilcoxon_pvalue", "d_z", "note"]
+    if equivalence is not None:
+        columns += ["tost_low", "tost_high", "verdict"]
     table = pd.DataFrame(rows, columns=columns)
     table["holm_pvalue"] = holm(table["t_pvalue"])
+    if equivalence is not None:
+        table["verdict"] = [verdict(r.holm_pvalue, r.delta_mean, r.tost_low, r.tost_high,
+                                    equivalence) for r in table.itertuples()]
     return table
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.report import paxis, results, stats
-from qknorm.report.computed import Options, Statistics, compute
+from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
 from qknorm.sweep import elimination
 from qknorm.sweep import racestats as race
 
@@ -57,15 +57,30 @@ def _per_group_table(summary: pd.DataFrame, keys: list[str], metric: str) -> str
 
 
 def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
+    verdicts = "verdict" in paired.columns  # computed with an equivalence δ
     rows = []
     for _, r in paired.iterrows():
         rows.append(_group_label(r, keys) + [
             str(int(r["n_pairs"])), _num(r["delta_mean"]),
             f"[{_num(r['delta_ci_low'])}, {_num(r['delta_ci_high'])}]",
             _pval(r["t_pvalue"]), _pval(r["holm_pvalue"]), _pval(r["wilcoxon_pvalue"]),
-            "-" if pd.isna(r["d_z"]) else f"{r['d_z']:.2f}", r["note"] or ""])
+            "-" if pd.isna(r["d_z"]) else f"{r['d_z']:.2f}", r["note"] or ""]
+            + ([f"[{_num(r['tost_low'])}, {_num(r['tost_high'])}]", r["verdict"]]
+               if verdicts else []))
     return markdown_table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "paired t p",
-                          "Holm p", "Wilcoxon p", "d_z", "note"], rows)
+                          "Holm p", "Wilcoxon p", "d_z", "note"]
+                          + (["90% t-interval of Δ", "verdict"] if verdicts else []), rows)
+
+
+def _verdict_sentence(equivalence: float) -> str:
+    """What the verdict column says and at which levels, in one sentence."""
+    return (f"Verdict (lower is better): `worse` / `better` where Holm p < 0.05 (the family "
+            f"above); else `level within ±δ` where the paired 90% t-interval of Δ lies inside "
+            f"±δ, δ = {equivalence:g} (`--equivalence`, default "
+            f"{DEFAULT_EQUIVALENCE:g} nats; the metric's units): TOST, two one-sided paired "
+            "t-tests at 5% each, per comparison, not corrected over the table; else "
+            "`undecided` (neither shown different nor shown within ±δ: more pairs, or a larger "
+            "δ, would be needed to say).")
 
 
 def _holm_sentence(paired: pd.DataFrame, baseline: str) -> str:
@@ -105,7 +120,7 @@ def summarize(collection: results.Collection, options: Options,
     if options.baseline_note:
         out += [options.baseline_note, ""]
     if s.paired is not None:
-        out += _delta_section(s.paired, s.keys, metric, options.baseline)
+        out += _delta_section(s.paired, s.keys, metric, options.baseline, options.equivalence)
     if s.readings is not None and len(s.readings):
         out += _readings_section(s, metric, options.baseline)
     if s.ranking is not None and len(s.ranking):
@@ -147,14 +162,16 @@ def _folded_note(folded: pd.Series) -> list[str]:
 
 
 def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
-                   baseline: float) -> list[str]:
+                   baseline: float, equivalence: float | None = None) -> list[str]:
     b = paxis.format_p(baseline)
+    said = ([_verdict_sentence(equivalence), ""]
+            if equivalence is not None and "verdict" in paired.columns else [])
     return [f"## Δ {metric} vs p={b} (group − baseline), paired by (seed, data.fold)", "",
             "Negative Δ: lower than the baseline. p-values: paired t-test "
             "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
             "two-sided.", "",
-            *([_holm_sentence(paired, b), "", _delta_table(paired, keys)] if len(paired) else
-              ["no completed group to compare with the baseline"]), ""]
+            *([_holm_sentence(paired, b), "", *said, _delta_table(paired, keys)] if len(paired)
+              else ["no completed group to compare with the baseline"]), ""]
 
 
 def _readings_section(s: Statistics, metric: str, baseline: float | None) -> list[str]:
@@ -288,12 +305,24 @@ def race_verdict(e: race.Elimination) -> str:
     a test against the leader; a stop is the margin rule at a rung, not a test."""
     def names(outcome: str) -> str:
         return ", ".join(r["candidate"] for r in e.rows if r["outcome"] == outcome) or "none"
+
+    def answers(answer: str) -> str:
+        return ", ".join(r["candidate"] for r in e.rows if r["answer"] == answer) or "none"
     left = [r for r in e.rows if r["outcome"] == race.SURVIVED]
     best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
     return (f"Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
             f"{names(race.DROPPED)}; stopped at a rung, more than the margin behind the best run of "
             f"its replicate (a rule, not a test): {names(race.STOPPED)}; in the race at its end: "
-            f"{names(race.SURVIVED)} (lowest mean: {best}).")
+            f"{names(race.SURVIVED)} (lowest mean: {best})."
+            + (f" Level with the leader within ±{e.equivalence:g} (its {_tost_words(e)}), left "
+               f"the race: {names(race.LEVEL)}; in the race at its end but undecided (neither "
+               f"the best nor shown worse or level): {answers(race.UNDECIDED)}."
+               if e.equivalence is not None else ""))
+
+
+def _tost_words(e: race.Elimination) -> str:
+    return (f"paired {1 - 2 * e.alpha:.0%} t-interval of Δ inside ±δ, i.e. TOST at alpha "
+            f"{e.alpha:g}: two one-sided tests, no correction over candidates or looks")
 
 
 def race_section(e: race.Elimination, name: str) -> list[str]:
@@ -307,6 +336,11 @@ def race_section(e: race.Elimination, name: str) -> list[str]:
              _fmt(r["delta"], "+.4f"), _fmt(r["p"], ".3g"), _fmt(r["p_adjusted"], ".3g"),
              _fmt(r["mean"], ".4f")] for r in e.rows]
     table = markdown_table(header, rows).splitlines()
+    # Each candidate's answer and what it cost, a table of its own so the one above reads as
+    # it did before answers existed.
+    costs = markdown_table(["candidate", "answer", "runs", "training steps", "core-seconds"],
+                           [[r["candidate"], r["answer"], str(r["n"]), _count(r["steps"]),
+                             _count(r["core_s"])] for r in e.rows]).splitlines()
     s, g = e.spent, e.grid
     stopped = (f"; {s['stopped']} of them stopped at a rung, counted with their partial steps"
                if s.get("stopped") else "")
@@ -321,6 +355,13 @@ def race_section(e: race.Elimination, name: str) -> list[str]:
         "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
         "mean is over the replicates it completed.", "",
         *table, "", race_verdict(e), "",
+        "Answers: `worse` (dropped, stopped at a rung, or a baseline behind the leader at its "
+        "last look, Holm-adjusted p <= alpha), "
+        + (f"`level` (within ±{e.equivalence:g} of the leader: {_tost_words(e)}), "
+           if e.equivalence is not None else "")
+        + "`best` (the leader at the last look), `undecided` (in the race to its end, none of "
+        "these); each with the runs, training steps and core-seconds it cost (a stopped run's "
+        "partial ones included).", "", *costs, "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
         f"({race.share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
         f"≈{_count(g['steps'])} "

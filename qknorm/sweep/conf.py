@@ -12,8 +12,8 @@ wrong type fails with OmegaConf's own words, in one line, as any other config ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -31,10 +31,27 @@ class RaceConf:
     baseline: Any = None
     # Steps at which a run is judged inside its replicate: more than `margin` (val loss) above
     # the best other candidate's run of that replicate, it stops there and its candidate leaves.
-    rungs: Optional[List[int]] = None
+    # A list of steps, each judged with `margin`, or a mapping step -> its own margin, e.g.
+    # {500: 0.1, 1000: 0.05} (then `margin` is not used). Typed by race_conf: OmegaConf types
+    # no union of a list and a mapping.
+    rungs: Any = None
     margin: float = 0.05
     # No replicate launches once the race's runs took this many training steps; null: none.
     budget_steps: Optional[int] = None
+    # δ (objective units, nats for a loss): at a look, a candidate whose paired (1 - 2 alpha)
+    # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it
+    # (TOST at alpha); the race ends once no comparison is open. null: off.
+    equivalence: Optional[float] = None
+
+
+@dataclass
+class _RungList:
+    rungs: Optional[List[int]] = None
+
+
+@dataclass
+class _RungMargins:
+    rungs: Dict[int, float] = field(default_factory=dict)
 
 
 def race_conf(spec: Any) -> RaceConf | None:
@@ -50,7 +67,12 @@ def race_conf(spec: Any) -> RaceConf | None:
             raise UserError(f"hydra.sweeper.race.{key} is not a race key; {hint}"
                             "docs/race.md lists them")
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaceConf), spec))
+        conf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaceConf), spec))
+        rungs = _RungMargins if isinstance(spec.get("rungs"), dict) else _RungList
+        conf.rungs = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(rungs),
+                                                         {"rungs": spec.get("rungs")})).rungs
+        return conf
     except OmegaConfBaseException as e:
-        raise UserError(f"hydra.sweeper.race.{e.full_key}={spec.get(e.full_key)!r}: "
+        key = str(e.full_key).split(".")[0].split("[")[0]  # rungs.500 -> rungs, as written
+        raise UserError(f"hydra.sweeper.race.{key}={spec.get(key)!r}: "
                         f"{first_line(str(e))}") from None

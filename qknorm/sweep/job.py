@@ -14,7 +14,8 @@ A race's job also checks its rungs (hydra.sweeper.race.rungs): at each rung (an 
 optuna.race.rungs) it records its val loss in its trial (user attr `race_rungs:<block>`), reads
 the values the other candidates' runs of the same block recorded at that rung, and stops
 (RunPruned, final.json status `pruned`) when it is above the best of them by more than
-optuna.race.margin, leaving `race_stop:<block>` for the sweeper, which takes the candidate out
+optuna.race.margin (or that rung's entry of optuna.race.margins, when the race gave each rung
+its own), leaving `race_stop:<block>` for the sweeper, which takes the candidate out
 of the race. The rule itself is racestats.stop_at_rung.
 """
 
@@ -122,19 +123,23 @@ def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judg
     a race's (no block)."""
     if cfg.block is None:
         return None
-    block, rungs = cfg.block, set(cfg.rungs)
+    block = cfg.block
+    # Each rung's margin: its own (rungs given as a mapping) or the one margin; None for the
+    # baseline: others are judged against its values, it never stops.
+    margins = (dict(zip(cfg.rungs, cfg.margins, strict=True)) if cfg.margins
+               else dict.fromkeys(cfg.rungs, cfg.margin))
     mine = storage.get_trial(trial_id).user_attrs.get(RACE_CANDIDATE_ATTR)
     recorded: dict[str, float] = {}
 
     def at_eval(step: int, val_loss: float) -> bool:
-        if step not in rungs:
+        if step not in margins:
             return False
         recorded[str(step)] = val_loss
         storage.set_trial_user_attr(trial_id, RACE_RUNG_ATTR + block, dict(recorded))
-        if cfg.margin is None:  # the baseline: others are judged against it, it never stops
+        if margins[step] is None:  # the baseline: recorded, never judged
             return False
         others = rung_values(study.get_trials(deepcopy=False), block, step, mine)
-        stop = race.stop_at_rung(val_loss, others, cfg.margin)
+        stop = race.stop_at_rung(val_loss, others, margins[step])
         if stop is None:
             return False
         storage.set_trial_user_attr(trial_id, RACE_STOP_ATTR + block, {

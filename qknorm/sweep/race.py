@@ -101,7 +101,8 @@ def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> raci
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
                                     and stopped_block(current[c]) is None)}
     return racing.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
-                         race.alpha, race.baseline, _budget_spent(race, current.values()))
+                         race.alpha, race.baseline, _budget_spent(race, current.values()),
+                         race.equivalence)
 
 
 def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
@@ -118,18 +119,28 @@ def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
 def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
            failed: bool = False) -> dict[str, Any]:
     """The trial user attr `race`: how the candidate's race ended, with the look that decided
-    it (Δ in the objective's units: candidate - leader)."""
-    dropped = result.dropped()
-    outcome = (racing.FAILED if failed else racing.DROPPED if c in dropped else racing.SURVIVED)
+    it (Δ in the objective's units: candidate - leader). With equivalence, also the look's
+    (1 - 2 alpha) interval of Δ (`low`, `high`) and the candidate's `answer` (worse, level,
+    best, undecided: racestats.answer)."""
+    dropped, level = result.dropped(), result.level()
+    outcome = (racing.FAILED if failed else racing.DROPPED if c in dropped
+               else racing.LEVEL if c in level else racing.SURVIVED)
     out: dict[str, Any] = {"outcome": outcome, "n": n_run,
                            "after": race.blocks[n_run - 1] if n_run else None}
-    lk = dropped.get(c) or (result.looks[-1] if result.looks and not failed else None)
+    lk = (dropped.get(c) or level.get(c)
+          or (result.looks[-1] if result.looks and not failed else None))
+    test = lk.tests.get(c) if lk is not None else None
     if lk is not None:
-        test = lk.tests.get(c)
         out.update(look=lk.n, leader=race.labels[lk.leader],
                    delta=None if test is None else race.sign * test.delta,
                    p=None if test is None else test.p,
                    p_adjusted=None if test is None else test.p_adjusted)
+    if race.equivalence is not None:
+        low, high = ((None, None) if test is None or test.low is None else
+                     sorted((race.sign * test.low, race.sign * test.high)))
+        out.update(low=low, high=high, answer=racing.answer(
+            outcome, out.get("leader"), race.labels[c], out.get("p_adjusted"), low, high,
+            race.alpha, race.equivalence, alone=len(result.alive) == 1))
     return out
 
 
@@ -200,11 +211,11 @@ class RaceSchedule:
         the rest COMPLETE with their mean over the blocks they ran. Each gets user attr
         RACE_OUTCOME_ATTR: the outcome and the look that decided it (the report's table)."""
         self.race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
-        dropped = self.race.dropped()
+        dropped, level = self.race.dropped(), self.race.level()
         for trial in list(self.mine.values()):
             c = self.plan.space.candidate(trial)
             stopped = stopped_block(trial)
-            if c not in dropped and not self.race.over and stopped is None:
+            if c not in dropped and c not in level and not self.race.over and stopped is None:
                 continue
             jobs = self._completed_jobs(trial)
             if stopped is not None:  # stopped at a rung: out, whatever the looks say
@@ -215,6 +226,8 @@ class RaceSchedule:
                 trial.set_user_attr(RACE_OUTCOME_ATTR, record(self.spec, self.race, c, len(jobs)))
                 if c in dropped:
                     self._tell_dropped(study, trial, jobs, dropped[c])
+                elif c in level:
+                    self._tell_level(study, trial, jobs, level[c])
                 else:
                     trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
             self._forget(trial)
@@ -299,7 +312,22 @@ class RaceSchedule:
                  "%.4g > margin=%g", trial.number, self.spec.labels[self.plan.space.candidate(
                      trial)], block, stop["stopped_at"], stop["val_loss"],
                  stop["best"], stop["val_loss"] - stop["delta"], stop["delta"],
-                 self.spec.margin)
+                 self.spec.margin_at(stop["stopped_at"]))
+
+    def _tell_level(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
+                    look: racing.Look) -> None:
+        """Level with the leader: told PRUNED with its mean over the blocks it ran, as a
+        dropped candidate is (its runs are results; the race needs no more of them)."""
+        trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
+        plan, c = self.plan, self.plan.space.candidate(trial)
+        test = look.tests[c]
+        low, high = sorted((plan.race.sign * test.low, plan.race.sign * test.high))
+        log.info("trial %d [%s] level with the leader %s after %s: Δ %.4g, its %g%% paired "
+                 "t-interval [%.4g, %.4g] inside ±%g on %d paired replicates (TOST at "
+                 "alpha=%g)", trial.number, plan.race.labels[c], plan.race.labels[look.leader],
+                 plan.race.blocks[look.n - 1], plan.race.sign * test.delta,
+                 100 * (1 - 2 * plan.race.alpha), low, high, plan.race.equivalence, look.n,
+                 plan.race.alpha)
 
     def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       look: racing.Look) -> None:

@@ -28,24 +28,41 @@ class RaceSpec:
     rungs: tuple[int, ...]  # steps at which a run is judged inside its block; (): never
     margin: float  # a run stops when its val loss is above the best other's by more
     budget_steps: int | None = None  # no block launches once the race's runs took this many
+    equivalence: float | None = None  # δ: a candidate level with the leader within ±δ leaves
+    # Each rung's own margin (rungs given as a mapping step -> margin), in rung order; ():
+    # `margin` at every rung. Margins that are all equal are stored as `margin`: the same race.
+    margins: tuple[float, ...] = ()
+
+    def margin_at(self, step: int) -> float:
+        return dict(zip(self.rungs, self.margins))[step] if self.margins else self.margin
+
+    def rung_words(self) -> str:
+        """The rungs and their margins as the log says them: "1000 (margin 0.05)"."""
+        return ", ".join(f"{r} (margin {self.margin_at(r):g})" for r in self.rungs)
 
     def settings(self) -> dict[str, Any]:
         """What a rerun must match (stored in the study): the same race, or another study.
         Without rungs, rungs and margin are None, as a study raced before they existed reads;
-        so is budget_steps without a budget."""
+        so are budget_steps without a budget and equivalence without δ."""
         return {"min_replicates": self.min_replicates, "alpha": self.alpha,
                 "baseline": self.labels.get(self.baseline), "blocks": list(self.blocks),
                 "candidates": [self.labels[c] for c in self.candidates],
-                "rungs": list(self.rungs) or None, "margin": self.margin if self.rungs else None,
-                "budget_steps": self.budget_steps}
+                "rungs": list(self.rungs) or None,
+                "margin": (list(self.margins) if self.margins else self.margin if self.rungs
+                           else None),
+                "budget_steps": self.budget_steps, "equivalence": self.equivalence}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
         gets margin null: it records its values for the others and is never stopped."""
-        margin = None if candidate == self.baseline else self.margin
-        return [f"optuna.race.block={format_value(block)}",
+        judged = candidate != self.baseline
+        margin = self.margin if judged and not self.margins else None
+        keys = [f"optuna.race.block={format_value(block)}",
                 f"optuna.race.rungs=[{','.join(map(str, self.rungs))}]",
                 f"optuna.race.margin={format_value(margin)}"]
+        if judged and self.margins:  # each rung its own margin (only then: jobs as before)
+            keys.append(f"optuna.race.margins=[{','.join(map(format_value, self.margins))}]")
+        return keys
 
 
 def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
@@ -83,10 +100,20 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
     candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
     labels = {c: _candidate_label(space, c) for c in candidates}
     baseline = _baseline(conf.baseline, space, candidates)
-    rungs = _rungs(conf.rungs, conf.margin, directions[0])
+    rungs, margin, margins = _rungs(conf.rungs, conf.margin, directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
-                    1.0 if directions[0] == "minimize" else -1.0, rungs, float(conf.margin),
-                    _budget(conf.budget_steps))
+                    1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
+                    _budget(conf.budget_steps), _equivalence(conf.equivalence), margins)
+
+
+def _equivalence(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"hydra.sweeper.race.equivalence={value:g} must be a number > 0 (δ in "
+                         "the objective's units, nats for a loss: candidates within ±δ of the "
+                         "leader count as level), e.g. 0.02, or null for off")
+    return float(value)
 
 
 def _budget(value: Any) -> int | None:
@@ -99,22 +126,35 @@ def _budget(value: Any) -> int | None:
     return value
 
 
-def _rungs(rungs: list[int] | None, margin: float, direction: str) -> tuple[int, ...]:
+def _rungs(rungs: list[int] | dict[int, float] | None, margin: float,
+           direction: str) -> tuple[tuple[int, ...], float, tuple[float, ...]]:
     """In-fold stopping's settings, checked as far as they go without the task's config (the
-    plan checks the rungs against train.max_iters and train.eval_interval)."""
+    plan checks the rungs against train.max_iters and train.eval_interval): the rungs, the one
+    margin and each rung's own margin (() when one margin serves every rung)."""
     if not rungs:
-        return ()
-    problem = rungs_problem(rungs, max_iters=math.inf, eval_interval=1)
+        return (), float(margin), ()
+    steps = sorted(rungs) if isinstance(rungs, dict) else rungs  # a mapping has no order to keep
+    problem = rungs_problem(steps, max_iters=math.inf, eval_interval=1)
     if problem:
         raise UserError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
-    if not (math.isfinite(margin) and margin > 0):
+    per_rung = [rungs[r] for r in steps] if isinstance(rungs, dict) else [margin]
+    for step, m in zip(steps, per_rung, strict=False):
+        if math.isfinite(m) and m > 0:
+            continue
+        if isinstance(rungs, dict):
+            raise UserError(f"hydra.sweeper.race.rungs={rungs!r} has margin {m:g} at step "
+                             f"{step}: each rung's margin must be a number > 0 (val loss units: "
+                             "how far behind the best run of a fold a run may be there), e.g. "
+                             "{500: 0.1, 1000: 0.05}")
         raise UserError(f"hydra.sweeper.race.margin={margin:g} must be a number > 0 (val loss "
                          "units: how far behind the best run of a fold a run may be at a "
                          "rung), e.g. 0.05")
     if direction != "minimize":
         raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
                          "but the race maximizes its objective; set rungs: null")
-    return tuple(rungs)
+    if isinstance(rungs, dict) and len(set(per_rung)) > 1:
+        return tuple(steps), float(margin), tuple(float(m) for m in per_rung)
+    return tuple(steps), float(per_rung[0]), ()
 
 
 def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:

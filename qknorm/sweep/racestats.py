@@ -8,6 +8,22 @@ leader is above 0), Holm's step-down adjusts those p-values over the candidates 
 look, and each with an adjusted p <= alpha is dropped (the baseline never is). The others run
 one more block and the race looks again, until one candidate is left or the blocks run out.
 
+With an equivalence margin δ (race.equivalence, in the objective's units; None: off), a look
+also takes out every candidate (not the leader, not the baseline, not dropped) whose paired
+(1 - 2 alpha) t-interval of its difference to the leader lies inside [-δ, +δ]: TOST, two
+one-sided paired t-tests at alpha, each rejecting "behind by δ or more" and "ahead by δ or
+more". It leaves *level with the leader*. A drop takes precedence (a candidate can be both
+significantly behind and behind by less than δ: it is then "worse", as without δ). The race
+then also ends once no comparison is open: every candidate but the leader was decided at the
+last look (dropped, level, or for the baseline, which stays, worse or level); at its last block
+the survivors that are neither the leader nor decided are *undecided*. What the equivalence
+rule controls: for one candidate at one look against a fixed leader, calling it level when its
+true difference is δ or more has probability at most alpha (the TOST's size). What it does not:
+the chance over the candidates of a look (no Holm: each interval is at 1 - 2 alpha), over the
+looks (no alpha spending), and the leader is picked on the same blocks (its lead is biased
+low, which pushes the others' differences up, away from -δ). docs/race.md has the simulated
+rates.
+
 What this controls: at one look, Holm keeps the chance of dropping any candidate whose paired
 difference to that look's leader is in truth <= 0 at alpha or below (family-wise over the
 candidates of the look). What it does not: every further look is another chance to drop one
@@ -30,6 +46,10 @@ from qknorm.multitest import holm
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR
 
 DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
+LEVEL = "level"  # left the race level with the leader (equivalence, TOST)
+# A candidate's answer (verdict): behind (dropped, stopped at a rung, or a baseline shown
+# behind), level within ±δ, the best (the leader at the end), or none of these.
+WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,9 @@ class Test:
     delta: float  # mean paired difference, candidate - leader (> 0: worse)
     p: float  # one-sided paired t-test, H1: delta > 0
     p_adjusted: float  # Holm over the candidates tested at this look
+    # The paired (1 - 2 alpha) t-interval of delta (the TOST's); None without equivalence.
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,8 @@ class Look:
     leader: Hashable
     tests: dict[Hashable, Test]  # every candidate in the race but the leader
     dropped: tuple[Hashable, ...]
+    level: tuple[Hashable, ...] = ()  # left level with the leader (with equivalence only)
+    decided: bool = False  # no comparison left open (with equivalence only): the race ends
 
 
 @dataclass
@@ -62,6 +87,10 @@ class Race:
     def dropped(self) -> dict[Hashable, Look]:
         return {c: lk for lk in self.looks for c in lk.dropped}
 
+    def level(self) -> dict[Hashable, Look]:
+        """Candidates that left level with the leader, and the look that found it."""
+        return {c: lk for lk in self.looks for c in lk.level}
+
 
 def paired_t_greater(d: Sequence[float]) -> float:
     """p-value of the one-sided paired t-test of H1: mean(d) > 0 (n >= 2 differences)."""
@@ -76,32 +105,64 @@ def paired_t_greater(d: Sequence[float]) -> float:
     return float(stdtr(n - 1, -t))
 
 
+def tost_interval(d: Sequence[float], alpha: float) -> tuple[float, float]:
+    """The paired (1 - 2 alpha) Student-t interval of mean(d) (n >= 2 differences): it lies
+    inside [-δ, +δ] exactly when both one-sided tests at alpha (H0: mean <= -δ, H0: mean >= δ)
+    reject, i.e. the TOST's equivalence at alpha. Without spread it is the mean itself, as
+    paired_t_greater treats rounding noise."""
+    n, mean = len(d), statistics.fmean(d)
+    if max(d) - min(d) <= 1e-12 * max(1.0, abs(mean)):
+        return mean, mean
+    from scipy.special import stdtrit  # Student t quantile; scipy.stats is slow to import
+
+    half = float(stdtrit(n - 1, 1 - alpha)) * statistics.stdev(d) / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def is_level(test: Test, equivalence: float | None) -> bool:
+    """Its (1 - 2 alpha) interval lies inside [-δ, +δ] (closed: TOST p <= alpha)."""
+    return (equivalence is not None and test.low is not None
+            and -equivalence <= test.low and test.high <= equivalence)
+
+
 def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
-         baseline: Hashable | None = None) -> Look:
+         baseline: Hashable | None = None, equivalence: float | None = None) -> Look:
     """One look over candidates that all ran the same blocks (equal-length lists, in block
-    order). The leader is the lowest mean (the first one listed on a tie)."""
+    order). The leader is the lowest mean (the first one listed on a tie). With `equivalence`
+    (δ), every test carries its (1 - 2 alpha) interval, candidates inside ±δ leave as level
+    (a drop first), and `decided` says no comparison is left open."""
     means = {c: statistics.fmean(v) for c, v in values.items()}
     leader = min(means, key=means.__getitem__)
     others = [c for c in values if c != leader]
     diffs = {c: [x - y for x, y in zip(values[c], values[leader], strict=True)] for c in others}
     raw = [paired_t_greater(diffs[c]) for c in others]
-    tests = {c: Test(statistics.fmean(diffs[c]), p, q)
+    tests = {c: Test(statistics.fmean(diffs[c]), p, q,
+                     *(tost_interval(diffs[c], alpha) if equivalence is not None else ()))
              for c, p, q in zip(others, raw, holm(raw), strict=True)}
     # The baseline stays to the end so every candidate can be paired with it on its folds.
     dropped = tuple(c for c in others if tests[c].p_adjusted <= alpha and c != baseline)
     n = len(next(iter(values.values())))
-    return Look(n, leader, tests, dropped)
+    if equivalence is None:
+        return Look(n, leader, tests, dropped)
+    level = tuple(c for c in others if c not in dropped and c != baseline
+                  and is_level(tests[c], equivalence))
+    decided = all(tests[c].p_adjusted <= alpha or is_level(tests[c], equivalence)
+                  for c in others)
+    return Look(n, leader, tests, dropped, level, decided)
 
 
 def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int, float]],
            live: set[Hashable], n_blocks: int, min_blocks: int, alpha: float,
-           baseline: Hashable | None = None, budget_spent: bool = False) -> Race:
+           baseline: Hashable | None = None, budget_spent: bool = False,
+           equivalence: float | None = None) -> Race:
     """The race so far, from each candidate's values by block index (lower is better).
 
     `live`: candidates that can still run blocks (running, or not started yet). A candidate that
     is not live and lacks a block the next look needs (its run failed) leaves the race there
     without a test. The race waits (`need`) while a live candidate lacks a block, unless its
     budget is spent (`budget_spent`): then no block will be run, and it ends where it is.
+    With `equivalence` (δ), level candidates leave too, and the race ends at a look that
+    leaves no comparison open (look.decided).
     """
     race = Race(alive=list(candidates), need=min_blocks, values=values)
     for n in range(min_blocks, n_blocks + 1):
@@ -117,10 +178,11 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
             return race
         if len(race.alive) < 2:
             break
-        lk = look({c: [values[c][b] for b in range(n)] for c in race.alive}, alpha, baseline)
+        lk = look({c: [values[c][b] for b in range(n)] for c in race.alive}, alpha, baseline,
+                  equivalence)
         race.looks.append(lk)
-        race.alive = [c for c in race.alive if c not in lk.dropped]
-        if len(race.alive) < 2:
+        race.alive = [c for c in race.alive if c not in lk.dropped and c not in lk.level]
+        if len(race.alive) < 2 or lk.decided:
             break
     race.need = None
     return race
@@ -159,6 +221,29 @@ def standing(values: Mapping[Hashable, Mapping[int, float]], alive: Sequence[Has
     return sorted(alive, key=lambda c: statistics.fmean(values[c][b] for b in common))
 
 
+def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | None,
+           low: float | None, high: float | None, alpha: float, equivalence: float | None,
+           alone: bool = False) -> str:
+    """What the race says of a candidate, from its record (pure: the report and the sweeper
+    agree). WORSE: dropped, stopped at a rung (the margin rule), or a survivor (the baseline,
+    which never leaves) whose Holm-adjusted p at its last look is <= alpha; LEVEL: left level,
+    or a surviving baseline whose interval lies inside ±δ; BEST: the leader of the last look
+    (or the one survivor when no look was made); UNDECIDED: any other survivor. Other
+    outcomes (failed, racing, not started) are their own answer."""
+    if outcome in (DROPPED, STOPPED):
+        return WORSE
+    if outcome != SURVIVED:
+        return outcome
+    if leader is None:  # no look: every other candidate left before it (or the budget ended it)
+        return BEST if alone else UNDECIDED
+    if leader == label:
+        return BEST
+    if p_adjusted is not None and p_adjusted <= alpha:
+        return WORSE
+    test = Test(math.nan, math.nan, math.nan, low, high)
+    return LEVEL if is_level(test, equivalence) else UNDECIDED
+
+
 def completed(runs: Mapping[str, dict]) -> dict[str, dict]:
     """The block results of runs that went to the end (not stopped at a rung)."""
     return {b: r for b, r in runs.items() if r.get("stopped_at") is None}
@@ -177,6 +262,8 @@ class Elimination:
     spent: dict[str, float]  # runs, steps, core_s the race ran
     grid: dict[str, float]  # the same for the full grid (steps, core_s: estimated)
     budget_steps: int | None = None  # the race's budget, if it had one
+    equivalence: float | None = None  # δ, if the race took out level candidates
+    alpha: float = 0.05  # the race's
 
     @property
     def out_of_budget(self) -> bool:
@@ -195,22 +282,33 @@ def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
                for label, t in ((c, trials.get(c)) for c in settings["candidates"])}
     rows = []
     spent = {"runs": 0, "stopped": 0, "steps": 0, "core_s": 0.0}
+    records = {label: (trials[label].user_attrs.get(RACE_OUTCOME_ATTR, {})
+                       if trials.get(label) is not None else {})
+               for label in settings["candidates"]}
+    survivors = sum(r.get("outcome") == SURVIVED for r in records.values())
+    equivalence = settings.get("equivalence")  # a study raced before the key: None
     for label in settings["candidates"]:
-        t = trials.get(label)
-        record = t.user_attrs.get(RACE_OUTCOME_ATTR, {}) if t is not None else {}
+        t, record = trials.get(label), records[label]
         runs, done = runs_of[label], completed(runs_of[label])
         outcome = record.get("outcome") or ("racing" if t is not None else "not started")
-        rows.append({"candidate": label, "outcome": outcome, "n": len(runs),
-                     "mean": statistics.fmean(r["value"] for r in done.values()) if done
-                     else math.nan,
-                     **{k: record.get(k) for k in ("after", "step", "leader", "delta", "p",
-                                                   "p_adjusted")}})
+        row = {"candidate": label, "outcome": outcome, "n": len(runs),
+               "mean": statistics.fmean(r["value"] for r in done.values()) if done
+               else math.nan,
+               **{k: record.get(k) for k in ("after", "step", "leader", "delta", "p",
+                                             "p_adjusted", "low", "high")}}
+        row["answer"] = answer(outcome, row["leader"], label, row["p_adjusted"], row["low"],
+                               row["high"], settings["alpha"], equivalence, survivors == 1)
+        # What the candidate's runs cost (a stopped run's partial steps and core-seconds too).
+        for key in ("steps", "core_s"):
+            row[key] = sum(r[key] for r in runs.values() if r.get(key) is not None)
+        rows.append(row)
         spent["runs"] += len(runs)
         spent["stopped"] += len(runs) - len(done)
         for key in ("steps", "core_s"):
-            spent[key] += sum(r[key] for r in runs.values() if r.get(key) is not None)
+            spent[key] += row[key]
     return Elimination(blocks, settings.get("baseline"), rows, spent,
-                       _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"))
+                       _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"),
+                       equivalence, settings["alpha"])
 
 
 def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:
@@ -236,15 +334,22 @@ def share(part: float, whole: float) -> str:
 def summary_line(e: Elimination) -> str:
     """One line for the console at the end of a race."""
     dropped = [r for r in e.rows if r["outcome"] == DROPPED]
+    level = [r for r in e.rows if r["outcome"] == LEVEL]
     stopped = [r for r in e.rows if r["outcome"] == STOPPED]
     left = [r for r in e.rows if r["outcome"] == SURVIVED]
     racing = [r for r in e.rows if r["outcome"] in ("racing", "not started")]
     line = f"race: {len(dropped)} of {len(e.rows)} candidates dropped, "
+    if level:
+        line += (f"{len(level)} level with the leader within ±{e.equivalence:g} ("
+                 + ", ".join(r["candidate"] for r in level) + "), ")
     if stopped:
         line += (f"{len(stopped)} stopped inside a replicate ("
                  + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {_fmt(r['delta'], '+.4f')}"
                              for r in stopped) + "), ")
     line += f"{len(left)} left ({', '.join(r['candidate'] for r in left) or 'none'})"
+    undecided = [r for r in left if r["answer"] == UNDECIDED]
+    if undecided and not racing and e.equivalence is not None:  # without δ, none is decided
+        line += f", {len(undecided)} of them undecided"
     if racing:  # held by another sweeper on this study, or by one that was killed
         line += (f", {len(racing)} still racing elsewhere "
                  f"({', '.join(r['candidate'] for r in racing)})")

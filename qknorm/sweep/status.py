@@ -54,7 +54,9 @@ from qknorm.sweep.study import (
     retried_numbers,
 )
 
-DECIDED = (racestats.DROPPED, racestats.STOPPED, racestats.SURVIVED, racestats.FAILED)
+# A candidate the race is done with; level (with the leader, within ±δ) is an answer too.
+DECIDED = (racestats.DROPPED, racestats.LEVEL, racestats.STOPPED, racestats.SURVIVED,
+           racestats.FAILED)
 
 # run dir -> ((mtime_ns, size) of its final.json, the fields the status reads). A final.json is
 # read once per version: a retried job may write its run dir's final.json again.

@@ -251,9 +251,13 @@ def _log_plan(s: Settings, plan: Plan) -> None:
              len(race.blocks), race.min_replicates, race.alpha,
              race.labels.get(race.baseline, "none"))
     if race.rungs:
-        log.info("in-fold stopping: a run more than %g above the best other run of its "
-                 "replicate at step %s stops there, and its candidate leaves the race",
-                 race.margin, "/".join(map(str, race.rungs)))
+        log.info("in-fold stopping: a run more than its margin above the best other run of "
+                 "its replicate at a rung stops there, and its candidate leaves the race; "
+                 "rungs: %s", race.rung_words())
+    if race.equivalence is not None:
+        log.info("equivalence: a candidate whose %g%% paired t-interval of its difference to "
+                 "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
+                 100 * (1 - 2 * race.alpha), race.equivalence, race.alpha)
     if race.budget_steps is not None:
         log.info("budget: no replicate launches once the race's runs took %d training steps",
                  race.budget_steps)
