@@ -24,8 +24,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from qknorm import rundir
-from qknorm.config import CONF_DIR, register_configs, task_tree, to_config, unique_jobs
+from qknorm.config import CONF_DIR, register_configs, to_config
 from qknorm.data import load_splits
+from qknorm.effective import task_tree, unique_jobs
 from qknorm.errors import RunDiverged, UserError, exit_with, one_line
 from qknorm.sweep import job as pruning
 from qknorm.train import train

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,87 +147,6 @@ class Config:
     # auto: torch.compile on CUDA (measured 2x faster there), eager on CPU (no gain measured)
     compile: Any = "auto"
     threads: int | None = None
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-# Keys a norm kind never reads: runs that differ only in these are the same run. Hydra still
-# composes them (norm=none inherits norm.p from the schema), so a grid `norm=none,lp norm.p=2,4`
-# would launch norm=none twice and a report would count it twice (issue 12, pseudo-replication).
-GAMMA_KEYS = ("norm.gamma_init", "norm.gamma_learnable", "norm.gamma_shape", "norm.gamma_param",
-              "norm.p_learnable")
-UNUSED_KEYS = {
-    "none": ("norm.p", *GAMMA_KEYS, "norm.eps"),
-    "rms": ("norm.p", *GAMMA_KEYS),
-    "l2": ("norm.p",),  # l2 is lp at p = 2 whatever norm.p says (validate() insists on 2)
-    "lp": (),
-}
-# The value a kind fixes an unused key to (validate() rejects any other): of a sweep's jobs
-# that repeat one effective config, the one with these values is the one launched, whatever
-# the grid's order (`norm=l2 norm.p=4,2` runs l2 at p = 2, as `norm.p=2,4` does).
-FIXED_VALUES = {"l2": {"norm.p": 2.0}}
-# per-job labels the sweeper sets (trial number), and where the numbers are mirrored: not the
-# run's config
-BOOKKEEPING = ("optuna.", "tracker.")
-
-
-def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
-    """A flattened config without the keys its norm kind does not use, nor bookkeeping keys:
-    two runs with equal effective configs compute the same thing (bitwise, on CPU)."""
-    unused = UNUSED_KEYS.get(flat.get("norm.kind"), ())
-    return {k: v for k, v in flat.items() if k not in unused and not k.startswith(BOOKKEEPING)}
-
-
-def effective_key(flat: dict[str, Any]) -> str:
-    """A hashable, order-free form of effective_config (values may be lists or dicts)."""
-    return repr(sorted(effective_config(flat).items()))
-
-
-def task_tree(cfg: DictConfig) -> dict[str, Any] | None:
-    """A composed job's task config as a nested dict (Hydra's own node dropped), or None when
-    the task is not qknorm's (no `norm`): its runs may differ, so nothing counts as a repeat.
-    The one helper behind every "same effective config" check (basic sweeper, preflight, the
-    Optuna sweeper's repeats)."""
-    tree = OmegaConf.to_container(cfg, resolve=False)
-    tree.pop("hydra", None)
-    return tree if "norm" in tree else None
-
-
-def unique_jobs(jobs: list, compose: Callable[[Any], dict[str, Any]]) -> tuple[list, list]:
-    """Drop the jobs of a sweep whose effective config an earlier job already has.
-
-    `compose(job)` gives a job's task config as a nested dict. Returns (kept jobs, [(dropped
-    job, the kept job it repeats)]), both in the sweep's order.
-    """
-    first: dict[str, Any] = {}  # effective key -> (index in kept, the job fixes its kind's keys)
-    kept, dropped = [], []
-    for job in jobs:
-        flat = flatten(compose(job))
-        key, fixed = effective_key(flat), _fixed(flat)
-        if key not in first:
-            first[key] = (len(kept), fixed)
-            kept.append(job)
-        elif fixed and not first[key][1]:  # l2 at p = 2 after l2 at p = 4: launch the valid one
-            index = first[key][0]
-            dropped.append((kept[index], job))
-            kept[index], first[key] = job, (index, True)
-        else:
-            dropped.append((job, kept[first[key][0]]))
-    return kept, dropped
-
-
-def _fixed(flat: dict[str, Any]) -> bool:
-    """The job sets its kind's fixed keys (FIXED_VALUES) to their values."""
-    return all(flat.get(k) == v for k, v in FIXED_VALUES.get(flat.get("norm.kind"), {}).items())
 
 
 def register_configs() -> None:

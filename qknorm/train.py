@@ -25,9 +25,10 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from qknorm import rundir, tracking
-from qknorm.config import Config, OptimizerConfig, flatten
+from qknorm.config import Config, OptimizerConfig
 from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
+from qknorm.effective import flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
 from qknorm.model import GPT
 from qknorm.sweep.job import EvalHook

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from qknorm import rundir
-from qknorm.config import effective_config, effective_key, flatten
+from qknorm.effective import effective_config, effective_key, flatten
 from qknorm.errors import UserError
 from qknorm.report import Options, load, results, stats, summarize
 

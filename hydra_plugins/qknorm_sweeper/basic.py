@@ -3,7 +3,7 @@
 Stored under Hydra's own name, `hydra/sweeper=basic`, so every `-m` grid and every preset that
 sweeps with `hydra.sweeper.params` gets it without a config change (Hydra's module is imported
 first, below, so this entry is the one that stays). It launches the same cartesian product as
-Hydra's BasicSweeper, except a job whose effective config (qknorm.config.effective_config: the
+Hydra's BasicSweeper, except a job whose effective config (qknorm.effective.effective_config: the
 keys its norm kind uses) an earlier job of the sweep already has: `-m norm=none,lp norm.p=2,4`
 runs norm=none once, not once per p, because norm=none never reads norm.p. Skipped jobs are
 logged; the jobs that run are numbered 0, 1, ... without gaps.
@@ -36,7 +36,7 @@ class DedupBasicSweeper(BasicSweeper):
         return list(BasicSweeper.split_overrides_to_chunks(kept, max_batch_size))
 
     def unique(self, jobs: list[list[str]]) -> tuple[list, list]:
-        from qknorm.config import unique_jobs  # lazily: Hydra imports this module on every run
+        from qknorm.effective import unique_jobs  # lazily: Hydra imports this module on every run
 
         kept, dropped = unique_jobs(jobs, self._task_config)
         for job, same in dropped:
@@ -48,7 +48,7 @@ class DedupBasicSweeper(BasicSweeper):
         return kept, dropped
 
     def _task_config(self, job: list[str]) -> dict:
-        from qknorm.config import task_tree
+        from qknorm.effective import task_tree
 
         assert self.hydra_context is not None and self.config is not None
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job))

@@ -4,6 +4,7 @@
   paxis      how p is written and placed (labels, ticks, the inf break): its one home
   baseline   the run p (a grid or a continuous search) and the baseline p they are compared with
   stats      numbers only: intervals, paired tests, fits
+  readings   best and final val loss side by side, and whether they order p alike
   plots      figures against p, and the face every figure is reached through
   canvas     what every figure shares: canvas, labels, colours, gids, --by series, legend
   stepplots  figures over training steps

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from qknorm.report import readings as two_readings
 from qknorm.report import results, stats
 from qknorm.report.baseline import AUTO, continuous_p
 
@@ -42,7 +43,7 @@ class Statistics:
     # final and best val loss side by side: None for runs collected without their curves
     readings: pd.DataFrame | None
     readings_paired: dict[str, pd.DataFrame]  # reading -> paired Δ vs the baseline
-    disagreement: stats.Disagreement | None
+    disagreement: two_readings.Disagreement | None
     ranking: pd.DataFrame | None  # None without curves, or with --by
     fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
     attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
@@ -52,8 +53,8 @@ def compute(collection: results.Collection, options: Options,
             curves: pd.DataFrame | None = None) -> Statistics:
     runs, metric, by = collection.runs, options.metric, options.by
     per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
-    readings = stats.readings_summary(runs, by) if "best_step" in runs else None
-    compared = [metric, *(stats.READINGS if readings is not None else ())]
+    readings = two_readings.readings_summary(runs, by) if "best_step" in runs else None
+    compared = [metric, *(two_readings.READINGS if readings is not None else ())]
     paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by, options.equivalence)
                for m in dict.fromkeys(compared)} if options.baseline is not None else {})
     return Statistics(
@@ -61,8 +62,8 @@ def compute(collection: results.Collection, options: Options,
         folded=results.duplicates(runs), per_metric=per_metric,
         best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
         ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
-        readings=readings, readings_paired={m: paired[m] for m in stats.READINGS if m in paired},
-        disagreement=stats.readings_disagree(readings) if readings is not None else None,
+        readings=readings, readings_paired={m: paired[m] for m in two_readings.READINGS if m in paired},
+        disagreement=two_readings.readings_disagree(readings) if readings is not None else None,
         fits=stats.fit_minima(runs, metric, by) if continuous_p(runs) else None,
         attention=stats.attention_summary(runs, curves, by) if curves is not None else None,
     )

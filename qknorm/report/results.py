@@ -21,7 +21,8 @@ import pandas as pd
 import yaml
 
 from qknorm import rundir
-from qknorm.config import P_KINDS, effective_key, flatten
+from qknorm.config import P_KINDS
+from qknorm.effective import effective_key, flatten
 from qknorm.errors import UserError
 from qknorm.report.paxis import format_p
 

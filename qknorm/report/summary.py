@@ -9,6 +9,7 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.report import paxis, results, stats
+from qknorm.report import readings as two_readings
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
 from qknorm.sweep import elimination
 from qknorm.sweep import racestats as race
@@ -183,7 +184,7 @@ def _readings_section(s: Statistics, metric: str, baseline: float | None) -> lis
     rows = []
     for i, row in r.iterrows():
         cells = _group_label(row, s.keys) + [str(int(row["n"]))]
-        for m in stats.READINGS:
+        for m in two_readings.READINGS:
             cells.append(f"{_num(row[f'{m}_mean'])} [{_num(row[f'{m}_ci_low'])}, "
                          f"{_num(row[f'{m}_ci_high'])}]")
             if m == "best_val_loss":

@@ -16,7 +16,7 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 
-from qknorm.config import effective_key, flatten, task_tree
+from qknorm.effective import effective_key, flatten, task_tree
 from qknorm.rundir import COMPLETED, PRUNED
 from qknorm.sweep import jobs as trial_jobs
 from qknorm.sweep.jobs import Job, JobResult, Launcher
@@ -107,7 +107,7 @@ class EveryReplicate:
     def _split_repeats(self, study: optuna.Study, batch: list[optuna.Trial]
                        ) -> tuple[list[optuna.Trial], list[tuple[optuna.Trial, int]]]:
         """(trials to launch, [(trial, number of the trial it repeats)]). A trial repeats one
-        when its jobs' effective configs (qknorm.config.effective_config) equal those of a
+        when its jobs' effective configs (qknorm.effective.effective_config) equal those of a
         trial that completed or was pruned, or of one launched in this batch: e.g. a grid over
         norm and norm.p reaches norm=none once per p. A repeat is told its original's result."""
         known = {t.user_attrs[CONFIG_KEY_ATTR]: t.number

@@ -20,7 +20,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from qknorm import rundir
-from qknorm.config import Config, flatten
+from qknorm.config import Config
+from qknorm.effective import flatten
 
 log = logging.getLogger(__name__)
 
