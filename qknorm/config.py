@@ -33,6 +33,8 @@ GAMMA_PARAMS = ("linear", "log")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
 ATTENTIONS = ("auto", "sdpa", "explicit")
+ARCHS = ("gpt", "angpt")  # model.arch: nanoGPT's GPT (qknorm/model.py) | anGPT (qknorm/angpt.py)
+LOGIT_SCALES = ("qknorm", "sqrt_d")  # model.angpt_logit_scale: gamma inits that need no p
 TRACKERS = ("none", "tensorboard", "mlflow")  # docs/trackers.md
 
 
@@ -48,6 +50,17 @@ class ModelConfig:
     # on CPU, where inductor fuses it and it measured faster than SDPA; SDPA's kernel otherwise.
     # Not in conf/model/*.yaml: it is how a model runs, not part of its recipe.
     attention: str = "auto"
+    # gpt | angpt: anGPT (arXiv 2505.22014) as docs/angpt.md reads it; every norm.* works in both.
+    arch: str = "gpt"
+    # anGPT's choices where its sources are silent or conflict (docs/angpt.md); model.arch=gpt
+    # reads none of them. alpha_init: the LERP weight's start (nGPT's 0.05; a paper note says 0.01).
+    angpt_alpha_init: float = 0.05
+    # The logit scale at unit-L2 q, k: norm=none's softmax scale, and what norm.gamma_init=
+    # calibrated gives at p = 2 (sqrt_d: sqrt(head_dim), nGPT's and the spec's default | qknorm | a number)
+    angpt_logit_scale: Any = "sqrt_d"
+    # 1/sqrt(E[SiLU(zeta)^2]), zeta ~ N(0, 1/4): the SwiGLU output factor (3.74 as reported; 3.72 by
+    # Monte Carlo, tests/test_angpt.py)
+    angpt_nu_acf: float = 3.74
 
 
 @dataclass
@@ -149,6 +162,11 @@ class Config:
     threads: int | None = None
 
 
+# Keys only anGPT reads (validate() rejects them changed under model.arch=gpt).
+ANGPT_KEYS = tuple(f"model.{f.name}" for f in dataclasses.fields(ModelConfig)
+                   if f.name.startswith("angpt_"))
+
+
 def register_configs() -> None:
     ConfigStore.instance().store(name="qknorm_schema", node=Config)
 
@@ -219,6 +237,7 @@ def validate(config: Config) -> None:
         _check(getattr(m, key) >= 1, f"model.{key}={getattr(m, key)} must be >= 1")
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     _choice("model.attention", m.attention, ATTENTIONS)
+    _check_arch(m)
 
     _choice("norm.kind", n.kind, NORM_KINDS)
     if n.kind in P_KINDS:
@@ -265,6 +284,37 @@ def validate(config: Config) -> None:
            f"compile={config.compile!r} is not one of auto, true, false; pick one of those")
     _check(config.threads is None or config.threads >= 1,
            f"threads={config.threads} must be >= 1, or null for torch's default")
+
+
+def _check_arch(m: ModelConfig) -> None:
+    """model.arch, and the keys only one architecture reads set for the other."""
+    _choice("model.arch", m.arch, ARCHS)
+    if m.arch == "gpt":
+        defaults = ModelConfig()
+        for key in ANGPT_KEYS:
+            name = key.removeprefix("model.")
+            value = getattr(m, name)
+            _check(value == getattr(defaults, name),
+                   f"{key}={value!r} is read by model.arch=angpt only; add model.arch=angpt or drop it")
+        return
+    _check(not m.bias, "model.bias=true is read by model.arch=gpt only (anGPT has no biases); "
+           "drop it or use model.arch=gpt")
+    head_dim = m.n_embd // m.n_head
+    _check(head_dim % 2 == 0, f"model.arch=angpt rotates q, k in pairs (RoPE) but the head dim "
+           f"model.n_embd/model.n_head={head_dim} is odd; pick an even n_embd/n_head")
+    _check(math.isfinite(m.angpt_alpha_init) and 0 < m.angpt_alpha_init <= 1,
+           f"model.angpt_alpha_init={m.angpt_alpha_init} must be in (0, 1] (the LERP weight); "
+           "use e.g. 0.05")
+    _check(math.isfinite(m.angpt_nu_acf) and m.angpt_nu_acf > 0,
+           f"model.angpt_nu_acf={m.angpt_nu_acf} must be a positive number; use e.g. 3.74")
+    scale = m.angpt_logit_scale
+    if isinstance(scale, str):
+        _choice("model.angpt_logit_scale", scale, LOGIT_SCALES)
+    else:
+        _check(isinstance(scale, (int, float)) and not isinstance(scale, bool)
+               and math.isfinite(scale) and scale > 0,
+               f"model.angpt_logit_scale={scale!r} must be one of {', '.join(LOGIT_SCALES)} or a "
+               "positive number; use e.g. sqrt_d")
 
 
 def _check_tracker(tracker: TrackerConfig) -> None:

@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from qknorm.model import GPT
+from qknorm.model import LanguageModel
 
 STATS = ("attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std")
 
@@ -72,7 +72,7 @@ class _LayerRecorder:
 
 
 @torch.no_grad()
-def attention_diagnostics(model: GPT, batches: Iterable, autocast: AbstractContextManager
+def attention_diagnostics(model: LanguageModel, batches: Iterable, autocast: AbstractContextManager
                           ) -> dict[str, float]:
     """The diagnostics of `model` (eager, not compiled: hooks) on `batches` of (x, y)."""
     blocks = model.transformer.h
@@ -99,7 +99,7 @@ def attention_diagnostics(model: GPT, batches: Iterable, autocast: AbstractConte
 
 
 @torch.no_grad()
-def readouts(model: GPT) -> dict[str, float]:
+def readouts(model: LanguageModel) -> dict[str, float]:
     """The norm's own parameters per layer: gamma_l{i} (its mean over heads), and with
     norm.p_learnable p_l{i}_h{h} per head, which is where a learned p goes."""
     out: dict[str, float] = {}

@@ -10,6 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from qknorm.config import ANGPT_KEYS
+
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
@@ -40,12 +42,17 @@ FIXED_VALUES = {"l2": {"norm.p": 2.0}}
 # per-job labels the sweeper sets (trial number), and where the numbers are mirrored: not the
 # run's config
 BOOKKEEPING = ("optuna.", "tracker.")
+# model.arch=gpt drops model.arch too: a GPT job's effective config (and so the digest a study
+# keeps of it) stays what it was before the key existed, and studies started then resume.
+UNUSED_BY_ARCH = {"gpt": ("model.arch", *ANGPT_KEYS), "angpt": ("model.bias",)}
 
 
 def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
-    """A flattened config without the keys its norm kind does not use, nor bookkeeping keys:
-    two runs with equal effective configs compute the same thing (bitwise, on CPU)."""
-    unused = UNUSED_KEYS.get(flat.get("norm.kind"), ())
+    """A flattened config without the keys its norm kind or architecture does not use, nor
+    bookkeeping keys: two runs with equal effective configs compute the same thing (bitwise,
+    on CPU)."""
+    unused = (*UNUSED_KEYS.get(flat.get("norm.kind"), ()),
+              *UNUSED_BY_ARCH.get(flat.get("model.arch", "gpt"), ()))
     return {k: v for k, v in flat.items() if k not in unused and not k.startswith(BOOKKEEPING)}
 
 

@@ -113,7 +113,65 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class LanguageModel(nn.Module):
+    """What the loop, the diagnostics and sampling read from a model, whatever its architecture
+    (GPT here, AnGPT in qknorm/angpt.py): `transformer.h[i].attn.qk_norm`, the gamma and p
+    read-outs, the optimizer, the step after `optimizer.step()`, generation."""
+
+    block_size: int
+
+    def lp_norms(self) -> list[LpQKNorm]:
+        return [b.attn.qk_norm for b in self.transformer.h if isinstance(b.attn.qk_norm, LpQKNorm)]
+
+    @torch.no_grad()
+    def gamma_mean(self) -> float | None:
+        """Mean gamma over layers (and heads); None when the norm has no gamma."""
+        norms = self.lp_norms()
+        return torch.stack([n.gamma.float().mean() for n in norms]).mean().item() if norms else None
+
+    @torch.no_grad()
+    def p_mean(self) -> float | None:
+        """Mean p over layers and heads (the fixed p unless norm.p_learnable); None without Lp."""
+        norms = self.lp_norms()
+        if not norms:
+            return None
+        return float(torch.stack([torch.as_tensor(n.p, dtype=torch.float32).mean() for n in norms]).mean())
+
+    def configure_optimizer(self, lr: float, weight_decay: float, betas: tuple[float, float],
+                            device_type: str) -> torch.optim.AdamW:
+        """AdamW; Linear and Embedding weights decay, the rest (biases, norms, gamma, p) do not.
+
+        Fused (one kernel over all parameters) on CUDA and CPU: on CPU it measured 2.8x faster
+        than the default per-parameter loop, 4% of a model=cpu step (docs/performance.md, "Speed notes").
+        """
+        decayed = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if id(p) in decayed], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in decayed], "weight_decay": 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device_type in ("cuda", "cpu"))
+
+    def project_weights_(self) -> None:
+        """Called after every optimizer step. GPT's weights are free (weight decay keeps them
+        small); AnGPT bounds its rows here."""
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        for _ in range(max_new_tokens):
+            idx_cond = idx[:, -self.block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / temperature  # (B, vocab)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            probs = F.softmax(logits, dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
+        return idx
+
+
+class GPT(LanguageModel):
     def __init__(self, cfg: ModelConfig, norm: NormConfig, vocab_size: int):
         super().__init__()
         self.block_size = cfg.block_size
@@ -159,49 +217,3 @@ class GPT(nn.Module):
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss
-
-    def lp_norms(self) -> list[LpQKNorm]:
-        return [b.attn.qk_norm for b in self.transformer.h if isinstance(b.attn.qk_norm, LpQKNorm)]
-
-    @torch.no_grad()
-    def gamma_mean(self) -> float | None:
-        """Mean gamma over layers (and heads); None when the norm has no gamma."""
-        norms = self.lp_norms()
-        return torch.stack([n.gamma.float().mean() for n in norms]).mean().item() if norms else None
-
-    @torch.no_grad()
-    def p_mean(self) -> float | None:
-        """Mean p over layers and heads (the fixed p unless norm.p_learnable); None without Lp."""
-        norms = self.lp_norms()
-        if not norms:
-            return None
-        return float(torch.stack([torch.as_tensor(n.p, dtype=torch.float32).mean() for n in norms]).mean())
-
-    def configure_optimizer(self, lr: float, weight_decay: float, betas: tuple[float, float],
-                            device_type: str) -> torch.optim.AdamW:
-        """AdamW; Linear and Embedding weights decay, the rest (biases, norms, gamma, p) do not.
-
-        Fused (one kernel over all parameters) on CUDA and CPU: on CPU it measured 2.8x faster
-        than the default per-parameter loop, 4% of a model=cpu step (docs/performance.md, "Speed notes").
-        """
-        decayed = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if id(p) in decayed], "weight_decay": weight_decay},
-            {"params": [p for p in params if id(p) not in decayed], "weight_decay": 0.0},
-        ]
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device_type in ("cuda", "cpu"))
-
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        for _ in range(max_new_tokens):
-            idx_cond = idx[:, -self.block_size:]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature  # (B, vocab)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            probs = F.softmax(logits, dim=-1)
-            idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
-        return idx

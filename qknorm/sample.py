@@ -8,20 +8,21 @@ import torch
 from omegaconf import OmegaConf
 
 from qknorm import rundir
+from qknorm.angpt import build_model
 from qknorm.config import Config
 from qknorm.data import Vocab, load_text
 from qknorm.errors import UserError
-from qknorm.model import GPT
+from qknorm.model import LanguageModel
 
 
-def load_trained(run_dir: Path, device: str = "cpu") -> tuple[GPT, Vocab]:
+def load_trained(run_dir: Path, device: str = "cpu") -> tuple[LanguageModel, Vocab]:
     """The run's model (eval mode) and vocabulary, from ckpt.pt and the corpus it trained on."""
     if not (Path(run_dir) / rundir.CKPT_FILE).exists():
         raise UserError(f"no {rundir.CKPT_FILE} in {run_dir}; train with train.save_checkpoint=true")
     ckpt = rundir.load_checkpoint(run_dir, map_location=device)
     cfg: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), ckpt["config"]))
     vocab = Vocab.from_text(load_text(cfg.data))
-    model = GPT(cfg.model, cfg.norm, len(vocab)).to(device)
+    model = build_model(cfg.model, cfg.norm, len(vocab)).to(device)
     model.load_state_dict(ckpt["model"])
     return model.eval(), vocab
 

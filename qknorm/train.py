@@ -25,12 +25,13 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from qknorm import rundir, tracking
+from qknorm.angpt import build_model
 from qknorm.config import Config, OptimizerConfig
 from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
-from qknorm.model import GPT
+from qknorm.model import LanguageModel
 from qknorm.sweep.job import EvalHook
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class Run:
     cfg: Config
     device: torch.device
     splits: Splits
-    raw_model: GPT  # parameters, state_dict, the gamma and p read-outs
+    raw_model: LanguageModel  # GPT or AnGPT (model.arch): parameters, state_dict, the gamma and p read-outs
     compiled: torch.nn.Module  # what forward runs through: torch.compile(raw_model), or raw_model
     optimizer: torch.optim.Optimizer
     autocast: AbstractContextManager
@@ -145,7 +146,7 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
     device = resolve_device(cfg.device)
     if splits is None:
         splits = load_splits(cfg.data, cfg.model.block_size)  # user errors surface before any file
-    raw_model = GPT(cfg.model, cfg.norm, len(splits.vocab)).to(device)
+    raw_model = build_model(cfg.model, cfg.norm, len(splits.vocab)).to(device)
     o, t = cfg.optimizer, cfg.train
     return Run(
         cfg=cfg, device=device, splits=splits, raw_model=raw_model,
@@ -162,7 +163,7 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
     )
 
 
-def compile_model(model: GPT) -> torch.nn.Module:
+def compile_model(model: LanguageModel) -> torch.nn.Module:
     # A private inductor cache: a shared /tmp one can be deleted under a running job.
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
                           str(Path.home() / ".cache" / "qknorm" / "inductor"))
@@ -261,13 +262,15 @@ def _loop(run: Run, first_step: int, resumed: bool) -> None:
 
 
 def train_step(run: Run, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """One forward/backward/clip/step; returns the loss on the device (no host sync)."""
+    """One forward/backward/clip/step (and anGPT's weight bound); returns the loss on the device
+    (no host sync)."""
     with run.autocast:
         _, loss = run.compiled(x, y)
     loss.backward()
     if run.cfg.optimizer.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), run.cfg.optimizer.grad_clip)
     run.optimizer.step()
+    run.raw_model.project_weights_()  # anGPT's row bound; nothing for GPT
     run.optimizer.zero_grad(set_to_none=True)
     return loss
 
@@ -343,7 +346,11 @@ def _resume_state(cfg: Config, out_dir: Path) -> dict[str, Any]:
     except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
         raise UserError(f"{path} was not loaded: torch.load(weights_only=True) refused it "
                         f"({first_line(e)}); delete it and train from scratch") from e
-    saved, now = flatten(state["config"]), flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    # A key the checkpoint lacks (added to the schema after it was written, e.g. model.arch) is
+    # read as its default, which is what that run computed with.
+    defaults = flatten(OmegaConf.to_container(OmegaConf.structured(Config)))
+    saved = {**defaults, **flatten(state["config"])}
+    now = flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
     changed = [f"{k}={saved.get(k)!r}->{now.get(k)!r}" for k in sorted(set(saved) | set(now))
                if k not in RESUME_FREE_KEYS and saved.get(k) != now.get(k)]
     if changed:

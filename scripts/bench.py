@@ -4,6 +4,8 @@
     python scripts/bench.py --model cpu --compile --norms none,l2,lp_p4 --out docs/bench_compile.json
     python scripts/bench.py --model cpu --threads 1 --norms none,l2,lp_p4,lp_pinf --dtypes float32 \
         --compile --no-micro --no-eval --no-overhead --out docs/bench_step_cpu.json   # issue 13
+    python scripts/bench.py --model cpu --threads 1 --arch gpt,angpt --norms l2,lp_p4 \
+        --dtypes float32 --no-micro --no-eval --no-overhead --out docs/bench_angpt_cpu.json
 
 Writes one JSON file (see qknorm/bench/steps.py and overhead.py for what each number means) and
 prints a short table.
@@ -35,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="also time torch.compile'd variants (about a minute of compiling each)")
     ap.add_argument("--attention", default="auto",
                     help="comma-separated model.attention settings: auto,sdpa,explicit")
+    ap.add_argument("--arch", default="gpt",
+                    help="comma-separated model.arch settings: gpt,angpt (ratio angpt / gpt per round)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--warmup", type=int, default=10, help="steps per variant before timing")
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds over all variants")
@@ -74,7 +78,7 @@ def main(argv: list[str]) -> int:
 
     variant_list = bench.variants(args.norms.split(","), args.dtypes.split(","),
                                   [False, True] if args.compile else [False],
-                                  args.attention.split(","))
+                                  args.attention.split(","), args.arch.split(","))
     result = {"command": "python scripts/bench.py " + shlex.join(argv),
               "environment": bench.environment(torch.get_num_threads())}
     steps = bench.bench_steps(variant_list, args.model, args.overrides, warmup=args.warmup,

@@ -124,6 +124,31 @@ def test_attention_variants_are_named_and_compared_with_auto():
         bench.variants(["lp_p4"], ["float32"], [False], ["flash"])
 
 
+def test_arch_variants_are_named_and_compared_with_gpt_in_the_same_round():
+    vs = bench.variants(["l2", "lp_p4"], ["float32"], [False], ["auto"], ["gpt", "angpt"])
+    assert [v.name for v in vs] == ["l2-fp32-eager", "angpt-l2-fp32-eager", "lp_p4-fp32-eager",
+                                    "angpt-lp_p4-fp32-eager"]  # gpt, angpt back to back
+    times = {v.name: [1.0, 1.0, 1.0] for v in vs}
+    times["angpt-lp_p4-fp32-eager"] = [1.5, 1.0, 3.0]
+    r = bench._ratios(vs, times)
+    assert set(r) == {"angpt-l2-fp32-eager / l2-fp32-eager", "angpt-lp_p4-fp32-eager / lp_p4-fp32-eager",
+                      "lp_p4-fp32-eager / l2-fp32-eager",
+                      "angpt-lp_p4-fp32-eager / angpt-l2-fp32-eager"}
+    assert r["angpt-lp_p4-fp32-eager / lp_p4-fp32-eager"]["median"] == 1.5
+    with pytest.raises(bench.UserError, match="^unknown arch 'bert'; pick from gpt, angpt$"):
+        bench.variants(["l2"], ["float32"], [False], ["auto"], ["bert"])
+
+
+def test_bench_steps_times_angpt_as_training_builds_it():
+    vs = bench.variants(["lp_p4"], ["float32"], [False], ["auto"], ["gpt", "angpt"])
+    d = bench.bench_steps(vs, "tiny", ["train.batch_size=2"], warmup=1, rounds=2, steps=1)
+    assert [(v["name"], v["arch"]) for v in d["variants"]] == [("lp_p4-fp32-eager", "gpt"),
+                                                               ("angpt-lp_p4-fp32-eager", "angpt")]
+    ratio = d["ratios"]["angpt-lp_p4-fp32-eager / lp_p4-fp32-eager"]
+    _check_spread(ratio, 2)
+    assert ratio["median"] > 0
+
+
 def test_speedups_are_reference_over_variant_round_by_round():
     times = {"none-fp32-eager": [2.0, 4.0, 3.0], "lp_p4-fp32-compiled": [1.0, 1.0, 3.0]}
     assert bench._speedups(times) == {"lp_p4-fp32-compiled": {

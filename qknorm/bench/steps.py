@@ -9,6 +9,7 @@ their median. `scripts/bench.py` is the command line; everything here returns pl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from qknorm.config import ATTENTIONS, CONF_DIR  # ATTENTIONS: model.attention; auto is left out of names
+from qknorm.config import ARCHS, ATTENTIONS, CONF_DIR  # model.arch; model.attention (auto: not in names)
 from qknorm.errors import UserError, first_line
 from qknorm.nn import LpQKNorm, lp_norm_scaled, lp_normalize
 
@@ -51,16 +52,18 @@ class Variant:
     dtype: str = "float32"
     compile: bool = False
     attention: str = "auto"
+    arch: str = "gpt"  # model.arch; gpt is left out of names (they predate the key)
 
     @property
     def name(self) -> str:
         mode = "compiled" if self.compile else "eager"
         suffix = "" if self.attention == "auto" else f"-{self.attention}"
-        return f"{self.norm}-{DTYPES[self.dtype]}-{mode}{suffix}"
+        prefix = "" if self.arch == "gpt" else f"{self.arch}-"
+        return f"{prefix}{self.norm}-{DTYPES[self.dtype]}-{mode}{suffix}"
 
 
 def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool],
-             attentions: list[str] = ("auto",)) -> list[Variant]:
+             attentions: list[str] = ("auto",), archs: list[str] = ("gpt",)) -> list[Variant]:
     for n in norms:
         if n not in NORMS:
             raise UserError(f"unknown norm variant {n!r}; pick from {', '.join(NORMS)}")
@@ -70,8 +73,12 @@ def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool],
     for a in attentions:
         if a not in ATTENTIONS:
             raise UserError(f"unknown attention {a!r}; pick from {', '.join(ATTENTIONS)}")
-    return [Variant(n, d, c, a) for a in attentions for c in compile_modes for d in dtypes
-            for n in norms]
+    for a in archs:
+        if a not in ARCHS:
+            raise UserError(f"unknown arch {a!r}; pick from {', '.join(ARCHS)}")
+    # arch innermost: a round times GPT and anGPT of one setting back to back
+    return [Variant(n, d, c, a, arch) for a in attentions for c in compile_modes for d in dtypes
+            for n in norms for arch in archs]
 
 
 def compose(model: str, overrides: list[str]):
@@ -142,7 +149,7 @@ def build_run(variant: Variant, model: str, extra: list[str], splits_cache: dict
     overrides, general = NORMS[variant.norm]
     cfg = compose(model, [*overrides, f"dtype={variant.dtype}", *extra,
                           f"compile={str(variant.compile).lower()}",
-                          f"model.attention={variant.attention}"])
+                          f"model.attention={variant.attention}", f"model.arch={variant.arch}"])
     key = (cfg.data.fold, cfg.model.block_size)
     if key not in splits_cache:
         splits_cache[key] = load_splits(cfg.data, cfg.model.block_size)
@@ -203,7 +210,7 @@ def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str
         ts = times[v.name]
         rows.append({
             "name": v.name, "norm": v.norm, "dtype": v.dtype, "compile": v.compile,
-            "attention": v.attention, "general_lp_path": NORMS[v.norm][1],
+            "attention": v.attention, "arch": v.arch, "general_lp_path": NORMS[v.norm][1],
             "step_ms": spread([1e3 * t for t in ts]),
             "cpu_step_ms": spread([1e3 * t for t in cpu_times[v.name]]),
             "tokens_per_s": spread([tokens_per_step / t for t in ts]),
@@ -228,13 +235,15 @@ def _ratios(variant_list: list[Variant], times: dict[str, list[float]]) -> dict[
     for v in variant_list:
         for num, den in NORM_RATIOS:
             if v.norm == num:
-                pairs.append((v, Variant(den, v.dtype, v.compile, v.attention)))
+                pairs.append((v, dataclasses.replace(v, norm=den)))
         if v.dtype == "bfloat16":
-            pairs.append((v, Variant(v.norm, "float32", v.compile, v.attention)))
+            pairs.append((v, dataclasses.replace(v, dtype="float32")))
         if v.compile:
-            pairs.append((v, Variant(v.norm, v.dtype, False, v.attention)))
+            pairs.append((v, dataclasses.replace(v, compile=False)))
         if v.attention != "auto":
-            pairs.append((v, Variant(v.norm, v.dtype, v.compile)))
+            pairs.append((v, dataclasses.replace(v, attention="auto")))
+        if v.arch != "gpt":
+            pairs.append((v, dataclasses.replace(v, arch="gpt")))  # anGPT's step against GPT's
     out = {}
     for a, b in pairs:
         if b.name in by_name:
