@@ -44,8 +44,6 @@ class JobResult:
     error: str = ""
 
 
-
-
 class Launcher:
     """Runs (trial, replicate) jobs through the Hydra launcher, each in its own run dir."""
 
@@ -57,8 +55,8 @@ class Launcher:
         self.job_idx = 0  # jobs launched so far: Hydra numbers them on
 
     def launch(self, jobs: list[Job]) -> list[JobResult]:
-        """Run the (trial, replicate overrides) jobs an earlier attempt did not complete, in
-        one launch. Returns every job's result, in order, and the number launched."""
+        """Run, in one launch, the (trial, replicate overrides) jobs an earlier attempt did not
+        complete. Returns every job's result, in order (a completed earlier one read back)."""
         results_of = [_reused_job(trial, combo) for trial, combo in jobs]
         todo = [i for i, r in enumerate(results_of) if r is None]
         trials = {trial.number: trial for trial, _ in jobs}
@@ -85,12 +83,13 @@ class Launcher:
         self.job_idx += len(todo)
         return results_of
 
-
     def compose(self, overrides: list[str]) -> DictConfig:
         """The job's config as Hydra composes it (the plan composed every value already)."""
         return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
 
     def overrides(self, trial: optuna.Trial, combo: list[str]) -> list[str]:
+        """A job's overrides: the trial's params, its replicate, and what the job needs to find
+        its trial (optuna.*) and, in a race with rungs, to judge itself (optuna.race.*)."""
         plan, subdir = self.plan, _subdir(trial, combo)
         return [
             *plan.base_overrides, *plan.space.overrides(trial.params), *combo,
@@ -101,7 +100,6 @@ class Launcher:
             *(plan.race.job_keys(plan.space.candidate(trial), block_label(combo))
               if plan.race is not None and plan.race.rungs else []),
         ]
-
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,
@@ -137,8 +135,6 @@ def tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: 
                  len(jobs))
 
 
-
-
 def tell_out(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], dirs: list[str],
              objectives: list[str]) -> None:
     """A candidate the race is done with before its end: PRUNED, with its mean/std over
@@ -149,7 +145,6 @@ def tell_out(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], di
         mean_values(jobs, objectives, trial)
     trial.set_user_attr(STATUS_ATTR, PRUNED)
     study.tell(trial, state=TrialState.PRUNED)
-
 
 
 def _subdir(trial: optuna.Trial, combo: list[str]) -> str:

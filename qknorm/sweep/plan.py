@@ -101,7 +101,6 @@ class Plan:
     race: RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
 
 
-
 class Planner:
     """Composes the task's config for every value a sweep will use, so a key that is not in the
     config (or a value of the wrong type) fails now, not in job 37."""
@@ -117,21 +116,21 @@ class Planner:
         race_settings = race_conf(self.s.race)  # its keys and types first, like a config's
         if not self.s.objectives:
             raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
-                             "e.g. [best_val_loss]")
+                            "e.g. [best_val_loss]")
         directions = self.s.direction if isinstance(self.s.direction, list) else [self.s.direction]
         if len(directions) != len(self.s.objectives) or any(d not in DIRECTIONS
                                                           for d in directions):
             raise UserError(f"hydra.sweeper.direction={self.s.direction!r} must give one of "
-                             f"{'/'.join(DIRECTIONS)} per objective {self.s.objectives}; e.g. "
-                             f"direction: {['minimize'] * len(self.s.objectives)}")
+                            f"{'/'.join(DIRECTIONS)} per objective {self.s.objectives}; e.g. "
+                            f"direction: {['minimize'] * len(self.s.objectives)}")
         if not 0.0 <= self.s.max_failure_rate <= 1.0:
             raise UserError(f"hydra.sweeper.max_failure_rate={self.s.max_failure_rate} must be "
-                             "in [0, 1]")
+                            "in [0, 1]")
         if self.s.n_jobs < 1:
             raise UserError(f"hydra.sweeper.n_jobs={self.s.n_jobs} must be >= 1")
         if self.s.heartbeat_interval < 1:
             raise UserError(f"hydra.sweeper.heartbeat_interval={self.s.heartbeat_interval} "
-                             "must be >= 1 second")
+                            "must be >= 1 second")
         slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
         replicates, arguments = cli_replicates(self.s.replicates, arguments)
         space, base = parse_space(self.s.params, arguments)
@@ -139,14 +138,14 @@ class Planner:
             raise UserError(RACE_NEEDS_A_GRID)
         if not space.params:
             raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
-                             "norm.p: interval(1.0, 8.0)")
+                            "norm.p: interval(1.0, 8.0)")
         combinations = replicate_combinations(replicates)
         pruner_spec = self._resolve("pruner", self.s.pruner_spec, optuna_specs.PRUNERS)
         pruner = optuna_specs.build_pruner(pruner_spec)
         if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
             raise UserError(f"hydra.sweeper.pruner.name={self.s.pruner_spec.get('name')}: "
-                             "Optuna cannot prune multi-objective studies; use pruner: "
-                             "{name: none}")
+                            "Optuna cannot prune multi-objective studies; use pruner: "
+                            "{name: none}")
         sampler_spec = self._resolve("sampler", self.s.sampler_spec, optuna_specs.SAMPLERS)
         sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
         race = plan_race(race_settings, space, [block_label(c) for c in combinations],
@@ -176,13 +175,13 @@ class Planner:
         if self.s.n_trials is None:
             if grid_size is None:
                 raise UserError("hydra.sweeper.n_trials=null is only for the grid sampler; "
-                                 "set a number of trials")
+                                "set a number of trials")
             return grid_size
         if self.s.n_trials < 1:
             raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} must be >= 1")
         if grid_size is not None and self.s.n_trials > grid_size:
             raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} exceeds the grid's "
-                             f"{grid_size} points; set n_trials<={grid_size} or null")
+                            f"{grid_size} points; set n_trials<={grid_size} or null")
         return self.s.n_trials
 
     def _fail_values(self) -> list[float] | None:
@@ -192,7 +191,7 @@ class Planner:
         if len(values) != len(self.s.objectives) or not all(
                 isinstance(v, (int, float)) and math.isfinite(v) for v in values):
             raise UserError(f"hydra.sweeper.fail_value={self.s.fail_value!r} must be one finite "
-                             f"number per objective {self.s.objectives}, or null to tell FAIL")
+                            f"number per objective {self.s.objectives}, or null to tell FAIL")
         return [float(v) for v in values]
 
     def _check_keys(self, space: SearchSpace, base: list[str],
@@ -227,8 +226,8 @@ class Planner:
             eval_interval = OmegaConf.select(cfg, "train.eval_interval")
             if not (isinstance(max_iters, int) and isinstance(eval_interval, int)):
                 raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
-                                 "train.eval_interval in the task's config (qknorm.train's); "
-                                 "set rungs: null")
+                                "train.eval_interval in the task's config (qknorm.train's); "
+                                "set rungs: null")
             problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
             if problem:
                 raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")

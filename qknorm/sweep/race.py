@@ -52,13 +52,13 @@ def check_study(study: optuna.Study, race: RaceSpec, study_name: str) -> None:
     want = race.settings()
     if have is None and study.get_trials(deepcopy=False):
         raise UserError(f"study {study_name!r} holds a sweep that was not a race; race under "
-                         "another hydra.sweeper.study_name")
+                        "another hydra.sweeper.study_name")
     for key in want if have is not None else ():
         value = have.get(key)  # a key the study lacks: raced before it existed, i.e. None
         if want.get(key) != value:
             raise UserError(f"study {study_name!r} was raced with {key}={value!r}, not "
-                             f"{want.get(key)!r}; rerun with its settings or use another "
-                             "hydra.sweeper.study_name")
+                            f"{want.get(key)!r}; rerun with its settings or use another "
+                            "hydra.sweeper.study_name")
 
 
 def record_settings(study: optuna.Study, race: RaceSpec) -> None:

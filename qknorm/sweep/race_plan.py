@@ -74,16 +74,16 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
         return None
     if sampler != "grid":
         raise UserError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
-                         f"candidate at once), not sampler.name={sampler}")
+                        f"candidate at once), not sampler.name={sampler}")
     if pruner != "none":
         raise UserError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
-                         f"pruner.name={pruner}")
+                        f"pruner.name={pruner}")
     if len(objectives) != 1:
         raise UserError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
-                         "in hydra.sweeper.objectives")
+                        "in hydra.sweeper.objectives")
     if n_trials is not None and n_trials != space.grid_size:
         raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
-                         f"n_trials: null (the grid's {space.grid_size} points)")
+                        f"n_trials: null (the grid's {space.grid_size} points)")
     minimum, alpha = conf.min_replicates, conf.alpha
     if minimum < 2:
         raise UserError(f"hydra.sweeper.race.min_replicates={minimum} must be >= 2 (a paired "
@@ -92,11 +92,11 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
         raise UserError(f"hydra.sweeper.race.alpha={alpha:g} must be in (0, 1), e.g. 0.05")
     if blocks == [""]:
         raise UserError("hydra.sweeper.race needs replicates to race over; set e.g. "
-                         "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
+                        "hydra.sweeper.replicates={data.fold:[0,1,2,3,4]}")
     if len(blocks) < minimum:
         raise UserError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
-                         f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
-                         "min_replicates")
+                        f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
+                        "min_replicates")
     candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
     labels = {c: _candidate_label(space, c) for c in candidates}
     baseline = _baseline(conf.baseline, space, candidates)
@@ -111,8 +111,8 @@ def _equivalence(value: float | None) -> float | None:
         return None
     if not (math.isfinite(value) and value > 0):
         raise UserError(f"hydra.sweeper.race.equivalence={value:g} must be a number > 0 (δ in "
-                         "the objective's units, nats for a loss: candidates within ±δ of the "
-                         "leader count as level), e.g. 0.02, or null for off")
+                        "the objective's units, nats for a loss: candidates within ±δ of the "
+                        "leader count as level), e.g. 0.02, or null for off")
     return float(value)
 
 
@@ -121,8 +121,8 @@ def _budget(value: Any) -> int | None:
         return None
     if value < 1:
         raise UserError(f"hydra.sweeper.race.budget_steps={value!r} must be a whole number of "
-                         "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
-                         "third of paper_cpu's 80,000, or null for no budget")
+                        "training steps >= 1 (summed over the race's runs), e.g. 26667 for a "
+                        "third of paper_cpu's 80,000, or null for no budget")
     return value
 
 
@@ -143,15 +143,15 @@ def _rungs(rungs: list[int] | dict[int, float] | None, margin: float,
             continue
         if isinstance(rungs, dict):
             raise UserError(f"hydra.sweeper.race.rungs={rungs!r} has margin {m:g} at step "
-                             f"{step}: each rung's margin must be a number > 0 (val loss units: "
-                             "how far behind the best run of a fold a run may be there), e.g. "
-                             "{500: 0.1, 1000: 0.05}")
+                            f"{step}: each rung's margin must be a number > 0 (val loss units: "
+                            "how far behind the best run of a fold a run may be there), e.g. "
+                            "{500: 0.1, 1000: 0.05}")
         raise UserError(f"hydra.sweeper.race.margin={margin:g} must be a number > 0 (val loss "
-                         "units: how far behind the best run of a fold a run may be at a "
-                         "rung), e.g. 0.05")
+                        "units: how far behind the best run of a fold a run may be at a "
+                        "rung), e.g. 0.05")
     if direction != "minimize":
         raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
-                         "but the race maximizes its objective; set rungs: null")
+                        "but the race maximizes its objective; set rungs: null")
     if isinstance(rungs, dict) and len(set(per_rung)) > 1:
         return tuple(steps), float(margin), tuple(float(m) for m in per_rung)
     return tuple(steps), float(per_rung[0]), ()
@@ -177,8 +177,8 @@ def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashab
     if not isinstance(value, dict):
         if len(keys) > 1:
             raise UserError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
-                             f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
-                             f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
+                            f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
+                            f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
         value = {keys[0]: value}
     names = [p.name for p in space.params]
     for c in candidates:
@@ -190,6 +190,6 @@ def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashab
                                  space.values(dict(zip(names, c, strict=True))).items())
                         for c in candidates)
     raise UserError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
-                     f"({choices}); pick one of them, or null for none")
+                    f"({choices}); pick one of them, or null for none")
 
 

@@ -55,14 +55,14 @@ def check(launcher: Mapping[str, Any]) -> None:
         return
     if shutil.which("sbatch") is None:
         raise UserError("hydra/launcher=slurm: sbatch is not on PATH; start the sweep where "
-                         "SLURM's commands are (a login node) or pick another launcher, e.g. "
-                         "hydra/launcher=parallel")
+                        "SLURM's commands are (a login node) or pick another launcher, e.g. "
+                        "hydra/launcher=parallel")
     try:
         r = subprocess.run(sbatch_test_args(launcher), capture_output=True, text=True,
                            timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise UserError(f"hydra/launcher=slurm: sbatch --test-only did not answer in "
-                         f"{TIMEOUT_S} s; check that slurmctld is up (sinfo)") from None
+                        f"{TIMEOUT_S} s; check that slurmctld is up (sinfo)") from None
     if r.returncode == 0:
         _warn_without_accounting()
         return
@@ -71,11 +71,11 @@ def check(launcher: Mapping[str, Any]) -> None:
     partition = launcher.get("partition")
     if "invalid partition" in reason.lower():
         raise UserError(f"hydra.launcher.partition={partition} is not a partition of this "
-                         f"cluster ({reason}); set hydra.launcher.partition to one of: "
-                         f"{_partitions()}")
+                        f"cluster ({reason}); set hydra.launcher.partition to one of: "
+                        f"{_partitions()}")
     raise UserError(f"hydra/launcher=slurm: the cluster refuses a job with these settings "
-                     f"({reason}); fix hydra.launcher.partition, cpus_per_task, mem_gb or "
-                     "timeout_min")
+                    f"({reason}); fix hydra.launcher.partition, cpus_per_task, mem_gb or "
+                    "timeout_min")
 
 
 def _warn_without_accounting() -> None:

@@ -124,20 +124,20 @@ def parse_param(key: str, text: Any) -> Param | str:
         override = OverridesParser.create().parse_override(f"{bare}={text}")
     except Exception as e:
         raise UserError(f"{_where('params', key, text)} is not Hydra sweep grammar ({e}); "
-                         "use interval(a, b), tag(log, interval(a, b)), range(a, b) or "
-                         "choice(a, b, ...)") from None
+                        "use interval(a, b), tag(log, interval(a, b)), range(a, b) or "
+                        "choice(a, b, ...)") from None
     value = override.value()
     if not override.is_sweep_override():
         if reciprocal:
             raise UserError(f"{_where('params', key, text)}: a 1/ key needs a sweep; write "
-                             f"{bare}={text} for a fixed value")
+                            f"{bare}={text} for a fixed value")
         return f"{bare}={format_value(value)}"
     distribution, grid = _distribution(key, text, value)
     if reciprocal:
         values = grid if grid is not None else (distribution.low, distribution.high)
         if any(not isinstance(v, (int, float)) or v < 0 for v in values):
             raise UserError(f"{_where('params', key, text)}: a reciprocal search needs numbers "
-                             ">= 0 (0 means inf); fix the range")
+                            ">= 0 (0 means inf); fix the range")
     return Param(name=key, key=bare, distribution=distribution, grid=grid)
 
 
@@ -146,11 +146,11 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
         low, high, tags = value.start, value.end, value.tags
         if not low < high:
             raise UserError(f"{_where('params', key, text)}: low {low:g} must be below "
-                             f"high {high:g}; swap them or widen the interval")
+                            f"high {high:g}; swap them or widen the interval")
         log = "log" in tags
         if log and low <= 0:
             raise UserError(f"{_where('params', key, text)}: a log interval needs low > 0; "
-                             "raise low or drop tag(log)")
+                            "raise low or drop tag(log)")
         if "int" in tags:
             return IntDistribution(int(low), int(high), log=log), None
         return FloatDistribution(float(low), float(high), log=log), None
@@ -165,7 +165,7 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
             raise UserError(f"{_where('params', key, text)} repeats a value; list each once")
         return CategoricalDistribution(items), tuple(items)
     raise UserError(f"{_where('params', key, text)}: this sweep is not supported; use "
-                     "interval, tag(log, interval), range or choice")
+                    "interval, tag(log, interval), range or choice")
 
 
 def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tuple[SearchSpace,
@@ -207,7 +207,7 @@ def cli_replicates(replicates: Mapping[str, Sequence[Any]], cli_arguments: Seque
             chosen[key] = list(override.value().list)
         else:
             raise UserError(f"{arg}: {key} is a replicate key (hydra.sweeper.replicates); give "
-                             f"its values as a list, e.g. {key}=0,1")
+                            f"its values as a list, e.g. {key}=0,1")
     return chosen, rest
 
 
@@ -216,7 +216,7 @@ def replicate_combinations(replicates: Mapping[str, Sequence[Any]]) -> list[list
     for key, values in replicates.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise UserError(f"hydra.sweeper.replicates.{key}={values!r} must be a non-empty "
-                             f"list, e.g. replicates: {{{key}: [0, 1]}}")
+                            f"list, e.g. replicates: {{{key}: [0, 1]}}")
     keys = list(replicates)
     return [[f"{k}={format_value(v)}" for k, v in zip(keys, combo, strict=True)]
             for combo in itertools.product(*(replicates[k] for k in keys))]

@@ -77,7 +77,7 @@ def _split(spec: Mapping[str, Any], kind: str, table: Mapping[str, Any]) -> tupl
     name = options.pop("name", None)
     if name not in table:
         raise UserError(f"hydra.sweeper.{kind}.name={name!r} is not one of "
-                         f"{', '.join(table)}; pick one of those")
+                        f"{', '.join(table)}; pick one of those")
     return name, options
 
 
@@ -105,8 +105,8 @@ def resolve(kind: str, spec: Mapping[str, Any], table: Mapping[str, Callable],
     for key in required:
         if key not in options:
             raise UserError(f"hydra.sweeper.{kind}.name={name} needs {key} (Optuna's "
-                             f"{optuna_name(factory)} has no default); add "
-                             f"+hydra.sweeper.{kind}.{key}=VALUE")
+                            f"{optuna_name(factory)} has no default); add "
+                            f"+hydra.sweeper.{kind}.{key}=VALUE")
     return {"name": name, **options}, dropped
 
 
@@ -134,8 +134,8 @@ def _construct(kind: str, name: str, factory: Callable, options: dict) -> Any:
         return factory(**options)
     except (TypeError, ValueError) as e:
         raise UserError(f"hydra.sweeper.{kind}={{name: {name}, {_fmt(options)}}} is not valid "
-                         f"for Optuna's {factory.__name__}: {e}; fix or remove that option"
-                         ) from None
+                        f"for Optuna's {factory.__name__}: {e}; fix or remove that option"
+                        ) from None
 
 
 def _fmt(options: dict) -> str:
@@ -154,7 +154,7 @@ def build_sampler(spec: Mapping[str, Any],
     if name == "grid":
         if grid is None:
             raise UserError("hydra.sweeper.sampler.name=grid needs every param as choice(...) "
-                             "or range(...); use those, or another sampler for intervals")
+                            "or range(...); use those, or another sampler for intervals")
         options = {"search_space": dict(grid), **options}
     return _construct("sampler", name, SAMPLERS[name], options)
 
@@ -182,14 +182,14 @@ def storage_file(url: str) -> Path | None:
     if url.startswith("journal:"):
         if not url.startswith(JOURNAL_PREFIX) or url == JOURNAL_PREFIX:
             raise UserError(f"hydra.sweeper.storage={url!r} is not a journal URL; write "
-                             "journal:///relative/file.log or journal:////absolute/file.log")
+                            "journal:///relative/file.log or journal:////absolute/file.log")
         return Path(url.removeprefix(JOURNAL_PREFIX))
     try:
         parsed = make_url(url)
     except Exception:
         raise UserError(f"hydra.sweeper.storage={url!r} is not a database URL; use e.g. "
-                         "sqlite:///outputs/optuna.db, journal:///outputs/optuna.log or "
-                         "postgresql+psycopg://user@host/db") from None
+                        "sqlite:///outputs/optuna.db, journal:///outputs/optuna.log or "
+                        "postgresql+psycopg://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         return Path(parsed.database)
     return None
@@ -210,7 +210,7 @@ def _make_folder(url: str, path: Path) -> None:
     folder = path.parent
     if not folder.parent.is_dir():  # make outputs/, but never a whole mistyped path
         raise UserError(f"hydra.sweeper.storage={url!r}: directory {folder.parent} "
-                         "does not exist; create it or fix the path")
+                        "does not exist; create it or fix the path")
     folder.mkdir(exist_ok=True)
 
 
@@ -256,7 +256,7 @@ def _open_journal(url: str, path: Path, heartbeat_interval: int | None,
         return optuna.storages.JournalStorage(backend)
     except OSError as e:
         raise UserError(f"hydra.sweeper.storage={url!r} cannot be opened ({e}); check the "
-                         "path and its permissions") from None
+                        "path and its permissions") from None
 
 
 def reader(url: str):
@@ -294,6 +294,6 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
                 time.sleep(0.2 * (attempt + 1))
                 continue
             raise UserError(f"hydra.sweeper.storage={url!r} cannot be opened ({first_line(e)}); "
-                             "check the URL, the server and its driver (pip install "
-                             "'qknorm[postgres]' for PostgreSQL)") from None
+                            "check the URL, the server and its driver (pip install "
+                            "'qknorm[postgres]' for PostgreSQL)") from None
     raise AssertionError("unreachable")
