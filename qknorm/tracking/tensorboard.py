@@ -66,7 +66,7 @@ class TensorBoardRun:
         for row in rows:
             self._write(row)
         if rows:
-            log.info("tensorboard: %d eval(s) of metrics.jsonl rewritten as events", len(rows))
+            log.info("tensorboard: %d evals of metrics.jsonl rewritten as events", len(rows))
         self.writer.flush()
 
     def _write(self, row: dict[str, Any]) -> None:
