@@ -207,7 +207,8 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
     hydra_cfg = _preset_sweeper("paper_cpu", "search=p_race", "norm.gamma_init=calibrated")
     sweeper = hydra_cfg.sweeper
     assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0,
-                                  "rungs": [1000], "margin": 0.05, "budget_steps": None}
+                                  "rungs": [1000], "margin": 0.05, "budget_steps": None,
+                                  "equivalence": None}
     assert list(sweeper.replicates["data.fold"]) == [0, 1, 2, 3, 4]  # the experiment's folds
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
     assert sweeper.study_name == "paper_cpu_calibrated_race"  # never the grid's study
