@@ -89,9 +89,9 @@ def study(tmp_path):
     return url
 
 
-def hook(url: str, trial: int, margin: float | None, rungs=(250, 500)):
+def hook(url: str, trial: int, margin: float | None, rungs=(250, 500), block=BLOCK):
     cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
-                            race=RaceRungsConfig(block=BLOCK, rungs=list(rungs), margin=margin))
+                            race=RaceRungsConfig(block=block, rungs=list(rungs), margin=margin))
     return pruning.eval_hook(cfg)
 
 
@@ -128,6 +128,32 @@ def test_the_baseline_a_close_run_and_a_retry_record_their_rungs_and_go_on(study
         s._storage.set_trial_user_attr(s.trials[t]._trial_id, RACE_CANDIDATE_ATTR, "norm.p=1.0")
     hook(study, 2, margin=0.05)(250, {"val_loss": 2.9})  # its only other at 250: its own 2.40
     assert not any(k.startswith(RACE_STOP_ATTR) for t in (1, 2) for k in attrs(study, t))
+
+
+def test_a_run_that_reached_a_rung_first_is_judged_there_once_another_has(study):
+    """Two jobs of a fold at once (a launcher with 2 slots): p=4 passes step 250 before p=2's
+    run records it, so nothing is known there; at its next eval p=2's value at 250 is, and p=4
+    is judged on both values at 250 (0.15 behind, margin 0.05): stopped, the rung recorded."""
+    fold = "data.fold=2"
+    on_eval = hook(study, 1, margin=0.05, block=fold)
+    assert on_eval(250, {"val_loss": 2.55}) is None  # alone at 250: goes on
+    s = optuna.load_study(study_name="r", storage=study)
+    s._storage.set_trial_user_attr(s.trials[0]._trial_id, RACE_RUNG_ATTR + fold, {"250": 2.40})
+    with pytest.raises(RunPruned) as e:
+        on_eval(260, {"val_loss": 2.50})  # not a rung: judged late, on the values at 250
+    assert e.value.step == 260
+    assert attrs(study, 1)[RACE_STOP_ATTR + fold] == {
+        "step": 250, "value": 2.55, "best": "norm.p=2.0", "best_value": 2.40,
+        "delta": pytest.approx(0.15), "at": 260}
+    # A close run judged late goes on, and is judged once: a later eval asks nothing more.
+    other = "data.fold=3"
+    close = hook(study, 2, margin=0.05, block=other)
+    assert close(250, {"val_loss": 2.43}) is None  # alone at 250
+    s._storage.set_trial_user_attr(s.trials[0]._trial_id, RACE_RUNG_ATTR + other, {"250": 2.40})
+    assert close(260, {"val_loss": 2.42}) is None  # 0.03 behind at 250: goes on
+    s._storage.set_trial_user_attr(s.trials[0]._trial_id, RACE_RUNG_ATTR + other, {"250": 2.0})
+    assert close(270, {"val_loss": 2.41}) is None  # judged already: a later value changes nothing
+    assert RACE_STOP_ATTR + other not in attrs(study, 2)
 
 
 def test_race_keys_are_checked_in_the_job_config():

@@ -130,21 +130,32 @@ def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judg
                else dict.fromkeys(cfg.rungs, cfg.margin))
     mine = storage.get_trial(trial_id).user_attrs.get(RACE_CANDIDATE_ATTR)
     recorded: dict[str, float] = {}
+    # Rungs this run passed before any other run of the block had reached them: with a
+    # launcher running several jobs at once, the run beside the baseline gets there at the
+    # same moment. It is judged at a later eval, on its value and the others' at that rung.
+    unjudged: list[int] = []
 
     def at_eval(step: int, val_loss: float) -> bool:
-        if step not in margins:
+        if step in margins:
+            recorded[str(step)] = val_loss
+            storage.set_trial_user_attr(trial_id, RACE_RUNG_ATTR + block, dict(recorded))
+            if margins[step] is not None:  # the baseline: recorded, never judged
+                unjudged.append(step)
+        if not unjudged:
             return False
-        recorded[str(step)] = val_loss
-        storage.set_trial_user_attr(trial_id, RACE_RUNG_ATTR + block, dict(recorded))
-        if margins[step] is None:  # the baseline: recorded, never judged
-            return False
-        others = rung_values(study.get_trials(deepcopy=False), block, step, mine)
-        stop = race.stop_at_rung(val_loss, others, margins[step])
-        if stop is None:
-            return False
-        storage.set_trial_user_attr(trial_id, RACE_STOP_ATTR + block, {
-            "step": step, "value": val_loss, "best": stop.best, "best_value": stop.best_value,
-            "delta": stop.delta})
-        return True
+        trials = study.get_trials(deepcopy=False)
+        for rung in list(unjudged):
+            others = rung_values(trials, block, rung, mine)
+            if not others:
+                continue
+            unjudged.remove(rung)
+            stop = race.stop_at_rung(recorded[str(rung)], others, margins[rung])
+            if stop is not None:
+                storage.set_trial_user_attr(trial_id, RACE_STOP_ATTR + block, {
+                    "step": rung, "value": recorded[str(rung)], "best": stop.best,
+                    "best_value": stop.best_value, "delta": stop.delta,
+                    **({"at": step} if step != rung else {})})
+                return True
+        return False
 
     return at_eval
