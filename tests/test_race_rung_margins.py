@@ -11,8 +11,12 @@ from qknorm.errors import RunPruned, UserError
 from qknorm.sweep import job as pruning
 from qknorm.sweep import race as _race
 from qknorm.sweep.study import RACE_STOP_ATTR
-from tests.test_race_rungs import BLOCK, attrs, race_plan
-from tests.test_race_rungs import study as study  # noqa: F401  (the fixture)
+from tests.test_race_rungs import BLOCK, attrs, race_plan, race_study
+
+
+@pytest.fixture
+def study(tmp_path):
+    return race_study(tmp_path)
 
 
 def test_a_mapping_gives_each_rung_its_margin_and_a_list_keeps_the_one_margin():
@@ -73,7 +77,7 @@ def hook(url: str, trial: int, margins: list[float]):
     return pruning.eval_hook(cfg)
 
 
-def test_a_job_judges_each_rung_with_its_own_margin(study):  # noqa: F811
+def test_a_job_judges_each_rung_with_its_own_margin(study):
     # p=2 recorded 2.40 at step 250 and 2.20 at 500 on this fold (the fixture).
     on_eval = hook(study, 1, [0.1, 0.05])
     on_eval(250, {"val_loss": 2.46})  # 0.06 behind, margin 0.1 there: goes on

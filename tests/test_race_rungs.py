@@ -77,6 +77,10 @@ BLOCK = "data.fold=0"
 
 @pytest.fixture
 def study(tmp_path):
+    return race_study(tmp_path)
+
+
+def race_study(tmp_path) -> str:
     """A race's study (its storage URL): p=2 ran fold 0 to the end, its rung values recorded;
     p=4's and p=1's trials are running. Another fold's values must never count."""
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
