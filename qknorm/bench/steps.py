@@ -64,18 +64,11 @@ class Variant:
 
 def variants(norms: list[str], dtypes: list[str], compile_modes: list[bool],
              attentions: list[str] = ("auto",), archs: list[str] = ("gpt",)) -> list[Variant]:
-    for n in norms:
-        if n not in NORMS:
-            raise UserError(f"unknown norm variant {n!r}; pick from {', '.join(NORMS)}")
-    for d in dtypes:
-        if d not in DTYPES:
-            raise UserError(f"unknown dtype {d!r}; pick from {', '.join(DTYPES)}")
-    for a in attentions:
-        if a not in ATTENTIONS:
-            raise UserError(f"unknown attention {a!r}; pick from {', '.join(ATTENTIONS)}")
-    for a in archs:
-        if a not in ARCHS:
-            raise UserError(f"unknown arch {a!r}; pick from {', '.join(ARCHS)}")
+    for what, given, known in (("norm variant", norms, NORMS), ("dtype", dtypes, DTYPES),
+                               ("attention", attentions, ATTENTIONS), ("arch", archs, ARCHS)):
+        for value in given:
+            if value not in known:
+                raise UserError(f"unknown {what} {value!r}; pick from {', '.join(known)}")
     # arch innermost: a round times GPT and anGPT of one setting back to back
     return [Variant(n, d, c, a, arch) for a in attentions for c in compile_modes for d in dtypes
             for n in norms for arch in archs]
