@@ -111,6 +111,7 @@ class OptunaSweep:
                 schedule.admit(study, self._ask(study, plan, n, heartbeat))
             else:  # another sweeper runs the blocks this look needs
                 time.sleep(min(self.settings.heartbeat_interval, 5))
+        schedule.settle(study)  # stopped: still tell what it is done with (e.g. a batch's repeats)
         return stop
 
     def _log_status(self, study: optuna.Study, plan: Plan) -> None:
