@@ -25,13 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from qknorm.config import P_KINDS, ModelConfig, NormConfig
-from qknorm.model import (
-    GPT,
-    LanguageModel,
-    causal_attention,
-    explicit_attention,
-    use_explicit_attention,
-)
+from qknorm.model import GPT, LanguageModel, attend
 from qknorm.nn import calibration_factor, initial_gamma
 from qknorm.norms import NoQKNorm, build_qk_norm
 
@@ -164,10 +158,7 @@ class AnAttention(nn.Module):
         q, k = rope(q, self.rope_cos, self.rope_sin), rope(k, self.rope_cos, self.rope_sin)
         q, k = self.qk_norm(q, k)
         dropout = self.dropout if self.training else 0.0
-        if use_explicit_attention(self.attention, q.device):
-            y = explicit_attention(q, k, v, dropout, self.qk_norm.scale, self.causal_mask)
-        else:
-            y = causal_attention(q, k, v, dropout, self.qk_norm.scale)
+        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.nu_p * self.c_proj(y))
 

@@ -58,6 +58,15 @@ def use_explicit_attention(setting: str, device: torch.device) -> bool:
     return setting == "explicit"
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+           scale: float | None, setting: str, mask: torch.Tensor) -> torch.Tensor:
+    """Causal attention of (B, nh, T, hs) heads by the path model.attention picks (the one
+    choice both architectures make): the fused SDPA kernel or the explicit ops."""
+    if use_explicit_attention(setting, q.device):
+        return explicit_attention(q, k, v, dropout_p, scale, mask)
+    return causal_attention(q, k, v, dropout_p, scale)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, norm: NormConfig):
         super().__init__()
@@ -80,10 +89,7 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q, k = self.qk_norm(q, k)
         dropout = self.dropout if self.training else 0.0
-        if use_explicit_attention(self.attention, q.device):
-            y = explicit_attention(q, k, v, dropout, self.qk_norm.scale, self.causal_mask)
-        else:
-            y = causal_attention(q, k, v, dropout, self.qk_norm.scale)
+        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
 
