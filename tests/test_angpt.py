@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,7 @@ from qknorm.effective import effective_config, flatten
 from qknorm.errors import UserError
 from qknorm.model import GPT
 from qknorm.nn import calibration_factor, qknorm_gamma
+from tests.conftest import kill_after_evals
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 register_configs()
@@ -305,25 +302,11 @@ def test_cli_trains_angpt_and_writes_final_json(cli):
     assert "logit_std_l0" in final  # the attention diagnostics read anGPT too
 
 
-def _kill_after_evals(cli, run: list[str], run_dir: str, n_evals: int) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "qknorm.train", *run, f"hydra.run.dir={run_dir}"],
-                            cwd=cli.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while len(rundir.read_metrics(cli.cwd / run_dir)) < n_evals:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoint within 240 s"
-            time.sleep(0.02)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-
 def test_killed_angpt_run_resumes_bitwise(cli):
     run = ["model.arch=angpt", "optimizer=angpt", "norm.p=4", "experiment=smoke", "threads=1",
            "train.max_iters=120", "train.eval_interval=20", "train.save_checkpoint=true"]
     assert cli("-m", "qknorm.train", *run, "hydra.run.dir=ref").returncode == 0
-    _kill_after_evals(cli, run, "killed", n_evals=3)
+    kill_after_evals(cli.cwd, run, "killed", n_evals=3)
     assert rundir.read_final(cli.cwd / "killed") is None
     ckpt_step = rundir.load_checkpoint(cli.cwd / "killed")["step"]
     assert 20 <= ckpt_step < 120

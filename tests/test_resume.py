@@ -9,44 +9,23 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 
 from qknorm import rundir
+from tests.conftest import kill_after_evals
 
 # 10 evals of a smoke model, a checkpoint at each: a kill after the third eval lands mid-run.
 RUN = ["experiment=smoke", "threads=1", "train.max_iters=200", "train.eval_interval=20",
        "train.save_checkpoint=true"]
 
 
-def _kill_after_evals(cwd, run_dir, n_evals: int) -> None:
-    """Start the run, wait until n_evals eval rows were written, then kill -9 it.
-
-    The checkpoint of eval k is written before row k+1, so the kill leaves one of step >= 20 * (n_evals - 2).
-    """
-    proc = subprocess.Popen([sys.executable, "-m", "qknorm.train", *RUN, f"hydra.run.dir={run_dir}"],
-                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while len(rundir.read_metrics(cwd / run_dir)) < n_evals:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoint within 240 s"
-            time.sleep(0.02)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-
 def test_killed_run_resumes_to_the_same_val_loss_bitwise(cli):
     ref = cli("-m", "qknorm.train", *RUN, "hydra.run.dir=ref")
     assert ref.returncode == 0, ref.stderr
 
-    _kill_after_evals(cli.cwd, "killed", n_evals=3)
+    kill_after_evals(cli.cwd, RUN, "killed", n_evals=3)
     assert rundir.read_final(cli.cwd / "killed") is None  # really killed mid-run
     ckpt_step = rundir.load_checkpoint(cli.cwd / "killed")["step"]
     assert 20 <= ckpt_step < 200

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import yaml
 from qknorm import rundir
 from qknorm.report.results import find_run_dirs, read_config
 from tests import synthetic_runs
+from tests.conftest import kill_after_evals
 
 FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
 INSTALL = "pip install -e '.[tracking]'"
@@ -114,31 +113,21 @@ def test_tensorboard_sweep_every_run_has_its_own_events_equal_to_metrics_jsonl(c
 
 
 RESUME = ["experiment=smoke", "threads=1", "train.max_iters=200", "train.eval_interval=20",
-          "train.save_checkpoint=true", "tracker=tensorboard", "hydra.run.dir=run"]
+          "train.save_checkpoint=true", "tracker=tensorboard"]
 
 
 @pytest.mark.slow
 def test_tensorboard_resumed_run_has_each_eval_once(cli):
     """A run killed mid-way and resumed: its events are metrics.jsonl's rows, each step once."""
     needs("tensorboard")
-    proc = subprocess.Popen([sys.executable, "-m", "qknorm.train", *RESUME], cwd=cli.cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while len(rundir.read_metrics(cli.cwd / "run")) < 4:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no 4 evals within 240 s"
-            time.sleep(0.02)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    kill_after_evals(cli.cwd, RESUME, "run", n_evals=4)
     run_dir = cli.cwd / "run"
     assert rundir.read_final(run_dir) is None
     ckpt_step = rundir.load_checkpoint(run_dir)["step"]
     killed_steps = scalars(run_dir)["val_loss"]
     assert len(killed_steps) >= 3  # the killed attempt had logged events
 
-    r = cli("-m", "qknorm.train", *RESUME, "train.resume=true")
+    r = cli("-m", "qknorm.train", *RESUME, "hydra.run.dir=run", "train.resume=true")
     assert r.returncode == 0, r.stderr
     assert [row["step"] for row in rundir.read_metrics(run_dir)] == list(range(0, 201, 20))
     assert 20 <= ckpt_step < 200
