@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -60,7 +60,6 @@ class Settings:
     grace_period: int | None
     params: dict[str, Any]
     race: dict[str, Any] | None = None  # hydra.sweeper.race as given; None: no race
-    given: dict[str, set[str]] = field(default_factory=dict)  # sampler/pruner -> keys set on the CLI
 
     @classmethod
     def of(cls, study_name: str, storage: str, direction: Any, objectives: Any,
@@ -110,7 +109,8 @@ class Planner:
         self.hydra_context = hydra_context
         self.config = config
         overrides = list(config.hydra.overrides.hydra)
-        self.s.given = {kind: given_keys(overrides, kind) for kind in ("sampler", "pruner")}
+        # sampler/pruner -> its keys the command line set (the rest may belong to another)
+        self.given = {kind: given_keys(overrides, kind) for kind in ("sampler", "pruner")}
 
     def plan(self, arguments: list[str]) -> Plan:
         race_settings = race_conf(self.s.race)  # its keys and types first, like a config's
@@ -162,7 +162,7 @@ class Planner:
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
-        spec, dropped = optuna_specs.resolve(kind, spec, table, self.s.given.get(kind, set()))
+        spec, dropped = optuna_specs.resolve(kind, spec, table, self.given.get(kind, set()))
         if dropped:
             log.info("hydra.sweeper.%s.name=%s: dropped %s, set in the config for another %s "
                      "(Optuna's %s does not take them)", kind, spec["name"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import optuna
@@ -64,6 +65,18 @@ def block_label(combo: list[str]) -> str:
     JOB_DIRS_ATTR, RACE_RUNS_ATTR, RACE_RUNG_ATTR/RACE_STOP_ATTR and a race job's
     optuna.race.block."""
     return " ".join(combo)
+
+
+def replicates_option(labels: Iterable[str]) -> str:
+    """block_label read back: labels ("data.fold=0 seed=1", ...) as the replicates option they
+    come from, {data.fold:[0],seed:[1]}, for a message that tells a user what a study holds."""
+    values: dict[str, list[str]] = {}
+    for label in labels:
+        for item in label.split():
+            key, _, value = item.partition("=")
+            if value not in values.setdefault(key, []):
+                values[key].append(value)
+    return "{" + ",".join(f"{k}:[{','.join(v)}]" for k, v in values.items()) + "}"
 
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,24 +219,13 @@ def check_replicates(study: optuna.Study, plan: Plan, study_name: str) -> None:
     other = [labels for labels in held if sorted(labels) != sorted(want)]
     if not other:
         return
-    have = other[0]
+    have, option = other[0], record.replicates_option
     raise UserError(
         f"study {study_name!r} holds {held[have]} trial(s) run on the replicates "
-        f"{_replicates(have)}, not {_replicates(want)}; a trial's value is the mean over its "
+        f"{option(have)}, not {option(want)}; a trial's value is the mean over its "
         f"replicates, so one study keeps one set: rerun with "
-        f"'hydra.sweeper.replicates={_replicates(have)}' to extend it with more trials, or run "
+        f"'hydra.sweeper.replicates={option(have)}' to extend it with more trials, or run "
         "the new set in its own study with hydra.sweeper.study_name=NEW_NAME")
-
-
-def _replicates(labels: Sequence[str]) -> str:
-    """Block labels ("data.fold=0 seed=1") as the replicates option: {data.fold:[0],seed:[1]}."""
-    values: dict[str, list[str]] = {}
-    for label in labels:
-        for item in label.split():
-            key, _, value = item.partition("=")
-            if value not in values.setdefault(key, []):
-                values[key].append(value)
-    return "{" + ",".join(f"{k}:[{','.join(v)}]" for k, v in values.items()) + "}"
 
 
 def _log_plan(s: Settings, plan: Plan) -> None:
