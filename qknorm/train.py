@@ -29,7 +29,7 @@ from qknorm.angpt import build_model
 from qknorm.config import Config, OptimizerConfig
 from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
-from qknorm.effective import flatten
+from qknorm.effective import BOOKKEEPING, flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
 from qknorm.model import LanguageModel
 from qknorm.sweep.job import EvalHook
@@ -314,13 +314,10 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
 # ---------------------------------------------------------------------------------------------
 # checkpoints: everything a killed run needs to continue bitwise where it stopped
 
-# Keys that may differ between a run and its resumption (they do not change what is computed)
+# Keys that may differ between a run and its resumption (they do not change what is computed),
+# besides the bookkeeping keys (optuna.*, tracker.*: qknorm.effective.BOOKKEEPING)
 RESUME_FREE_KEYS = ("train.resume", "train.save_checkpoint", "train.diag_batches", "threads",
-                    "compile", "model.attention", "name",
-                    "optuna.study_name", "optuna.storage", "optuna.trial",
-                    "optuna.race.block", "optuna.race.rungs", "optuna.race.margin",
-                    "optuna.race.margins",
-                    "tracker.kind", "tracker.uri", "tracker.experiment")
+                    "compile", "model.attention", "name")
 
 
 def _save_checkpoint(run: Run) -> None:
@@ -352,7 +349,8 @@ def _resume_state(cfg: Config, out_dir: Path) -> dict[str, Any]:
     saved = {**defaults, **flatten(state["config"])}
     now = flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
     changed = [f"{k}={saved.get(k)!r}->{now.get(k)!r}" for k in sorted(set(saved) | set(now))
-               if k not in RESUME_FREE_KEYS and saved.get(k) != now.get(k)]
+               if k not in RESUME_FREE_KEYS and not k.startswith(BOOKKEEPING)
+               and saved.get(k) != now.get(k)]
     if changed:
         raise UserError(f"train.resume=true but the config differs from the checkpoint's "
                         f"({', '.join(changed)}); resume with the interrupted run's overrides")
