@@ -210,8 +210,14 @@ class RaceSchedule:
         """Tell my candidates the race is done with: dropped ones PRUNED, and once it is over,
         the rest COMPLETE with their mean over the blocks they ran. Each gets user attr
         RACE_OUTCOME_ATTR: the outcome and the look that decided it (the report's table)."""
-        self.race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
+        trials = study.get_trials(deepcopy=False)
+        self.race = state(trials, self.spec, self.plan.space)
         dropped, level = self.race.dropped(), self.race.level()
+        for t in trials:  # failed as stale by another sweeper (a late heartbeat): its retry races
+            if t.number in self.mine and t.state.is_finished():
+                log.warning("trial %d was failed by another sweeper (its heartbeat was late); "
+                            "its candidate runs on as that trial's retry", t.number)
+                self._forget(self.mine[t.number])
         for trial in list(self.mine.values()):
             c = self.plan.space.candidate(trial)
             stopped = stopped_block(trial)
