@@ -55,7 +55,7 @@ def sweeper_cmd(kind: str, url: str, name: str, sweep_dir: str) -> list[str]:
     return [sys.executable, "-m", "qknorm.train", *search, *SLOW_JOB,
             f"hydra.sweeper.storage={url}", f"hydra.sweeper.study_name={name}",
             "hydra.sweeper.n_jobs=1", "hydra.sweeper.heartbeat_interval=1",
-            "hydra.sweeper.grace_period=2", f"hydra.sweep.dir={sweep_dir}"]
+            "hydra.sweeper.grace_period=5", f"hydra.sweep.dir={sweep_dir}"]
 
 
 def wait_for_running_trial_of(url: str, name: str, sweep_dir: Path, timeout_s: float = 240):
@@ -94,7 +94,7 @@ def run_killed_scenario(cwd: Path, kind: str, url: str, name: str) -> None:
         killed = wait_for_running_trial_of(url, name, dirs[0])
         os.killpg(procs[0].pid, signal.SIGKILL)
         procs[0].wait()
-        time.sleep(3.5)  # past the grace period: the killed trial's heartbeat is stale
+        time.sleep(6)  # past the grace period: the killed trial's heartbeat is stale
         procs[0] = subprocess.Popen(cmds[0], cwd=cwd, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
         errs = [p.communicate(timeout=400)[1] for p in procs]

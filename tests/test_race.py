@@ -263,7 +263,7 @@ RACE = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4)", "hydra.sweeper
         "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=null",
         "hydra.sweeper.n_jobs=2", "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
         "++hydra.sweeper.race={min_replicates:2,alpha:0.05,baseline:2}",
-        "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2",
+        "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5",
         "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
 # What the table in race_task.py makes the race do: x=3 out after 2 folds, x=4 after 3.
 EXPECTED_RUNS = sorted([(1, f) for f in range(4)] + [(2, f) for f in range(4)]
@@ -276,7 +276,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
 
     killed = cli(TASK, *RACE, "kill_at='1,2'")  # dies as x=1 starts fold 2 (the second look)
     assert killed.returncode == 9, killed.stderr[-2000:]
-    time.sleep(2.5)  # past grace_period: the killed sweep's trials are stale
+    time.sleep(5.5)  # past grace_period: the killed sweep's trials are stale
 
     # Two sweepers resume it at once: they share the live candidates and every look.
     with open(cli.cwd / "other.log", "w") as log:

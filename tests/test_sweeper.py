@@ -528,3 +528,35 @@ def test_a_rerun_with_another_replicate_set_or_grid_seed_says_what_the_study_hol
              for t in study_of(cli.cwd, "reps").get_trials()]
     assert after == before
     assert len(sweep_dirs(cli.cwd, "p_grid")) == 1  # the refused reruns launched nothing
+
+
+def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_path, caplog):
+    # Seen once in CI: under load this sweeper's heartbeat came late, a second sweeper failed the
+    # trial as stale, and telling it raised UpdateFinishedTrialError, ending this whole sweep.
+    from optuna.storages.journal import JournalFileBackend
+
+    from qknorm.sweep import jobs as trial_jobs
+    from qknorm.sweep.plan import Plan
+    from qknorm.sweep.space import parse_space
+    from qknorm.sweep.study import STATUS_ATTR
+
+    def handle():  # one sweeper's view of the shared journal file
+        backend = JournalFileBackend(str(tmp_path / "optuna.log"))
+        return optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(backend))
+
+    optuna.create_study(study_name="s", storage=optuna.storages.JournalStorage(
+        JournalFileBackend(str(tmp_path / "optuna.log"))))
+    mine, other = handle(), handle()
+    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
+    plan = Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
+                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
+                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
+    trial = mine.ask({"norm.p": space.distributions["norm.p"]})
+    other.tell(trial.number, state=TrialState.FAIL)  # the other sweeper's stale-trial callback
+    done = trial_jobs.JobResult(rundir.COMPLETED, "run", {"best_val_loss": 1.5})
+    with caplog.at_level("WARNING"):
+        trial_jobs.tell(mine, trial, [done], plan, ["best_val_loss"])
+        trial_jobs.tell_out(mine, trial, [done], ["run"], ["best_val_loss"])
+    (told,) = mine.get_trials()
+    assert told.state == TrialState.FAIL and STATUS_ATTR not in told.user_attrs
+    assert caplog.text.count("was failed by another sweeper") == 2

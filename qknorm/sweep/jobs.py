@@ -3,6 +3,7 @@ outcomes from final.json, and telling a trial what its jobs gave."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
@@ -13,6 +14,7 @@ from typing import Any
 import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from qknorm import rundir
@@ -102,9 +104,27 @@ class Launcher:
         ]
 
 
+@contextlib.contextmanager
+def _unless_failed_elsewhere(trial: optuna.Trial):
+    """Telling a trial that another sweeper has failed as stale (this sweeper's heartbeat came
+    late, e.g. under load) is skipped: that trial's retry runs its jobs again. Without this, the
+    one late heartbeat ended the whole sweep with UpdateFinishedTrialError."""
+    try:
+        yield
+    except UpdateFinishedTrialError:
+        log.warning("trial %d was failed by another sweeper (its heartbeat was late); its retry "
+                    "runs it again", trial.number)
+
+
 def tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,
          objectives: list[str]) -> None:
     """COMPLETE with the mean over the jobs, PRUNED when one was pruned, else FAIL (or fail_value)."""
+    with _unless_failed_elsewhere(trial):
+        _tell(study, trial, jobs, plan, objectives)
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,
+          objectives: list[str]) -> None:
     trial.set_user_attr(JOBS_ATTR, [j.run_dir for j in jobs])
     trial.set_user_attr(N_ATTR, len(jobs))
     label = plan.space.label(trial.params)
@@ -139,12 +159,13 @@ def tell_out(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], di
              objectives: list[str]) -> None:
     """A candidate the race is done with before its end: PRUNED, with its mean/std over
     the blocks it completed (`jobs`) and every run dir it has (`dirs`)."""
-    trial.set_user_attr(JOBS_ATTR, dirs)
-    trial.set_user_attr(N_ATTR, len(jobs))
-    if jobs:
-        mean_values(jobs, objectives, trial)
-    trial.set_user_attr(STATUS_ATTR, PRUNED)
-    study.tell(trial, state=TrialState.PRUNED)
+    with _unless_failed_elsewhere(trial):
+        trial.set_user_attr(JOBS_ATTR, dirs)
+        trial.set_user_attr(N_ATTR, len(jobs))
+        if jobs:
+            mean_values(jobs, objectives, trial)
+        trial.set_user_attr(STATUS_ATTR, PRUNED)
+        study.tell(trial, state=TrialState.PRUNED)
 
 
 def _subdir(trial: optuna.Trial, combo: list[str]) -> str:
