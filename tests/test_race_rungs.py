@@ -355,7 +355,7 @@ def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
 TINY = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "threads=1",
         "train.max_iters=20", "train.eval_interval=10", "norm.p=choice(1,2,inf)",
         "++hydra.sweeper.replicates={data.fold:[0,1]}", "hydra.sweeper.race.min_replicates=2",
-        "hydra.sweeper.n_jobs=3", "++hydra.sweeper.race.margin=0.001",
+        "hydra.sweeper.n_jobs=3", "++hydra.sweeper.race.margin=0.001", "~hydra.sweeper.race.rungs",
         "hydra/job_logging=disabled"]
 
 
@@ -367,7 +367,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
 
     from qknorm import rundir
 
-    r = cli(*TINY, "++hydra.sweeper.race.rungs=[10]")
+    r = cli(*TINY, "+hydra.sweeper.race.rungs=[10]")
     assert r.returncode == 0, r.stderr[-3000:]
     study = optuna.load_study(study_name="smoke_race",
                               storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
@@ -400,7 +400,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
             ) in line
     assert line.endswith(", 90 training steps (75%)")
 
-    bad = cli(*TINY, "++hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
+    bad = cli(*TINY, "+hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         "error: hydra.sweeper.race.rungs=[15] has 15, not an eval step (a multiple of "

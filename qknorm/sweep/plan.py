@@ -80,7 +80,8 @@ RACE_NEEDS_A_GRID = (
     "give p as choice(...) with the baseline 2 in it, and more replicates than "
     "min_replicates, e.g. python -m qknorm.train experiment=smoke search=p_race "
     "'norm.p=choice(1,2,4,inf)' '++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
-    "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]'")
+    "hydra.sweeper.race.min_replicates=2 '~hydra.sweeper.race.rungs' "
+    "'+hydra.sweeper.race.rungs=[10,20]'")
 
 
 @dataclass
