@@ -14,6 +14,7 @@
   summary    summary.md's sections
   build      checks, load, figures, build_report, write_report
   paper      the paper's table beside ours
+  archcompare  two architectures on the same folds: arms, paired Δ, interaction
 
 Names load lazily (PEP 562), so `from qknorm.report import results` does not import matplotlib.
 """
