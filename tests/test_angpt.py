@@ -302,6 +302,38 @@ def test_cli_trains_angpt_and_writes_final_json(cli):
     assert "logit_std_l0" in final  # the attention diagnostics read anGPT too
 
 
+@pytest.mark.slow
+def test_a_race_over_p_runs_in_angpt_through_the_sweeper(cli):
+    """The sweeper, the race and the report take anGPT's runs as they take GPT's: a p race
+    (whole folds, no rungs) over 3 folds on the tiny model."""
+    import optuna
+    import yaml
+
+    from qknorm.sweep.study import RACE_OUTCOME_ATTR
+
+    r = cli("-m", "qknorm.train", "search=p_race", "experiment=smoke", "model.arch=angpt",
+            "optimizer=angpt", "threads=1", "train.max_iters=20", "train.eval_interval=10",
+            "norm.p=choice(1,2,inf)", "++hydra.sweeper.replicates={data.fold:[0,1,2]}",
+            "hydra.sweeper.race.min_replicates=2", "hydra.sweeper.race.rungs=null",
+            "hydra/job_logging=disabled")
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = optuna.load_study(study_name="smoke_race",
+                              storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    trials = {t.params["norm.p"]: t for t in study.get_trials()}
+    assert sorted(trials) == [1.0, 2.0, math.inf]
+    assert all(RACE_OUTCOME_ATTR in t.user_attrs for t in trials.values())  # each decided
+    base = trials[2.0].user_attrs["job_dirs"]  # the baseline ran at least the first look's folds
+    assert {"data.fold=0", "data.fold=1"} <= set(base)
+    for d in base.values():
+        cfg = yaml.safe_load((Path(d) / ".hydra" / "config.yaml").read_text())
+        assert cfg["model"]["arch"] == "angpt" and cfg["optimizer"]["weight_decay"] == 0.0
+        assert rundir.read_final(Path(d))["status"] == "completed"
+    report = cli(str(Path(__file__).resolve().parents[1] / "scripts" / "report.py"),
+                 "outputs/sweeps/smoke_race")
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "## Race: study smoke_race" in (cli.cwd / "outputs/sweeps/smoke_race/summary.md").read_text()
+
+
 def test_killed_angpt_run_resumes_bitwise(cli):
     run = ["model.arch=angpt", "optimizer=angpt", "norm.p=4", "experiment=smoke", "threads=1",
            "train.max_iters=120", "train.eval_interval=20", "train.save_checkpoint=true"]
