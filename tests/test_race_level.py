@@ -74,12 +74,15 @@ def test_the_race_ends_once_no_comparison_is_open():
     assert [lk.n for lk in worse.looks] == [3] and worse.alive == ["a", "c"]
 
 
-def test_a_drop_comes_before_level_and_delta_null_is_todays_race():
-    # b behind a by 0.02 on every block but 0.0005: certainly worse, and within ±0.05.
+def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
+    # b behind a by 0.02 on every block but 0.0005: certainly worse, and certainly within ±0.05:
+    # level (the user called 0.05 negligible); with δ = 0.01 it is outside: dropped.
     values = {"a": {0: 1.0, 1: 2.0, 2: 3.0}, "b": {0: 1.02, 1: 2.0205, 2: 3.02}}
     r = race.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
-    assert r.looks[0].dropped == ("b",) and r.looks[0].level == ()
-    assert r.looks[0].tests["b"].high < 0.05  # it was inside ±δ as well
+    assert r.looks[0].level == ("b",) and r.looks[0].dropped == ()
+    assert r.looks[0].tests["b"].p_adjusted <= 0.05  # significantly behind as well
+    narrow = race.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
+    assert narrow.looks[0].dropped == ("b",) and narrow.looks[0].level == ()
     off = race.replay(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
     assert all(lk.level == () and not lk.decided for lk in off.looks)
     assert all(t.low is None and t.high is None for lk in off.looks for t in lk.tests.values())
@@ -102,7 +105,8 @@ def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside(
     ("survived", "me", None, (None, None), False, "best"),
     ("survived", None, None, (None, None), True, "best"),  # the others left before any look
     ("survived", None, None, (None, None), False, "undecided"),  # a budget ended it early
-    ("survived", "x", 0.01, (0.005, 0.015), False, "worse"),  # a baseline shown behind
+    ("survived", "x", 0.01, (0.005, 0.025), False, "worse"),  # a baseline shown behind
+    ("survived", "x", 0.01, (0.005, 0.015), False, "level"),  # behind, but surely by < δ
     ("survived", "x", 0.3, (-0.01, 0.015), False, "level"),  # a baseline level with it
     ("survived", "x", 0.3, (-0.01, 0.025), False, "undecided"),
     ("failed", None, None, (None, None), False, "failed"),
@@ -192,8 +196,9 @@ def task():
 
 
 # What the table makes this race do: at the first look (2 folds) x=3 is dropped and x=5 leaves
-# level; at the second (3 folds) x=4 is dropped and the baseline x=2 is behind x=1 (Holm p
-# <= 0.05): no comparison is open, the race ends without fold 3.
+# level; the baseline x=2, behind x=1 by 0.02 on every fold, is surely within ±0.05: level
+# (before its Holm p <= 0.05 could call it worse); at the second (3 folds) x=4 is dropped: no
+# comparison is open, the race ends without fold 3.
 LEVEL_RUNS = sorted([(x, f) for x in (1, 2, 4) for f in range(3)] + [(3, 0), (3, 1), (5, 0),
                                                                      (5, 1)])
 
@@ -208,7 +213,7 @@ def decisions(cwd):
 
 
 EXPECTED = {"x=1": ("survived", "best", 3, "fold=2", "x=1"),
-            "x=2": ("survived", "worse", 3, "fold=2", "x=1"),
+            "x=2": ("survived", "level", 3, "fold=2", "x=1"),
             "x=3": ("dropped", "worse", 2, "fold=1", "x=1"),
             "x=4": ("dropped", "worse", 3, "fold=2", "x=1"),
             "x=5": ("level", "level", 2, "fold=1", "x=1")}
@@ -254,7 +259,7 @@ def test_a_killed_level_race_resumed_by_two_sweepers_decides_as_one_sweeper(cli,
     race of test_a_race_ends_with_a_candidate_level_and_the_rest_decided."""
     killed = cli(*task, "kill_at='1,2'")
     assert killed.returncode == 9, killed.stderr[-2000:]
-    time.sleep(2.5)  # past grace_period: the killed sweep's trials are stale
+    time.sleep(5.5)  # past grace_period: the killed sweep's trials are stale
     with open(cli.cwd / "other.log", "w") as log:
         other = subprocess.Popen([sys.executable, *task, "kill_at='1,2'"], cwd=cli.cwd,
                                  stdout=log, stderr=subprocess.STDOUT)
@@ -285,3 +290,41 @@ def test_the_status_line_counts_a_level_candidate_as_decided():
     assert _race_line(e) == ("race: 1 of 3 candidates decided (1 level), 2 racing; ran 6 of 9 "
                              "runs (67% of the grid), 180 training steps (67%), 0.005 core-h "
                              "(67% of the grid's estimate)")
+
+
+def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
+    """scripts/race_replay.py: p = 4 behind the baseline p = 2 by 0.02 (± 0.0005) on 3 folds is
+    level at δ 0.05 (level before a drop) and dropped at δ 0.01; p = 8, stopped in fold 0 (no
+    completed run), leaves before the first look."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rows = [{"norm.p": p, "data.fold": f, "status": "completed", "best_val_loss": v}
+            for p, vs in ((2.0, [1.0, 2.0, 3.0]), (4.0, [1.02, 2.0205, 3.02])) for f, v in
+            enumerate(vs)] + [{"norm.p": 8.0, "data.fold": 0, "status": "pruned",
+                               "best_val_loss": 9.0}]
+    path = tmp_path / "results.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "race_replay.py"),
+              str(path)]
+
+    def replay(*extra):
+        r = subprocess.run([*script, *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.splitlines()
+
+    wide = replay("--equivalence", "0.05")
+    assert wide[0] == "p = 8: left before the look at 3 folds (a fold missing: stopped or not run)"
+    assert wide[1] == "look at 3 folds: leader p = 2"
+    assert wide[2].startswith("  p = 4: Δ +0.0202, one-sided p ") and wide[2].endswith(": level")
+    assert wide[-1] == "over after 3 folds; in the race at its end: p = 2"
+    assert replay("--equivalence", "0.01")[2].endswith(": dropped")
+    bad = subprocess.run([*script, "--metric", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        f"error: {path} has no norm.p and nope columns; pass a results.csv written by "
+        "scripts/report.py"]

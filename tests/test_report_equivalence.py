@@ -46,9 +46,10 @@ def test_the_90_percent_interval_and_the_verdict_at_each_delta(runs):
     assert "verdict" not in stats.paired_vs_baseline(runs, "best_val_loss", 2.0).columns
 
 
-def test_a_holm_significant_difference_is_worse_or_better_before_level():
+def test_level_within_delta_comes_before_a_holm_significant_difference():
     base = [1.0, 1.1, 1.2, 1.3]
     shift = {2.0: [0.0] * 4, 4.0: [0.010, 0.011, 0.009, 0.010],  # worse by 0.01, surely
+             3.0: [0.030, 0.031, 0.029, 0.030],  # worse by 0.03, surely: outside ±0.02
              1.0: [-0.5, -0.51, -0.49, -0.5], 8.0: [0.05, -0.04, 0.01, -0.02]}
     df = pd.DataFrame([{"norm.kind": "lp", "norm.p": p, "seed": 0, "data.fold": f,
                         "status": "completed", "best_val_loss": b + s[f]}
@@ -56,7 +57,9 @@ def test_a_holm_significant_difference_is_worse_or_better_before_level():
     paired = stats.paired_vs_baseline(df, "best_val_loss", 2.0, equivalence=0.02)
     paired = paired.set_index("norm.p")
     assert paired.loc[4.0, "holm_pvalue"] < 0.05 and paired.loc[4.0, "tost_high"] < 0.02
-    assert paired["verdict"].to_dict() == {1.0: "better", 4.0: "worse", 8.0: "undecided"}
+    assert paired.loc[3.0, "holm_pvalue"] < 0.05 and paired.loc[3.0, "tost_low"] > 0.02
+    assert paired["verdict"].to_dict() == {1.0: "better", 3.0: "worse", 4.0: "level within ±δ",
+                                           8.0: "undecided"}
     assert stats.verdict(math.nan, 0.0, math.nan, math.nan, 0.02) == "undecided"  # 1 pair
     assert stats.verdict(0.5, 0.0, -0.02, 0.02, 0.02) == "level within ±δ"  # bounds: inside
 
@@ -69,7 +72,7 @@ def test_the_summary_gives_the_verdict_column_and_states_delta(tmp_path):
     assert ("| 90% t-interval of Δ | verdict |" in text
             and f"| [{MEAN[4.0] - HALF[4.0]:.4f}, {MEAN[4.0] + HALF[4.0]:.4f}] | undecided |"
             in text)
-    assert ("else `level within ±δ` where the paired 90% t-interval of Δ lies inside ±δ, "
+    assert ("`level within ±δ` where the paired 90% t-interval of Δ lies inside ±δ, "
             "δ = 0.02 (`--equivalence`, default 0.02 nats; the metric's units): TOST, two "
             "one-sided paired t-tests at 5% each") in text
     wide = Options(equivalence=0.3)

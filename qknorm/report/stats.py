@@ -130,13 +130,15 @@ def tost_interval(d) -> tuple[float, float]:
 
 
 def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: float) -> str:
-    """One comparison's answer (lower is better): WORSE or BETTER where its Holm-adjusted
-    paired-t p < 0.05 (the delta table's family), else LEVEL where its 90% interval lies inside
-    ±δ (TOST at 5%, not corrected over the table's comparisons), else UNDECIDED."""
-    if not pd.isna(holm_p) and holm_p < 1 - CONFIDENCE:
-        return WORSE if delta > 0 else BETTER
+    """One comparison's answer (lower is better): LEVEL where its 90% interval lies inside ±δ
+    (TOST at 5%, not corrected over the table's comparisons; first, as in a race: a difference
+    surely smaller than δ is one the user called negligible, significant or not), else WORSE or
+    BETTER where its Holm-adjusted paired-t p < 0.05 (the delta table's family), else
+    UNDECIDED."""
     if not (pd.isna(low) or pd.isna(high)) and -equivalence <= low and high <= equivalence:
         return LEVEL
+    if not pd.isna(holm_p) and holm_p < 1 - CONFIDENCE:
+        return WORSE if delta > 0 else BETTER
     return UNDECIDED
 
 

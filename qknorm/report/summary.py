@@ -75,11 +75,12 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
 
 def _verdict_sentence(equivalence: float) -> str:
     """What the verdict column says and at which levels, in one sentence."""
-    return (f"Verdict (lower is better): `worse` / `better` where Holm p < 0.05 (the family "
-            f"above); else `level within ±δ` where the paired 90% t-interval of Δ lies inside "
-            f"±δ, δ = {equivalence:g} (`--equivalence`, default "
+    return (f"Verdict (lower is better): `level within ±δ` where the paired 90% t-interval "
+            f"of Δ lies inside ±δ, δ = {equivalence:g} (`--equivalence`, default "
             f"{DEFAULT_EQUIVALENCE:g} nats; the metric's units): TOST, two one-sided paired "
-            "t-tests at 5% each, per comparison, not corrected over the table; else "
+            "t-tests at 5% each, per comparison, not corrected over the table, and first: a "
+            "difference surely smaller than δ is level even where the Holm p below 0.05 shows "
+            "it; else `worse` / `better` where Holm p < 0.05 (the family above); else "
             "`undecided` (neither shown different nor shown within ±δ: more pairs, or a larger "
             "δ, would be needed to say).")
 

@@ -1,0 +1,74 @@
+"""Replay a race's looks on recorded runs: `python scripts/race_replay.py RESULTS_CSV` reads a
+report's results.csv (a grid's, or a race's own), takes each p's completed runs by fold, and
+replays the race's looks over them with qknorm.sweep.racestats.replay, the sweeper's own rule:
+which p each look drops, which leave level, and where the race would end. A p that lacks a fold
+a look needs (stopped at a rung, or never run) leaves there without a test. No run is trained:
+it answers "what would this race have said, with these settings, on these runs?"."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from pathlib import Path
+
+import _cli
+
+from qknorm.errors import UserError
+from qknorm.report.paxis import format_p
+from qknorm.sweep import racestats
+
+
+def load(path: Path, metric: str) -> tuple[dict[float, dict[int, float]], int]:
+    """p -> {fold: metric} over completed runs (every p seen, {} for one with none), and the
+    number of folds seen."""
+    try:
+        rows = list(csv.DictReader(path.open()))
+    except OSError as e:
+        raise UserError(f"{path}: {e.strerror}; pass a results.csv written by scripts/report.py") from None
+    if not rows or metric not in rows[0] or "norm.p" not in rows[0]:
+        raise UserError(f"{path} has no norm.p and {metric} columns; pass a results.csv written "
+                        "by scripts/report.py")
+    values: dict[float, dict[int, float]] = {}
+    folds = set()
+    for row in rows:
+        folds.add(int(row["data.fold"]))
+        runs = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
+        if row["status"] == "completed":
+            runs[int(row["data.fold"])] = float(row[metric])
+    return dict(values), len(folds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("results", type=Path, help="a report's results.csv")
+    parser.add_argument("--metric", default="best_val_loss")
+    parser.add_argument("--min-replicates", type=int, default=3)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--baseline", type=float, default=2.0, help="a p, or nan for none")
+    parser.add_argument("--equivalence", type=float, default=0.02, help="δ; nan for off")
+    args = parser.parse_args()
+    values, n_folds = load(args.results, args.metric)
+    candidates = sorted(values)
+    baseline = None if math.isnan(args.baseline) else args.baseline
+    delta = None if math.isnan(args.equivalence) else args.equivalence
+    r = racestats.replay(candidates, values, set(), n_folds, args.min_replicates, args.alpha,
+                         baseline, equivalence=delta)
+    for c, n in sorted(r.gone.items(), key=lambda x: x[1]):
+        print(f"p = {format_p(c)}: left before the look at {n} folds (a fold missing: stopped "
+              "or not run)")
+    for lk in r.looks:
+        print(f"look at {lk.n} folds: leader p = {format_p(lk.leader)}")
+        for c, t in lk.tests.items():
+            what = ("dropped" if c in lk.dropped else "level" if c in lk.level
+                    else "stays (the baseline; level)" if c == baseline and
+                    racestats.is_level(t, delta) else "stays")
+            interval = (f", 90% [{t.low:+.4f}, {t.high:+.4f}]" if t.low is not None else "")
+            print(f"  p = {format_p(c)}: Δ {t.delta:+.4f}, one-sided p {t.p:.3g}, Holm "
+                  f"{t.p_adjusted:.3g}{interval}: {what}")
+    print(f"over after {r.looks[-1].n if r.looks else 0} folds; in the race at its end: "
+          f"{', '.join('p = ' + format_p(c) for c in r.alive)}")
+
+
+if __name__ == "__main__":
+    _cli.run(main)
