@@ -96,6 +96,7 @@ def _wide(folds: pd.DataFrame, metric: str) -> pd.DataFrame:
 def _row(label: dict, metric: str, d: pd.Series) -> dict:
     d = d.dropna()
     n, mean, _, low, high = stats.t_interval(d)
+    # d is already paired by fold: its paired t against zeros is the t-test of mean(d) = 0
     t_p = stats.paired_test(d.to_numpy(), np.zeros(len(d))).t_pvalue if n >= 2 else math.nan
     return {**label, "metric": metric, "n": n, "delta": mean, "ci_low": low, "ci_high": high,
             "t_pvalue": t_p}
