@@ -207,7 +207,7 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
     hydra_cfg = _preset_sweeper("paper_cpu", "search=p_race", "norm.gamma_init=calibrated")
     sweeper = hydra_cfg.sweeper
     assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0,
-                                  "rungs": {500: 0.1, 1000: 0.05}, "budget_steps": None,
+                                  "rungs": {500: 0.1, 1000: 0.04}, "budget_steps": None,
                                   "equivalence": 0.02}
     assert list(sweeper.replicates["data.fold"]) == [0, 1, 2, 3, 4]  # the experiment's folds
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
