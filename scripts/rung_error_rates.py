@@ -15,6 +15,17 @@ Plain successive halving (keep the best ceil(n / eta) of a fold's runs at each r
 baseline rule) is measured on the same folds for comparison; `winner_deficit` and
 `largest_gap` give, per eval step, how far the eventual winner (any run) was behind its fold's
 best run then.
+
+`--room CURVES GRID` (repeatable) reads curves instead of run dirs: CURVES is a report dir
+(results.csv and curves.csv, of a grid or of a race: a run stopped at a rung counts up to its
+stop), GRID the report dir of the grid over the same p and folds, whose paired runs say which p
+are worse than the baseline (one-sided paired t, Holm over the p, at --alpha). At each eval
+step it gives the largest gap of a run of a p the grid does not call worse to its fold's best
+run then (a margin at or below it could stop such a run) and the smallest gap of a worse p's
+run (a margin below it stops that run there); with --rungs 500:0.1,1000:0.04 it lists the runs
+each rung's margin would stop. The gap is to the best of all the fold's recorded runs, never
+less than to the runs a race launched before it, so a run not over the margin here is not
+stopped by the race.
 """
 
 from __future__ import annotations
@@ -24,9 +35,14 @@ import json
 import math
 from pathlib import Path
 
+import _cli
+import pandas as pd
 import yaml
 
 from qknorm import rundir
+from qknorm.errors import UserError
+from qknorm.multitest import holm
+from qknorm.report.paxis import format_p
 from qknorm.sweep import racestats as race
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
@@ -165,6 +181,86 @@ def measure(sweep: Path, baseline: float, eta: int) -> dict:
     return result
 
 
+def read_report(report: Path, name: str) -> pd.DataFrame:
+    path = report / name
+    if not path.exists():
+        raise UserError(f"{path} does not exist; pass a report dir written by scripts/report.py "
+                        "(curves.csv since the report wrote it: rerun the report on the run dirs)")
+    return pd.read_csv(path)
+
+
+def worse_on_grid(grid: Path, baseline: float, alpha: float) -> set[float]:
+    """The p whose completed runs are worse than the baseline's on the grid: one-sided paired t
+    over the folds (and seeds) both ran, Holm over the p with two pairs or more."""
+    runs = read_report(grid, "results.csv")
+    done = runs[runs["status"] == "completed"]
+    table = done.pivot_table(index=["seed", "data.fold"], columns="norm.p",
+                             values="best_val_loss")
+    diffs = {p: (table[p] - table[baseline]).dropna().tolist()
+             for p in table.columns if p != baseline}
+    tested = [p for p, d in diffs.items() if len(d) >= 2]
+    adjusted = holm([race.paired_t_greater(diffs[p]) for p in tested])
+    return {p for p, q in zip(tested, adjusted, strict=True) if q < alpha}
+
+
+def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
+         rungs: dict[int, float]) -> dict:
+    """Per eval step, how far runs of worse and of not-worse p were behind their fold's best."""
+    runs = read_report(curves_dir, "results.csv")[["run_dir", "norm.p", "data.fold"]]
+    evals = read_report(curves_dir, "curves.csv").merge(runs, on="run_dir").dropna(
+        subset=["val_loss"])
+    evals["gap"] = evals["val_loss"] - evals.groupby(["data.fold", "step"])["val_loss"].transform("min")
+    worse = worse_on_grid(grid, baseline, alpha)
+    judged = evals[evals["norm.p"] != baseline]  # the baseline is never judged
+
+    def extreme(rows: pd.DataFrame, pick) -> dict | None:
+        if rows.empty:
+            return None
+        row = rows.loc[pick(rows["gap"])]
+        return {"gap": float(row["gap"]), "p": float(row["norm.p"]), "fold": int(row["data.fold"]),
+                "runs": len(rows)}
+
+    steps = {}
+    for step, at in judged.groupby("step"):
+        bad = at["norm.p"].isin(worse)
+        steps[int(step)] = {"not_worse_largest": extreme(at[~bad], pd.Series.idxmax),
+                            "worse_smallest": extreme(at[bad], pd.Series.idxmin)}
+    stops = []
+    for (p, fold), run in judged.groupby(["norm.p", "data.fold"]):
+        over = [r for r, m in sorted(rungs.items())
+                if not run[(run["step"] == r) & (run["gap"] > m)].empty]
+        if over:
+            gap = float(run.loc[run["step"] == over[0], "gap"].iloc[0])
+            stops.append({"p": float(p), "fold": int(fold), "rung": over[0], "gap": gap,
+                          "worse_on_grid": float(p) in worse})
+    return {"curves": str(curves_dir), "grid": str(grid), "worse_on_grid": sorted(worse),
+            "steps": steps, "rungs": {str(r): m for r, m in rungs.items()}, "stops": stops}
+
+
+def room_lines(r: dict) -> list[str]:
+    worse = ", ".join(format_p(p) for p in r["worse_on_grid"]) or "none"
+    lines = [f"{r['curves']} (worse on {r['grid']}: {worse})",
+             "| step | largest gap, p not worse (p, fold; runs) | smallest gap, p worse |",
+             "|---|---|---|"]
+    for step, cell in r["steps"].items():
+        def show(x):
+            return "-" if x is None else (f"{x['gap']:.3f} (p = {format_p(x['p'])}, fold "
+                                          f"{x['fold']}; {x['runs']})")
+        lines.append(f"| {step} | {show(cell['not_worse_largest'])} | {show(cell['worse_smallest'])} |")
+    for s in r["stops"]:
+        kind = "worse on the grid" if s["worse_on_grid"] else "NOT worse on the grid"
+        lines.append(f"  rungs {r['rungs']}: p = {format_p(s['p'])}, fold {s['fold']}: over the "
+                     f"margin at step {s['rung']} ({s['gap']:.3f} behind), {kind}")
+    return lines
+
+
+def parse_rungs(text: str) -> dict[int, float]:
+    try:
+        return {int(step): float(m) for step, m in (item.split(":") for item in text.split(","))}
+    except ValueError:
+        raise UserError(f"--rungs {text!r}: write step:margin pairs, e.g. 500:0.1,1000:0.04") from None
+
+
 def table(results: list[dict]) -> list[str]:
     """The rule's totals over every sweep given, one row per setting."""
     lines = ["| rungs | margin | runs stopped / judged | steps saved | stopped a fold's winner "
@@ -184,11 +280,23 @@ def table(results: list[dict]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweeps", nargs="+", type=Path)
+    parser.add_argument("sweeps", nargs="*", type=Path)
     parser.add_argument("--baseline", type=float, default=2.0)
     parser.add_argument("--eta", type=int, default=2, help="successive halving's keep 1/eta")
+    parser.add_argument("--room", nargs=2, action="append", type=Path, metavar=("CURVES", "GRID"),
+                        help="report dirs: the curves' (a race's or grid's) and their grid's")
+    parser.add_argument("--alpha", type=float, default=0.05, help="--room: the grid's Holm level")
+    parser.add_argument("--rungs", type=parse_rungs, default={}, help="--room: e.g. 500:0.1,1000:0.04")
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
     args = parser.parse_args()
+    if args.room:
+        rooms = [room(c, g, args.baseline, args.alpha, args.rungs) for c, g in args.room]
+        if args.out:
+            args.out.write_text(json.dumps(rooms, indent=1) + "\n")
+        print("\n".join(line for r in rooms for line in room_lines(r)))
+        return
+    if not args.sweeps:
+        raise UserError("give SWEEP_DIR... (run dirs of grids) or --room CURVES GRID")
     results = [measure(s, args.baseline, args.eta) for s in args.sweeps]
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
@@ -205,4 +313,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _cli.run(main)

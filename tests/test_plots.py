@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from qknorm.report import Options, build_report, plots, results, write_report
@@ -76,7 +77,7 @@ def test_report_writes_every_figure_non_empty(sweep):
     report = build_report(sweep, Options())
     written = write_report(sweep, report)
     names = {p.relative_to(sweep).as_posix() for p in written}
-    assert names == {"results.csv", "summary.md"} | {
+    assert names == {"results.csv", "curves.csv", "summary.md"} | {
         f"report/{f}.{ext}" for f in FIGURES for ext in ("png", "pdf")}
     for path in written:
         data = path.read_bytes()
@@ -85,6 +86,11 @@ def test_report_writes_every_figure_non_empty(sweep):
             assert data[:8] == b"\x89PNG\r\n\x1a\n"
         if path.suffix == ".pdf":
             assert data[:5] == b"%PDF-"
+    curves = pd.read_csv(sweep / "curves.csv")  # every eval of every run, by run_dir
+    assert list(curves.columns) == ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
+    killed = curves[curves["run_dir"] == 10]  # the torn 4th line skipped, as in the figures
+    assert killed["step"].tolist() == [0, 10, 20]
+    assert killed["val_loss"].tolist() == pytest.approx([3.7, 2.2, 1.7])
     summary = (sweep / "summary.md").read_text()
     assert "| 20 | 4 < 2 < inf | 1.00 |" in summary  # the ranking table, from the curves
     assert not [p for p in sweep.rglob("*") if ".tmp" in p.name or p.name.count(".") > 1

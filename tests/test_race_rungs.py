@@ -4,9 +4,11 @@ and the sweeper's side: the replay, the settings and the elimination table."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import optuna
+import pandas as pd
 import pytest
 
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
@@ -322,11 +324,12 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
 
 # -- the measurement on recorded curves (scripts/rung_error_rates.py) ---------------------------
 
-def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
+def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops(monkeypatch):
     import importlib.util
 
     from tests.test_race import REPO
 
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # its `import _cli`, as when run
     spec = importlib.util.spec_from_file_location(
         "rung_error_rates", REPO / "scripts" / "rung_error_rates.py")
     m = importlib.util.module_from_spec(spec)
@@ -407,3 +410,57 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
         "train.eval_interval=10); use e.g. 10"]
     assert "bad" not in optuna.get_all_study_names(f"sqlite:///{cli.cwd}/outputs/optuna.db")
 
+
+
+def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
+    """scripts/rung_error_rates.py --room: per eval step the largest gap of a run of a p the grid
+    does not call worse, the smallest of a worse p's run, and the runs a rung's margin stops."""
+    import subprocess
+    import sys
+
+    from tests.test_race import REPO
+
+    grid, curves = tmp_path / "grid", tmp_path / "race"
+    grid.mkdir(), curves.mkdir()
+    # The grid: p = 4 behind p = 2 by 0.10 ± 0.01 on 3 folds (worse), p = 1 by ±0.001 (not).
+    best = {2.0: [1.80, 1.90, 2.00], 1.0: [1.801, 1.899, 2.001], 4.0: [1.91, 1.99, 2.11]}
+    pd.DataFrame([{"norm.p": p, "seed": 0, "data.fold": f, "status": "completed",
+                   "best_val_loss": v, "run_dir": f"{p}_{f}"}
+                  for p, vs in best.items() for f, v in enumerate(vs)]
+                 ).to_csv(grid / "results.csv", index=False)
+    # The race's curves, fold 0: p = 4 stopped at step 1000; fold 1: p = 1 and p = 2 only.
+    at = {("a", 2.0, 0): {500: 2.00, 1000: 1.90}, ("b", 1.0, 0): {500: 2.03, 1000: 1.91},
+          ("c", 4.0, 0): {500: 2.05, 1000: 1.96}, ("d", 2.0, 1): {500: 2.10, 1000: 2.00},
+          ("e", 1.0, 1): {500: 2.09, 1000: 2.02}}
+    pd.DataFrame([{"run_dir": d, "norm.p": p, "seed": 0, "data.fold": f, "status": "completed"}
+                  for d, p, f in at]).to_csv(curves / "results.csv", index=False)
+    pd.DataFrame([{"run_dir": d, "step": s, "train_loss": v, "val_loss": v, "lr": 1e-3,
+                   "elapsed_s": 1.0} for (d, _, _), c in at.items() for s, v in c.items()]
+                 ).to_csv(curves / "curves.csv", index=False)
+    out = tmp_path / "room.json"
+    script = [sys.executable, str(REPO / "scripts" / "rung_error_rates.py")]
+    r = subprocess.run([*script, "--room", str(curves), str(grid), "--rungs", "500:0.04,1000:0.05",
+                        "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (room,) = json.loads(out.read_text())
+    assert room["worse_on_grid"] == [4.0]
+    steps = room["steps"]
+    # p = 1 is 0.03 behind p = 2 at 500 in fold 0 (fold 1: ahead), 0.02 at 1000 (fold 1).
+    assert steps["500"]["not_worse_largest"] == {"gap": pytest.approx(0.03), "p": 1.0, "fold": 0,
+                                                 "runs": 2}
+    assert steps["1000"]["not_worse_largest"]["gap"] == pytest.approx(0.02)
+    assert steps["1000"]["not_worse_largest"]["fold"] == 1
+    assert steps["500"]["worse_smallest"] == {"gap": pytest.approx(0.05), "p": 4.0, "fold": 0,
+                                              "runs": 1}
+    assert steps["1000"]["worse_smallest"]["gap"] == pytest.approx(0.06)
+    # 0.04 at 500 stops p = 4 there (0.05 behind) and no p = 1 run (0.03 at most).
+    assert room["stops"] == [{"p": 4.0, "fold": 0, "rung": 500, "gap": pytest.approx(0.05),
+                              "worse_on_grid": True}]
+    assert "| 500 | 0.030 (p = 1, fold 0; 2) | 0.050 (p = 4, fold 0; 1) |" in r.stdout
+
+    (curves / "curves.csv").unlink()  # a report from before curves.csv: one line, exit 2
+    r = subprocess.run([*script, "--room", str(curves), str(grid)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {curves / 'curves.csv'} does not exist; pass a report dir written by "
+        "scripts/report.py (curves.csv since the report wrote it: rerun the report on the run dirs)"]

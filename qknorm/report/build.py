@@ -149,6 +149,7 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
         plots.close(fig)
     summary = summarize(collection, options, curves, computed)
     files = {"results.csv": collection.runs.to_csv(index=False).encode(),
+             "curves.csv": curves[results.CURVES_CSV].to_csv(index=False).encode(),
              "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)
 

@@ -305,6 +305,12 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     return curves.merge(keys, on="run_dir", how="left")
 
 
+# curves.csv's columns: the losses of every eval, joined to results.csv by run_dir (the
+# diagnostics stay in each run's metrics.jsonl). What a rung rule is chosen on
+# (scripts/rung_error_rates.py --room) once the run dirs are gone.
+CURVES_CSV = ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
+
+
 def add_best_step(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
     """runs with `best_step`: the eval step of each run's lowest val_loss (its first, on ties),
     read from metrics.jsonl; NaN for a run without evals. Placed right after best_val_loss."""
