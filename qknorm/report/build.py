@@ -1,4 +1,5 @@
-"""The report of a sweep (docs/design.md, "The report"): results.csv, summary.md and report/ figures.
+"""The report of a sweep (docs/design.md, "The report"): results.csv, curves.csv, summary.md
+and report/ figures.
 
 `build_report` validates every input and renders every file in memory; `write_report` then
 writes them one by one atomically. A bad --metric, --by or --baseline therefore fails before
