@@ -31,6 +31,7 @@ from qknorm.sweep.study import (
     STATUS_ATTR,
     STD_ATTR,
     block_label,
+    left_to_retry,
 )
 
 log = logging.getLogger(__name__)
@@ -106,14 +107,12 @@ class Launcher:
 
 @contextlib.contextmanager
 def _unless_failed_elsewhere(trial: optuna.Trial):
-    """Telling a trial that another sweeper has failed as stale (this sweeper's heartbeat came
-    late, e.g. under load) is skipped: that trial's retry runs its jobs again. Without this, the
-    one late heartbeat ended the whole sweep with UpdateFinishedTrialError."""
+    """Telling a trial that another sweeper has failed as stale is skipped (study.left_to_retry).
+    Without this, the one late heartbeat ended the whole sweep with UpdateFinishedTrialError."""
     try:
         yield
     except UpdateFinishedTrialError:
-        log.warning("trial %d was failed by another sweeper (its heartbeat was late); its retry "
-                    "runs it again", trial.number)
+        left_to_retry(trial.number)
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,

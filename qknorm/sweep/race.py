@@ -40,6 +40,7 @@ from qknorm.sweep.study import (
     SURPLUS,
     Heartbeat,
     block_label,
+    left_to_retry,
     retried_numbers,
 )
 
@@ -213,10 +214,9 @@ class RaceSchedule:
         trials = study.get_trials(deepcopy=False)
         self.race = state(trials, self.spec, self.plan.space)
         dropped, level = self.race.dropped(), self.race.level()
-        for t in trials:  # failed as stale by another sweeper (a late heartbeat): its retry races
+        for t in trials:  # failed as stale by another sweeper: its retry races the candidate
             if t.number in self.mine and t.state.is_finished():
-                log.warning("trial %d was failed by another sweeper (its heartbeat was late); "
-                            "its candidate runs on as that trial's retry", t.number)
+                left_to_retry(t.number)
                 self._forget(self.mine[t.number])
         for trial in list(self.mine.values()):
             c = self.plan.space.candidate(trial)

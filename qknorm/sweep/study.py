@@ -94,6 +94,14 @@ def retry(study: optuna.Study, trial: FrozenTrial) -> None:
         system_attrs={**trial.system_attrs, RETRIED_ATTR: trial.number}))
 
 
+def left_to_retry(number: int) -> None:
+    """Say that trial `number`, this sweeper's, was failed as stale by another sweeper (this
+    sweeper's heartbeat came late, e.g. under load): this sweeper tells it nothing more, and
+    the retry that the other sweeper enqueued (retry above) runs its jobs again."""
+    log.warning("trial %d was failed by another sweeper (its heartbeat was late); its retry "
+                "runs it again", number)
+
+
 def retried_numbers(trials: list[FrozenTrial]) -> set[int]:
     """Numbers of failed trials whose params were re-enqueued (they do not count)."""
     return {t.system_attrs[RETRIED_ATTR] for t in trials if RETRIED_ATTR in t.system_attrs}
