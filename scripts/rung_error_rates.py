@@ -196,11 +196,24 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float) -> set[float]:
     done = runs[runs["status"] == "completed"]
     table = done.pivot_table(index=["seed", "data.fold"], columns="norm.p",
                              values="best_val_loss")
+    if baseline not in table.columns:
+        raise UserError(f"--baseline {format_p(baseline)} has no completed run in "
+                        f"{grid / 'results.csv'}; use one of its p: "
+                        + ", ".join(format_p(p) for p in table.columns))
     diffs = {p: (table[p] - table[baseline]).dropna().tolist()
              for p in table.columns if p != baseline}
     tested = [p for p, d in diffs.items() if len(d) >= 2]
     adjusted = holm([race.paired_t_greater(diffs[p]) for p in tested])
-    return {p for p, q in zip(tested, adjusted, strict=True) if q < alpha}
+    return {p for p, q in zip(tested, adjusted, strict=True) if q <= alpha}  # as a race drops
+
+
+def _extreme(rows: pd.DataFrame, pick) -> dict | None:
+    """The row of rows["gap"] that pick (idxmax or idxmin) names, with how many rows there were."""
+    if rows.empty:
+        return None
+    row = rows.loc[pick(rows["gap"])]
+    return {"gap": float(row["gap"]), "p": float(row["norm.p"]), "fold": int(row["data.fold"]),
+            "runs": len(rows)}
 
 
 def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
@@ -212,19 +225,11 @@ def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
     evals["gap"] = evals["val_loss"] - evals.groupby(["data.fold", "step"])["val_loss"].transform("min")
     worse = worse_on_grid(grid, baseline, alpha)
     judged = evals[evals["norm.p"] != baseline]  # the baseline is never judged
-
-    def extreme(rows: pd.DataFrame, pick) -> dict | None:
-        if rows.empty:
-            return None
-        row = rows.loc[pick(rows["gap"])]
-        return {"gap": float(row["gap"]), "p": float(row["norm.p"]), "fold": int(row["data.fold"]),
-                "runs": len(rows)}
-
     steps = {}
     for step, at in judged.groupby("step"):
         bad = at["norm.p"].isin(worse)
-        steps[int(step)] = {"not_worse_largest": extreme(at[~bad], pd.Series.idxmax),
-                            "worse_smallest": extreme(at[bad], pd.Series.idxmin)}
+        steps[int(step)] = {"not_worse_largest": _extreme(at[~bad], pd.Series.idxmax),
+                            "worse_smallest": _extreme(at[bad], pd.Series.idxmin)}
     stops = []
     for (p, fold), run in judged.groupby(["norm.p", "data.fold"]):
         over = [r for r, m in sorted(rungs.items())
@@ -237,16 +242,17 @@ def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
             "steps": steps, "rungs": {str(r): m for r, m in rungs.items()}, "stops": stops}
 
 
+def _cell(x: dict | None) -> str:
+    return "-" if x is None else f"{x['gap']:.3f} (p = {format_p(x['p'])}, fold {x['fold']}; {x['runs']})"
+
+
 def room_lines(r: dict) -> list[str]:
     worse = ", ".join(format_p(p) for p in r["worse_on_grid"]) or "none"
     lines = [f"{r['curves']} (worse on {r['grid']}: {worse})",
              "| step | largest gap, p not worse (p, fold; runs) | smallest gap, p worse |",
              "|---|---|---|"]
     for step, cell in r["steps"].items():
-        def show(x):
-            return "-" if x is None else (f"{x['gap']:.3f} (p = {format_p(x['p'])}, fold "
-                                          f"{x['fold']}; {x['runs']})")
-        lines.append(f"| {step} | {show(cell['not_worse_largest'])} | {show(cell['worse_smallest'])} |")
+        lines.append(f"| {step} | {_cell(cell['not_worse_largest'])} | {_cell(cell['worse_smallest'])} |")
     for s in r["stops"]:
         kind = "worse on the grid" if s["worse_on_grid"] else "NOT worse on the grid"
         lines.append(f"  rungs {r['rungs']}: p = {format_p(s['p'])}, fold {s['fold']}: over the "
@@ -286,11 +292,12 @@ def main() -> None:
     parser.add_argument("--room", nargs=2, action="append", type=Path, metavar=("CURVES", "GRID"),
                         help="report dirs: the curves' (a race's or grid's) and their grid's")
     parser.add_argument("--alpha", type=float, default=0.05, help="--room: the grid's Holm level")
-    parser.add_argument("--rungs", type=parse_rungs, default={}, help="--room: e.g. 500:0.1,1000:0.04")
+    parser.add_argument("--rungs", default="", help="--room: e.g. 500:0.1,1000:0.04")
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
     args = parser.parse_args()
     if args.room:
-        rooms = [room(c, g, args.baseline, args.alpha, args.rungs) for c, g in args.room]
+        rungs = parse_rungs(args.rungs) if args.rungs else {}
+        rooms = [room(c, g, args.baseline, args.alpha, rungs) for c, g in args.room]
         if args.out:
             args.out.write_text(json.dumps(rooms, indent=1) + "\n")
         print("\n".join(line for r in rooms for line in room_lines(r)))

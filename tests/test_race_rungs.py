@@ -458,9 +458,18 @@ def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
                               "worse_on_grid": True}]
     assert "| 500 | 0.030 (p = 1, fold 0; 2) | 0.050 (p = 4, fold 0; 1) |" in r.stdout
 
-    (curves / "curves.csv").unlink()  # a report from before curves.csv: one line, exit 2
-    r = subprocess.run([*script, "--room", str(curves), str(grid)], capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+    def refused(*extra):  # one line, exit 2
+        r = subprocess.run([*script, "--room", str(curves), str(grid), *extra],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2
+        return r.stderr.strip().splitlines()
+
+    assert refused("--rungs", "500-0.04") == [
+        "error: --rungs '500-0.04': write step:margin pairs, e.g. 500:0.1,1000:0.04"]
+    assert refused("--baseline", "3") == [
+        f"error: --baseline 3 has no completed run in {grid / 'results.csv'}; use one of its p: "
+        "1, 2, 4"]
+    (curves / "curves.csv").unlink()  # a report from before curves.csv
+    assert refused() == [
         f"error: {curves / 'curves.csv'} does not exist; pass a report dir written by "
         "scripts/report.py (curves.csv since the report wrote it: rerun the report on the run dirs)"]
