@@ -1,5 +1,6 @@
 """Report of a sweep: `python scripts/report.py DIR` writes DIR/results.csv, DIR/curves.csv,
-DIR/summary.md and DIR/report/*.{png,pdf}, then prints the summary. DIR is a sweep dir or outputs/ for every run."""
+DIR/summary.md and DIR/report/*.{png,pdf}, then prints the summary. DIR is a sweep dir or
+outputs/ for every run."""
 
 from __future__ import annotations
 

@@ -287,6 +287,12 @@ CURVE_KEYS = ["step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s
               "p_mean", *DIAGNOSTICS]
 
 
+# curves.csv's columns: the losses of every eval, joined to results.csv by run_dir (the
+# diagnostics stay in each run's metrics.jsonl). What a rung rule is chosen on
+# (scripts/rung_error_rates.py --room) once the run dirs are gone.
+CURVES_CSV = ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
+
+
 def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     """One row per (run, eval): run_dir, norm.kind, norm.p, status and metrics.jsonl's keys."""
     root = Path(root)
@@ -303,12 +309,6 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     curves = pd.concat(frames, ignore_index=True)
     keys = runs[["run_dir", "norm.kind", "norm.p", "status"]]
     return curves.merge(keys, on="run_dir", how="left")
-
-
-# curves.csv's columns: the losses of every eval, joined to results.csv by run_dir (the
-# diagnostics stay in each run's metrics.jsonl). What a rung rule is chosen on
-# (scripts/rung_error_rates.py --room) once the run dirs are gone.
-CURVES_CSV = ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
 
 
 def add_best_step(runs: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
