@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from qknorm import multitest
 from qknorm.config import P_KINDS
 from qknorm.multitest import holm
 
@@ -116,17 +117,10 @@ class PairedTest:
 
 
 def tost_interval(d) -> tuple[float, float]:
-    """The (1 - 2 TOST_ALPHA) Student-t interval of mean(d): it lies inside [-δ, +δ] exactly
-    when both one-sided tests at TOST_ALPHA (H0: Δ <= -δ; H0: Δ >= δ) reject (TOST, Schuirmann
-    1987). NaN for fewer than 2 differences; without spread, the mean itself."""
-    d = np.asarray(d, dtype=float)
-    if len(d) < 2:
-        return math.nan, math.nan
-    mean = float(d.mean())
-    if _no_spread(d):
-        return mean, mean
-    half = float(stats.t.ppf(1 - TOST_ALPHA, len(d) - 1)) * float(d.std(ddof=1)) / math.sqrt(len(d))
-    return mean - half, mean + half
+    """The paired 90% t-interval of mean(d) (multitest.tost_interval at TOST_ALPHA): inside ±δ
+    is TOST's equivalence. NaN for fewer than 2 differences."""
+    d = [float(x) for x in d]
+    return multitest.tost_interval(d, TOST_ALPHA) if len(d) >= 2 else (math.nan, math.nan)
 
 
 def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: float) -> str:
@@ -135,7 +129,7 @@ def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: f
     surely smaller than δ is one the user called negligible, significant or not), else WORSE or
     BETTER where its Holm-adjusted paired-t p < 0.05 (the delta table's family), else
     UNDECIDED."""
-    if not (pd.isna(low) or pd.isna(high)) and -equivalence <= low and high <= equivalence:
+    if multitest.within(low, high, equivalence):
         return LEVEL
     if not pd.isna(holm_p) and holm_p < 1 - CONFIDENCE:
         return WORSE if delta > 0 else BETTER
@@ -149,13 +143,9 @@ def cohens_dz(d) -> float:
     (the same cases paired_test gives no t-test).
     """
     d = np.asarray(d, dtype=float)
-    if len(d) < 2 or _no_spread(d):
+    if len(d) < 2 or multitest.no_spread(d):
         return math.nan
     return float(d.mean() / d.std(ddof=1))
-
-
-def _no_spread(d: np.ndarray) -> bool:
-    return bool(np.ptp(d) <= 1e-12 * max(1.0, abs(float(d.mean()))))  # rounding is not variance
 
 
 def paired_test(x, base) -> PairedTest:
@@ -174,7 +164,7 @@ def paired_test(x, base) -> PairedTest:
         if n < 2:
             notes.append(f"{n} pair(s): too few for a test")
         else:
-            if _no_spread(d):
+            if multitest.no_spread(d):
                 notes.append("all differences equal: no t-test")
             else:
                 t_p = float(stats.ttest_rel(x, base).pvalue)

@@ -44,7 +44,7 @@ import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from qknorm.multitest import holm
+from qknorm.multitest import holm, no_spread, tost_interval, within
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR
 
 DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
@@ -97,7 +97,7 @@ class Race:
 def paired_t_greater(d: Sequence[float]) -> float:
     """p-value of the one-sided paired t-test of H1: mean(d) > 0 (n >= 2 differences)."""
     n, mean = len(d), statistics.fmean(d)
-    if max(d) - min(d) <= 1e-12 * max(1.0, abs(mean)):
+    if no_spread(d):
         # No spread (rounding noise is not variance): a sure sign, or a tie that never drops.
         return 0.0 if mean > 1e-12 * max(1.0, abs(min(d))) else 1.0
     # scipy.special, not scipy.stats: the sweeper imports this, and scipy.stats takes seconds.
@@ -107,24 +107,9 @@ def paired_t_greater(d: Sequence[float]) -> float:
     return float(stdtr(n - 1, -t))
 
 
-def tost_interval(d: Sequence[float], alpha: float) -> tuple[float, float]:
-    """The paired (1 - 2 alpha) Student-t interval of mean(d) (n >= 2 differences): it lies
-    inside [-δ, +δ] exactly when both one-sided tests at alpha (H0: mean <= -δ, H0: mean >= δ)
-    reject, i.e. the TOST's equivalence at alpha. Without spread it is the mean itself, as
-    paired_t_greater treats rounding noise."""
-    n, mean = len(d), statistics.fmean(d)
-    if max(d) - min(d) <= 1e-12 * max(1.0, abs(mean)):
-        return mean, mean
-    from scipy.special import stdtrit  # Student t quantile; scipy.stats is slow to import
-
-    half = float(stdtrit(n - 1, 1 - alpha)) * statistics.stdev(d) / math.sqrt(n)
-    return mean - half, mean + half
-
-
 def is_level(test: Test, equivalence: float | None) -> bool:
     """Its (1 - 2 alpha) interval lies inside [-δ, +δ] (closed: TOST p <= alpha)."""
-    return (equivalence is not None and test.low is not None
-            and -equivalence <= test.low and test.high <= equivalence)
+    return within(test.low, test.high, equivalence)
 
 
 def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
