@@ -7,6 +7,7 @@ Scripts import this module first (`import _cli`): Python puts scripts/ on sys.pa
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import sys
 from collections.abc import Callable
@@ -85,3 +86,23 @@ def save_figure(fig, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     rundir.atomic_write_bytes(out, data)
     return out
+
+
+def completed_by_fold(path: Path, metric: str) -> tuple[dict[float, dict[int, float]], int]:
+    """A report's results.csv as p -> {fold: metric} over its completed runs (every p seen, {}
+    for one with none), and the number of folds seen: what a replay of looks reads."""
+    try:
+        rows = list(csv.DictReader(path.open()))
+    except OSError as e:
+        raise UserError(f"{path}: {e.strerror}; pass a results.csv written by scripts/report.py") from None
+    if not rows or metric not in rows[0] or "norm.p" not in rows[0]:
+        raise UserError(f"{path} has no norm.p and {metric} columns; pass a results.csv written "
+                        "by scripts/report.py")
+    values: dict[float, dict[int, float]] = {}
+    folds = set()
+    for row in rows:
+        folds.add(int(row["data.fold"]))
+        runs = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
+        if row["status"] == "completed":
+            runs[int(row["data.fold"])] = float(row[metric])
+    return dict(values), len(folds)

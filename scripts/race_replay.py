@@ -8,35 +8,13 @@ it answers "what would this race have said, with these settings, on these runs?"
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
 import _cli
 
-from qknorm.errors import UserError
 from qknorm.report.paxis import format_p
 from qknorm.sweep import racestats
-
-
-def load(path: Path, metric: str) -> tuple[dict[float, dict[int, float]], int]:
-    """p -> {fold: metric} over completed runs (every p seen, {} for one with none), and the
-    number of folds seen."""
-    try:
-        rows = list(csv.DictReader(path.open()))
-    except OSError as e:
-        raise UserError(f"{path}: {e.strerror}; pass a results.csv written by scripts/report.py") from None
-    if not rows or metric not in rows[0] or "norm.p" not in rows[0]:
-        raise UserError(f"{path} has no norm.p and {metric} columns; pass a results.csv written "
-                        "by scripts/report.py")
-    values: dict[float, dict[int, float]] = {}
-    folds = set()
-    for row in rows:
-        folds.add(int(row["data.fold"]))
-        runs = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
-        if row["status"] == "completed":
-            runs[int(row["data.fold"])] = float(row[metric])
-    return dict(values), len(folds)
 
 
 def main() -> None:
@@ -48,7 +26,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=float, default=2.0, help="a p, or nan for none")
     parser.add_argument("--equivalence", type=float, default=0.02, help="δ; nan for off")
     args = parser.parse_args()
-    values, n_folds = load(args.results, args.metric)
+    values, n_folds = _cli.completed_by_fold(args.results, args.metric)
     candidates = sorted(values)
     baseline = None if math.isnan(args.baseline) else args.baseline
     delta = None if math.isnan(args.equivalence) else args.equivalence

@@ -191,17 +191,15 @@ def read_report(report: Path, name: str) -> pd.DataFrame:
 
 def worse_on_grid(grid: Path, baseline: float, alpha: float) -> set[float]:
     """The p whose completed runs are worse than the baseline's on the grid: one-sided paired t
-    over the folds (and seeds) both ran, Holm over the p with two pairs or more."""
-    runs = read_report(grid, "results.csv")
-    done = runs[runs["status"] == "completed"]
-    table = done.pivot_table(index=["seed", "data.fold"], columns="norm.p",
-                             values="best_val_loss")
-    if baseline not in table.columns:
+    over the folds both ran, Holm over the p with two pairs or more."""
+    values, _ = _cli.completed_by_fold(grid / "results.csv", "best_val_loss")
+    if not values.get(baseline):
         raise UserError(f"--baseline {format_p(baseline)} has no completed run in "
                         f"{grid / 'results.csv'}; use one of its p: "
-                        + ", ".join(format_p(p) for p in table.columns))
-    diffs = {p: (table[p] - table[baseline]).dropna().tolist()
-             for p in table.columns if p != baseline}
+                        + ", ".join(format_p(p) for p in sorted(values)))
+    base = values[baseline]
+    diffs = {p: [v[f] - base[f] for f in sorted(v) if f in base]
+             for p, v in values.items() if p != baseline}
     tested = [p for p, d in diffs.items() if len(d) >= 2]
     adjusted = holm([race.paired_t_greater(diffs[p]) for p in tested])
     return {p for p, q in zip(tested, adjusted, strict=True) if q <= alpha}  # as a race drops
