@@ -57,6 +57,14 @@ def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) ->
                         "units (nats for a loss): 'level within ±δ' where the paired 90%% "
                         "t-interval of Δ lies inside ±δ, i.e. TOST at 5%% (default: "
                         f"{DEFAULT_EQUIVALENCE:g})")
+    parser.add_argument("--test", choices=["auto", "corrected", "paired"], default="auto",
+                        help="the replicate test of every interval, p-value and verdict: "
+                        "corrected (Nadeau & Bengio's resampled t: folds of one corpus share "
+                        "training text), paired (the plain paired t: independent seeds), auto "
+                        "(corrected where the runs span several folds, else paired; default)")
+    parser.add_argument("--n-folds", type=int, default=None, metavar="K",
+                        help="the fold layout's data.n_folds, for a results.csv written "
+                        "before it had that column")
     parser.add_argument("--logx", action="store_true", help="log-scale the p axis")
     if figure:
         parser.add_argument("--out", type=Path, default=None,
@@ -69,8 +77,11 @@ def options_from(args: argparse.Namespace) -> Options:
         raise UserError(f"--equivalence {args.equivalence:g} must be a number > 0 (δ in the "
                         "metric's units, nats for a loss: Δ within ±δ counts as level), e.g. "
                         f"{DEFAULT_EQUIVALENCE:g}")
+    if args.n_folds is not None and args.n_folds < 2:
+        raise UserError(f"--n-folds {args.n_folds} must be >= 2 (the sweep's data.n_folds)")
     return Options(metric=args.metric, baseline=parse_p(args.baseline), by=list(args.by),
-                   logx=args.logx, equivalence=args.equivalence)
+                   logx=args.logx, equivalence=args.equivalence, test=args.test,
+                   n_folds=args.n_folds)
 
 
 def check_out(out: Path | None) -> None:
@@ -88,9 +99,11 @@ def save_figure(fig, out: Path) -> Path:
     return out
 
 
-def completed_by_fold(path: Path, metric: str) -> tuple[dict[float, dict[int, float]], int]:
+def completed_by_fold(path: Path, metric: str
+                      ) -> tuple[dict[float, dict[int, float]], int, int | None]:
     """A report's results.csv as p -> {fold: metric} over its completed runs (every p seen, {}
-    for one with none), and the number of folds seen: what a replay of looks reads."""
+    for one with none), the number of folds seen and the fold layout (data.n_folds; None for a
+    results.csv written before that column): what a replay of looks reads."""
     try:
         rows = list(csv.DictReader(path.open()))
     except OSError as e:
@@ -99,10 +112,30 @@ def completed_by_fold(path: Path, metric: str) -> tuple[dict[float, dict[int, fl
         raise UserError(f"{path} has no norm.p and {metric} columns; pass a results.csv written "
                         "by scripts/report.py")
     values: dict[float, dict[int, float]] = {}
-    folds = set()
+    folds, layouts = set(), {row.get("data.n_folds") for row in rows} - {None, ""}
     for row in rows:
         folds.add(int(row["data.fold"]))
         runs = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
         if row["status"] == "completed":
             runs[int(row["data.fold"])] = float(row[metric])
-    return dict(values), len(folds)
+    layout = int(float(layouts.pop())) if len(layouts) == 1 else None
+    return dict(values), len(folds), layout
+
+
+def replicate_test(option: str, folds_vary: bool, layout: int | None, given: int | None):
+    """multitest.choose for a replay over a results.csv's folds: the layout it recorded, or
+    --n-folds (a results.csv from before data.n_folds); a UserError in one line."""
+    from qknorm import multitest
+
+    try:
+        return multitest.choose(option, folds_vary, given or layout, "--test")
+    except ValueError as e:
+        raise UserError(f"{e} with --n-folds K" if "not known" in str(e) else str(e)) from None
+
+
+def add_test_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--test", choices=["auto", "corrected", "paired"], default="auto",
+                        help="the replicate test of the looks (qknorm.multitest; auto: "
+                        "corrected over folds, as the race and the report)")
+    parser.add_argument("--n-folds", type=int, default=None, metavar="K",
+                        help="data.n_folds, for a results.csv written before that column")

@@ -14,7 +14,7 @@ import _cli
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.report import archcompare, results
+from qknorm.report import archcompare, results, stats
 
 
 def main() -> None:
@@ -27,6 +27,11 @@ def main() -> None:
                         help="the p whose Δ against the reference p is compared across "
                              "architectures (default 4)")
     parser.add_argument("--bench", type=Path, help="a scripts/bench.py JSON with --arch ratios")
+    parser.add_argument("--test", choices=["auto", "corrected", "paired"], default="auto",
+                        help="the replicate test (as scripts/report.py's; auto: corrected over "
+                        "folds)")
+    parser.add_argument("--n-folds", type=int, default=None, metavar="K",
+                        help="data.n_folds, for a results.csv written before that column")
     args = parser.parse_args()
     bench = None
     if args.bench is not None:
@@ -36,9 +41,17 @@ def main() -> None:
             raise UserError(f"--bench {args.bench}: {e}; pass a JSON written by "
                             "scripts/bench.py --arch gpt,angpt") from None
     collection = results.collect(args.dir)
-    curves = results.collect_curves(collection.runs, args.dir)
-    folds = archcompare.per_fold(collection.runs, curves, args.reference)
-    summary = archcompare.markdown(folds, args.reference, args.arch, args.p, bench)
+    runs = collection.runs
+    if args.n_folds is not None:
+        runs["data.n_folds"] = args.n_folds
+    test = stats.replicate_test(runs, args.test)
+    saved = args.dir / "comparison.csv"
+    if not results.find_run_dirs(args.dir) and saved.is_file():
+        folds = archcompare.read_folds(saved)  # rebuilt: its per-fold table as written
+    else:
+        curves = results.collect_curves(runs, args.dir)
+        folds = archcompare.per_fold(runs, curves, args.reference)
+    summary = archcompare.markdown(folds, args.reference, args.arch, args.p, bench, test)
     rundir.atomic_write_text(args.dir / "comparison.md", summary)  # both checked before either
     rundir.atomic_write_text(args.dir / "comparison.csv", folds.to_csv(index=False))
     print(summary)

@@ -25,13 +25,16 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--baseline", type=float, default=2.0, help="a p, or nan for none")
     parser.add_argument("--equivalence", type=float, default=0.02, help="δ; nan for off")
+    _cli.add_test_options(parser)
     args = parser.parse_args()
-    values, n_folds = _cli.completed_by_fold(args.results, args.metric)
+    values, n_folds, layout = _cli.completed_by_fold(args.results, args.metric)
+    test = _cli.replicate_test(args.test, n_folds > 1, layout, args.n_folds)
+    print(f"test: {test.label()}")
     candidates = sorted(values)
     baseline = None if math.isnan(args.baseline) else args.baseline
     delta = None if math.isnan(args.equivalence) else args.equivalence
     r = racestats.replay(candidates, values, set(), n_folds, args.min_replicates, args.alpha,
-                         baseline, equivalence=delta)
+                         baseline, equivalence=delta, test=test)
     for c, n in sorted(r.gone.items(), key=lambda x: x[1]):
         print(f"p = {format_p(c)}: left before the look at {n} folds (a fold missing: stopped "
               "or not run)")

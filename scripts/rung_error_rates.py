@@ -189,10 +189,13 @@ def read_report(report: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def worse_on_grid(grid: Path, baseline: float, alpha: float) -> set[float]:
-    """The p whose completed runs are worse than the baseline's on the grid: one-sided paired t
-    over the folds both ran, Holm over the p with two pairs or more."""
-    values, _ = _cli.completed_by_fold(grid / "results.csv", "best_val_loss")
+def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None = None
+                  ) -> set[float]:
+    """The p whose completed runs are worse than the baseline's on the grid: one-sided t over
+    the folds both ran (the corrected resampled t of the grid's fold layout, as the race and
+    the report), Holm over the p with two pairs or more."""
+    values, seen, layout = _cli.completed_by_fold(grid / "results.csv", "best_val_loss")
+    test = _cli.replicate_test("auto", seen > 1, layout, n_folds)
     if not values.get(baseline):
         raise UserError(f"--baseline {format_p(baseline)} has no completed run in "
                         f"{grid / 'results.csv'}; use one of its p: "
@@ -201,7 +204,7 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float) -> set[float]:
     diffs = {p: [v[f] - base[f] for f in sorted(v) if f in base]
              for p, v in values.items() if p != baseline}
     tested = [p for p, d in diffs.items() if len(d) >= 2]
-    adjusted = holm([race.paired_t_greater(diffs[p]) for p in tested])
+    adjusted = holm([race.paired_t_greater(diffs[p], test) for p in tested])
     return {p for p, q in zip(tested, adjusted, strict=True) if q <= alpha}  # as a race drops
 
 
@@ -215,13 +218,13 @@ def _extreme(rows: pd.DataFrame, pick) -> dict | None:
 
 
 def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
-         rungs: dict[int, float]) -> dict:
+         rungs: dict[int, float], n_folds: int | None = None) -> dict:
     """Per eval step, how far runs of worse and of not-worse p were behind their fold's best."""
     runs = read_report(curves_dir, "results.csv")[["run_dir", "norm.p", "data.fold"]]
     evals = read_report(curves_dir, "curves.csv").merge(runs, on="run_dir").dropna(
         subset=["val_loss"])
     evals["gap"] = evals["val_loss"] - evals.groupby(["data.fold", "step"])["val_loss"].transform("min")
-    worse = worse_on_grid(grid, baseline, alpha)
+    worse = worse_on_grid(grid, baseline, alpha, n_folds)
     judged = evals[evals["norm.p"] != baseline]  # the baseline is never judged
     steps = {}
     for step, at in judged.groupby("step"):
@@ -292,10 +295,14 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="--room: the grid's Holm level")
     parser.add_argument("--rungs", default="", help="--room: e.g. 500:0.1,1000:0.04")
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
+    parser.add_argument("--n-folds", type=int, default=None, metavar="K",
+                        help="--room: the grid's data.n_folds, for a results.csv written "
+                        "before that column (its worse p: the corrected t, as the report)")
     args = parser.parse_args()
     if args.room:
         rungs = parse_rungs(args.rungs) if args.rungs else {}
-        rooms = [room(c, g, args.baseline, args.alpha, rungs) for c, g in args.room]
+        rooms = [room(c, g, args.baseline, args.alpha, rungs, args.n_folds)
+                 for c, g in args.room]
         if args.out:
             args.out.write_text(json.dumps(rooms, indent=1) + "\n")
         print("\n".join(line for r in rooms for line in room_lines(r)))

@@ -23,7 +23,7 @@ def test_paper_preset_is_nanogpt_gpu_recipe_with_10_folds():
 def test_paper_cpu_preset_is_cpu_recipe_with_5_folds():
     cfg = compose_config("experiment=paper_cpu")
     assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size) == (4, 128, 64)
-    assert (cfg.data.n_folds, cfg.threads, cfg.name) == (5, 1, "paper_cpu_qknorm")
+    assert (cfg.data.n_folds, cfg.threads, cfg.name) == (10, 1, "paper_cpu_qknorm")
     assert compose_config("experiment=paper_cpu", "norm.gamma_init=calibrated").name == "paper_cpu_calibrated"
 
 
@@ -51,7 +51,7 @@ def _preset_sweeper(preset: str, *overrides: str):
     return cfg.hydra
 
 
-@pytest.mark.parametrize("preset, folds", [("paper", 10), ("paper_cpu", 5)])
+@pytest.mark.parametrize("preset, folds", [("paper", 10), ("paper_cpu", 10)])
 def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
     """The paper's p values plus inf on our sweeper's grid sampler, every p on every fold (fold
     replicates), in one study per gamma_init whose sweep dir a rerun resumes into."""

@@ -142,8 +142,8 @@ def test_grid_figure_draws_one_mean_line_per_by_value(sweep):
     runs["optimizer.lr"] = np.where(runs["data.fold"] % 2 == 0, 1e-3, 3e-3)
     (ax,) = plots.loss_vs_p(runs, baseline=2.0, by=["optimizer.lr"]).axes
     labels = [c.get_label() for c in ax.containers]  # errorbars: mean ± interval per series
-    assert labels == ["optimizer.lr=0.001: mean ± 95% t-interval",
-                      "optimizer.lr=0.003: mean ± 95% t-interval"]
+    assert labels == ["optimizer.lr=0.001: mean ± 95% interval (paired t)",
+                      "optimizer.lr=0.003: mean ± 95% interval (paired t)"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "4", "∞"]
 
 
@@ -174,11 +174,11 @@ def test_loss_vs_p_with_one_run_per_p_promises_no_interval_and_counts_n_per_p(sw
     # The whole sweep: 4, 3 and 3 runs per p, each with an interval.
     (ax,) = plots.loss_vs_p(runs, baseline=2.0).axes
     assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, mean ± 95% "
-                              "t-interval (n=3–4 per p)")
-    assert [c.get_label() for c in ax.containers] == ["mean ± 95% t-interval"]
+                              "interval (n=3–4 per p)\n(paired t)")
+    assert [c.get_label() for c in ax.containers] == ["mean ± 95% interval (paired t)"]
     # p = 2 with two runs, 4 and inf with one: intervals only where p has 2+ runs.
     mixed = runs[(runs["data.fold"] == 0) | (runs["norm.p"] == 2.0) & (runs["data.fold"] == 1)]
     (ax,) = plots.loss_vs_p(mixed, baseline=2.0).axes
     assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, mean ± 95% "
-                              "t-interval where p has 2+ runs (n=1–2 per p)")
-    assert [c.get_label() for c in ax.containers] == ["mean ± 95% t-interval"]
+                              "interval where p has 2+ runs (n=1–2 per p)\n(paired t)")
+    assert [c.get_label() for c in ax.containers] == ["mean ± 95% interval (paired t)"]

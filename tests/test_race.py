@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.errors import UserError
+from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report.summary import race_section
 from qknorm.sweep import race as _race
 from qknorm.sweep import racestats as race
@@ -108,19 +109,25 @@ def test_a_spent_budget_ends_the_race_where_it_stands_instead_of_waiting_for_a_b
     assert [lk.n for lk in whole.looks] == [3, 4, 5]  # every block in: the budget changes nothing
 
 
-@pytest.mark.parametrize("gamma_init, baseline, runs, dropped", [
-    ("qknorm", 2.0, 28, {1.0: 3, 2.5: 3, 3.0: 3, 3.5: 3, 4.0: 3, math.inf: 3}),
-    ("calibrated", 2.0, 39, {1.0: 4}),
-    ("calibrated", None, 38, {1.0: 4, 2.0: 4}),  # the issue's replay, p = 2 not protected
+@pytest.mark.parametrize("gamma_init, baseline, runs, dropped, test", [
+    ("qknorm", 2.0, 28, {1.0: 3, 2.5: 3, 3.0: 3, 3.5: 3, 4.0: 3, math.inf: 3}, PAIRED_T),
+    ("calibrated", 2.0, 39, {1.0: 4}, PAIRED_T),
+    ("calibrated", None, 38, {1.0: 4, 2.0: 4}, PAIRED_T),  # p = 2 not protected
+    # The corrected t of the 5-fold layout (the race's test since issue 34): p = 2.5 and 3.5
+    # need a fourth fold, and on the calibrated grid no p is dropped, p = 2 alone after fold 5.
+    ("qknorm", 2.0, 30, {1.0: 3, 2.5: 4, 3.0: 3, 3.5: 4, 4.0: 3, math.inf: 3}, for_folds(5)),
+    ("calibrated", 2.0, 40, {}, for_folds(5)),
+    ("calibrated", None, 40, {2.0: 5}, for_folds(5)),
 ])
-def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropped):
+def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropped, test):
     """docs/results' 5-fold grids, replayed fold by fold: which p a race would have dropped
-    after how many folds, and how many of the 40 runs it would have run."""
+    after how many folds, and how many of the 40 runs it would have run, under the plain and
+    the corrected test."""
     df = pd.read_csv(REPO / "docs" / "results" / "paper_cpu" / gamma_init / "results.csv")
     values = {p: dict(zip(g["data.fold"], g["best_val_loss"], strict=True))
               for p, g in df.groupby("norm.p")}
     assert sorted(values) == P_GRID
-    r = race.replay(P_GRID, values, set(), 5, 3, 0.05, baseline)
+    r = race.replay(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
     assert {p: lk.n for p, lk in r.dropped().items()} == dropped
     assert sum(dropped.get(p, 5) for p in P_GRID) == runs
     assert r.looks[-1].leader == (2.0 if gamma_init == "qknorm" else 4.0)
@@ -208,8 +215,8 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
     sweeper = hydra_cfg.sweeper
     assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0,
                                   "rungs": {500: 0.1, 1000: 0.04}, "budget_steps": None,
-                                  "equivalence": 0.02}
-    assert list(sweeper.replicates["data.fold"]) == [0, 1, 2, 3, 4]  # the experiment's folds
+                                  "equivalence": 0.02, "test": "auto"}
+    assert list(sweeper.replicates["data.fold"]) == list(range(10))  # the experiment's folds
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
     assert sweeper.study_name == "paper_cpu_calibrated_race"  # never the grid's study
     assert hydra_cfg.sweep.dir == "outputs/sweeps/paper_cpu_calibrated_race"

@@ -301,10 +301,11 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     import sys
     from pathlib import Path
 
-    rows = [{"norm.p": p, "data.fold": f, "status": "completed", "best_val_loss": v}
+    rows = [{"norm.p": p, "data.fold": f, "data.n_folds": 3, "status": "completed",
+             "best_val_loss": v}
             for p, vs in ((2.0, [1.0, 2.0, 3.0]), (4.0, [1.02, 2.0205, 3.02])) for f, v in
-            enumerate(vs)] + [{"norm.p": 8.0, "data.fold": 0, "status": "pruned",
-                               "best_val_loss": 9.0}]
+            enumerate(vs)] + [{"norm.p": 8.0, "data.fold": 0, "data.n_folds": 3,
+                               "status": "pruned", "best_val_loss": 9.0}]
     path = tmp_path / "results.csv"
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -319,11 +320,14 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
         return r.stdout.splitlines()
 
     wide = replay("--equivalence", "0.05")
-    assert wide[0] == "p = 8: left before the look at 3 folds (a fold missing: stopped or not run)"
-    assert wide[1] == "look at 3 folds: leader p = 2"
-    assert wide[2].startswith("  p = 4: Δ +0.0202, one-sided p ") and wide[2].endswith(": level")
+    assert wide[0] == ("test: corrected resampled t (Nadeau & Bengio 2003: variance × (1/k + "
+                       "1/2), folds not independent)")  # the 3-fold layout's n_test/n_train
+    assert wide[1] == "p = 8: left before the look at 3 folds (a fold missing: stopped or not run)"
+    assert wide[2] == "look at 3 folds: leader p = 2"
+    assert wide[3].startswith("  p = 4: Δ +0.0202, one-sided p ") and wide[3].endswith(": level")
     assert wide[-1] == "over after 3 folds; in the race at its end: p = 2"
-    assert replay("--equivalence", "0.01")[2].endswith(": dropped")
+    assert replay("--equivalence", "0.01")[3].endswith(": dropped")
+    assert replay("--test", "paired")[0] == "test: paired t (replicates independent)"
     bad = subprocess.run([*script, "--metric", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"error: {path} has no norm.p and nope columns; pass a results.csv written by "

@@ -374,6 +374,9 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
     assert r.returncode == 0, r.stderr[-3000:]
     study = optuna.load_study(study_name="smoke_race",
                               storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    # Folds of the 10-fold layout: the looks use the corrected t, n_test/n_train = 1/9
+    assert study.user_attrs["race"]["test"] == "corrected"
+    assert study.user_attrs["race"]["ratio"] == pytest.approx(1 / 9)
     by = {t.user_attrs[RACE_CANDIDATE_ATTR]: t for t in study.get_trials()}
     at10 = {(p, fold): next(row["val_loss"] for row in rundir.read_metrics(Path(d))
                             if row["step"] == 10)
@@ -403,6 +406,13 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
             ) in line
     assert line.endswith(", 90 training steps (75%)")
 
+    mixed = cli(*TINY, "++hydra.sweeper.replicates={data.fold:[0,1],seed:[0,1]}",
+                "hydra.sweeper.study_name=mixed")
+    assert mixed.returncode == 2
+    assert mixed.stderr.strip().splitlines() == [
+        "error: hydra.sweeper.race.test=auto: the race's replicates vary data.fold and seed; race "
+        "over data.fold alone (the corrected test over folds), or set race.test=paired to treat "
+        "every combination as independent"]
     bad = cli(*TINY, "+hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
@@ -424,10 +434,12 @@ def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
     grid.mkdir(), curves.mkdir()
     # The grid: p = 4 behind p = 2 by 0.10 ± 0.01 on 3 folds (worse), p = 1 by ±0.001 (not).
     best = {2.0: [1.80, 1.90, 2.00], 1.0: [1.801, 1.899, 2.001], 4.0: [1.91, 1.99, 2.11]}
-    pd.DataFrame([{"norm.p": p, "seed": 0, "data.fold": f, "status": "completed",
-                   "best_val_loss": v, "run_dir": f"{p}_{f}"}
-                  for p, vs in best.items() for f, v in enumerate(vs)]
-                 ).to_csv(grid / "results.csv", index=False)
+    # Judged by the corrected t of its 3-fold layout (variance × (1/3 + 1/2)): p = 4's one-sided
+    # p is 0.0051, Holm over two 0.010.
+    grid_runs = pd.DataFrame([{"norm.p": p, "seed": 0, "data.fold": f, "data.n_folds": 3,
+                               "status": "completed", "best_val_loss": v, "run_dir": f"{p}_{f}"}
+                              for p, vs in best.items() for f, v in enumerate(vs)])
+    grid_runs.to_csv(grid / "results.csv", index=False)
     # The race's curves, fold 0: p = 4 stopped at step 1000; fold 1: p = 1 and p = 2 only.
     at = {("a", 2.0, 0): {500: 2.00, 1000: 1.90}, ("b", 1.0, 0): {500: 2.03, 1000: 1.91},
           ("c", 4.0, 0): {500: 2.05, 1000: 1.96}, ("d", 2.0, 1): {500: 2.10, 1000: 2.00},
@@ -469,6 +481,10 @@ def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
     assert refused("--baseline", "3") == [
         f"error: --baseline 3 has no completed run in {grid / 'results.csv'}; use one of its p: "
         "1, 2, 4"]
+    grid_runs.drop(columns="data.n_folds").to_csv(grid / "results.csv", index=False)
+    assert refused() == [  # a grid from before data.n_folds: the layout is asked for
+        "error: --test=auto: the fold layout (data.n_folds) is not known; pass it (the sweep's "
+        "data.n_folds) with --n-folds K"]
     (curves / "curves.csv").unlink()  # a report from before curves.csv
     assert refused() == [
         f"error: {curves / 'curves.csv'} does not exist; pass a report dir written by "

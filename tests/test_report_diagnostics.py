@@ -89,7 +89,7 @@ def test_paired_table_holm_and_dz_on_the_synthetic_sweep(tmp_path):
 def test_summary_has_holm_and_dz_columns_and_names_the_family(new):
     options = Options()
     text = summarize(load(new, options), options)
-    assert ("| paired t p | Holm p | Wilcoxon p | d_z |" in text
+    assert ("| t p | Holm p | Wilcoxon p | d_z |" in text
             and "| lp | 4 | 3 | -0.1000 |" in text and "| -1.00 |" in text)
     # norm=none has no t-test (equal differences): left out of the family, said so
     assert ("Holm–Bonferroni step-down over the 2 comparison(s) against p=2 in this table (1 "

@@ -19,6 +19,9 @@ from .synthetic_runs import make_sweep
 T95 = float(sps.t.ppf(0.95, 2))  # the 90% interval's quantile
 HALF = {4.0: T95 * 0.1 / math.sqrt(3), math.inf: T95 * math.sqrt(7 / 300) / math.sqrt(3)}
 MEAN = {4.0: -0.1, math.inf: 1 / 3}
+# The report over folds 0..3 of the 10-fold layout tests with the corrected resampled t: its
+# variance factor is 1/3 + 1/9 (3 pairs, n_test/n_train = 1/9) where the plain t's is 1/3.
+CORRECTED = {p: h * math.sqrt((1 / 3 + 1 / 9) / (1 / 3)) for p, h in HALF.items()}
 
 
 @pytest.fixture
@@ -69,15 +72,19 @@ def test_the_summary_gives_the_verdict_column_and_states_delta(tmp_path):
     options = Options()
     text = summarize(load(root, options), options)
     assert options.equivalence == 0.02
+    low, high = MEAN[4.0] - CORRECTED[4.0], MEAN[4.0] + CORRECTED[4.0]
+    assert (low, high) == pytest.approx((-0.294666, 0.094666), abs=1e-6)
     assert ("| 90% t-interval of Δ | verdict |" in text
-            and f"| [{MEAN[4.0] - HALF[4.0]:.4f}, {MEAN[4.0] + HALF[4.0]:.4f}] | undecided |"
-            in text)
-    assert ("`level within ±δ` where the paired 90% t-interval of Δ lies inside ±δ, "
+            and f"| [{low:.4f}, {high:.4f}] | undecided |" in text)
+    assert ("`level within ±δ` where the 90% t-interval of Δ (the test above) lies inside ±δ, "
             "δ = 0.02 (`--equivalence`, default 0.02 nats; the metric's units): TOST, two "
-            "one-sided paired t-tests at 5% each") in text
+            "one-sided t-tests at 5% each") in text
     wide = Options(equivalence=0.3)
     text = summarize(load(root, wide), wide)
-    assert "| [-0.2686, 0.0686] | level within ±δ |" in text and "δ = 0.3 (" in text
+    assert "| [-0.2947, 0.0947] | level within ±δ |" in text and "δ = 0.3 (" in text
+    # The plain paired t's interval [-0.2686, 0.0686] on the same runs, under --test paired
+    plain = Options(equivalence=0.27, test="paired")
+    assert "| [-0.2686, 0.0686] | level within ±δ |" in summarize(load(root, plain), plain)
 
 
 @pytest.mark.slow
@@ -88,7 +95,7 @@ def test_report_cli_takes_equivalence_and_refuses_a_bad_one(cli, tmp_path):
     report = str(REPO / "scripts" / "report.py")
     r = cli(report, str(root), "--equivalence", "0.3", "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "| [-0.2686, 0.0686] | level within ±δ |" in (root / "summary.md").read_text()
+    assert "| [-0.2947, 0.0947] | level within ±δ |" in (root / "summary.md").read_text()
     for bad in ("0", "-0.1", "inf"):
         r = cli(report, str(root), f"--equivalence={bad}")
         assert r.returncode == 2

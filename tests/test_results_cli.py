@@ -217,7 +217,8 @@ def test_search_report_cli_default_baseline_and_by(cli):
     assert "p=2 was not run and the p values come from a continuous search" in r.stdout
     assert "## Δ" not in r.stdout  # no paired table, and the sentence above says why
     assert (sweep / "report" / "loss_vs_p.png").stat().st_size > 1000
-    half = sps.t.ppf(0.975, 1) * math.sqrt(2 * 0.01**2) / math.sqrt(2)  # folds at mean ± 0.01
+    # folds 8 and 9 at mean ± 0.01: the corrected t of a 10-fold layout, variance × (1/2 + 1/9)
+    half = sps.t.ppf(0.975, 1) * math.sqrt(2 * 0.01**2) * math.sqrt(1 / 2 + 1 / 9)
     best = [ln for ln in r.stdout.splitlines() if ln.startswith("- norm.p=")]
     expected = []
     for p, label, lr in ((1.4421307763, "1.44213", 3e-3), (1.7604252702890315, "1.76043", 1e-3)):

@@ -2,7 +2,8 @@
 final val loss, the steps each run takes to reach the reference arm's best loss on its fold (the
 anGPT paper's "faster convergence"), anGPT − GPT per p and the interaction (does p's Δ against
 the reference p differ between the architectures), every one paired by fold with its 95%
-Student-t interval. An arm is one (model.arch, norm.p); its runs are the sweep's folds.
+interval under the replicate test (qknorm.multitest: over folds the corrected resampled t). An
+arm is one (model.arch, norm.p); its runs are the sweep's folds.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from qknorm.errors import UserError
+from qknorm.multitest import PAIRED_T, ReplicateTest, no_spread
 from qknorm.report import stats
 from qknorm.report.paxis import format_p
 
@@ -71,14 +72,25 @@ def per_fold(runs: pd.DataFrame, curves: pd.DataFrame, reference: Arm) -> pd.Dat
     return rows.reset_index(drop=True)
 
 
-def arms(folds: pd.DataFrame) -> pd.DataFrame:
+def read_folds(path) -> pd.DataFrame:
+    """per_fold's table as a comparison.csv recorded it (a comparison rebuilt without its run
+    dirs, whose curves steps_to_ref was read from)."""
+    folds = pd.read_csv(path, dtype={"run_dir": str})
+    missing = [k for k in (ARCH, "norm.p", "data.fold", *LOSSES, STEPS_TO_REF) if k not in folds]
+    if missing:
+        raise UserError(f"{path} has no {', '.join(missing)} column(s); pass a comparison.csv "
+                        "written by scripts/arch_report.py")
+    return folds
+
+
+def arms(folds: pd.DataFrame, test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
     """Per arm: n, each loss's mean and 95% interval, steps to the reference's best (mean over
     the folds that reached it, and how many did), the median tokens/s of its runs."""
     out = []
     for (arch, p), g in folds.groupby([ARCH, "norm.p"], sort=True):
         row = {ARCH: arch, "norm.p": p, "n": len(g)}
         for metric in LOSSES:
-            _, mean, _, low, high = stats.t_interval(g[metric])
+            _, mean, _, low, high = stats.t_interval(g[metric], test)
             row.update({f"{metric}_mean": mean, f"{metric}_ci_low": low, f"{metric}_ci_high": high})
         reached = g[STEPS_TO_REF].dropna()
         row.update({f"{STEPS_TO_REF}_mean": reached.mean() if len(reached) else math.nan,
@@ -93,16 +105,17 @@ def _wide(folds: pd.DataFrame, metric: str) -> pd.DataFrame:
                              aggfunc="mean", dropna=False)  # an arm that never reached: NaN
 
 
-def _row(label: dict, metric: str, d: pd.Series) -> dict:
+def _row(label: dict, metric: str, d: pd.Series, test: ReplicateTest) -> dict:
     d = d.dropna()
-    n, mean, _, low, high = stats.t_interval(d)
-    # d is already paired by fold: its paired t against zeros is the t-test of mean(d) = 0
-    t_p = stats.paired_test(d.to_numpy(), np.zeros(len(d))).t_pvalue if n >= 2 else math.nan
+    n, mean, _, low, high = stats.t_interval(d, test)
+    # d is already paired by fold: the t-test of mean(d) = 0 under the replicate test
+    t_p = test.p_two_sided(d.tolist()) if n >= 2 and not no_spread(d.tolist()) else math.nan
     return {**label, "metric": metric, "n": n, "delta": mean, "ci_low": low, "ci_high": high,
             "t_pvalue": t_p}
 
 
-def between_archs(folds: pd.DataFrame, arch: str, base_arch: str) -> pd.DataFrame:
+def between_archs(folds: pd.DataFrame, arch: str, base_arch: str,
+                  test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
     """Per p both architectures ran: arch − base_arch, paired by fold, for both losses and the
     steps to the reference's best (folds where both reached it)."""
     rows = []
@@ -110,12 +123,13 @@ def between_archs(folds: pd.DataFrame, arch: str, base_arch: str) -> pd.DataFram
         wide = _wide(folds, metric)
         for p in sorted({p for a, p in wide.columns if a == arch}):
             if (base_arch, p) in wide.columns:
-                rows.append(_row({"norm.p": p}, metric, wide[(arch, p)] - wide[(base_arch, p)]))
+                rows.append(_row({"norm.p": p}, metric, wide[(arch, p)] - wide[(base_arch, p)],
+                                 test))
     return pd.DataFrame(rows)
 
 
 def interaction(folds: pd.DataFrame, arch: str, base_arch: str, p: float,
-                base_p: float) -> pd.DataFrame:
+                base_p: float, test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
     """Per fold (arch: p − base_p) − (base_arch: p − base_p), for both losses: whether p's
     effect differs between the architectures (0 inside the interval: no difference shown)."""
     rows = []
@@ -124,7 +138,7 @@ def interaction(folds: pd.DataFrame, arch: str, base_arch: str, p: float,
         cells = [(arch, p), (arch, base_p), (base_arch, p), (base_arch, base_p)]
         if all(c in wide.columns for c in cells):
             a, a0, b, b0 = (wide[c] for c in cells)
-            rows.append(_row({}, metric, (a - a0) - (b - b0)))
+            rows.append(_row({}, metric, (a - a0) - (b - b0), test))
     return pd.DataFrame(rows)
 
 
@@ -137,16 +151,16 @@ def _ci(low: float, high: float, digits: int = 4) -> str:
 
 
 def markdown(folds: pd.DataFrame, reference: Arm, arch: str, p: float,
-             bench: dict | None = None) -> str:
+             bench: dict | None = None, test: ReplicateTest = PAIRED_T) -> str:
     """The comparison's summary: arms, arch − reference arch per p, the interaction, the bench."""
     base_arch, base_p = reference.arch, reference.p
     lines = [f"# {arch} against {base_arch}, paired by fold", "",
              f"Reference arm: {reference} (its best val loss on each fold is the target of "
-             f"`steps to ref`, read at the evals). Intervals: 95% Student-t over folds; p-values: "
-             f"two-sided paired t, uncorrected.", "",
+             f"`steps to ref`, read at the evals). Test: the {test.label()}, over folds; "
+             "intervals 95%, p-values two-sided, uncorrected.", "",
              "| arch | p | n | best val loss [95% CI] | final val loss [95% CI] | steps to ref "
              "(reached) | tokens/s (median) |", "|---|---|---|---|---|---|---|"]
-    for _, r in arms(folds).iterrows():
+    for _, r in arms(folds, test).iterrows():
         steps = (f"{r[f'{STEPS_TO_REF}_mean']:.0f} ({r['reached']} of {r['n']})" if r["reached"]
                  else f"– (0 of {r['n']})")
         losses = " | ".join(f"{_num(r[f'{m}_mean'])} {_ci(r[f'{m}_ci_low'], r[f'{m}_ci_high'])}"
@@ -155,16 +169,16 @@ def markdown(folds: pd.DataFrame, reference: Arm, arch: str, p: float,
                      f"{r['tokens_per_s']:.0f} |")
     names = {**LOSSES, STEPS_TO_REF: "steps to ref"}
     lines += ["", f"## {arch} − {base_arch}, per p (paired by fold)", "",
-              "| p | metric | n | Δ | 95% CI | paired t p |", "|---|---|---|---|---|---|"]
-    for _, r in between_archs(folds, arch, base_arch).iterrows():
+              "| p | metric | n | Δ | 95% CI | t p |", "|---|---|---|---|---|---|"]
+    for _, r in between_archs(folds, arch, base_arch, test).iterrows():
         digits = 0 if r["metric"] == STEPS_TO_REF else 4
         lines.append(f"| {format_p(r['norm.p'])} | {names[r['metric']]} | {r['n']} | "
                      f"{_num(r['delta'], digits, '+')} | {_ci(r['ci_low'], r['ci_high'], digits)} | "
                      f"{_num(r['t_pvalue'], 3)} |")
     lines += ["", f"## Interaction: ({arch}: p = {format_p(p)} − p = {format_p(base_p)}) − "
               f"({base_arch}: p = {format_p(p)} − p = {format_p(base_p)})", "",
-              "| metric | n | Δ of Δ | 95% CI | paired t p |", "|---|---|---|---|---|"]
-    for _, r in interaction(folds, arch, base_arch, p, base_p).iterrows():
+              "| metric | n | Δ of Δ | 95% CI | t p |", "|---|---|---|---|---|"]
+    for _, r in interaction(folds, arch, base_arch, p, base_p, test).iterrows():
         lines.append(f"| {names[r['metric']]} | {r['n']} | {_num(r['delta'], 4, '+')} | "
                      f"{_ci(r['ci_low'], r['ci_high'])} | {_num(r['t_pvalue'], 3)} |")
     if bench:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.report import baseline, plots, results
+from qknorm.report import baseline, plots, results, stats
 from qknorm.report.computed import DEFAULT_METRIC, Options, Statistics, compute  # noqa: F401
 from qknorm.report.summary import summarize
 
@@ -96,6 +96,14 @@ def load(root: Path, options: Options) -> results.Collection:
     check_columns(collection.runs, options.metric, options.by)
     options.baseline, options.baseline_note = baseline.resolve_baseline(collection.runs,
                                                                         options.baseline)
+    runs = collection.runs
+    if options.n_folds is not None:
+        known = runs["data.n_folds"].dropna()
+        if len(known) and (known != options.n_folds).any():
+            raise UserError(f"--n-folds {options.n_folds}: the runs recorded data.n_folds = "
+                            f"{', '.join(map(str, sorted(known.unique())))}; drop --n-folds")
+        runs["data.n_folds"] = pd.array([options.n_folds] * len(runs), dtype="Int64")
+    options.replicate_test = stats.replicate_test(runs, options.test, options.n_folds)
     return collection
 
 
@@ -113,15 +121,17 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
     runs = collection.runs
     figs: dict[str, object] = {
         "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
-                                     options.by),
-        "curves": plots.curves(curves),
+                                     options.by, options.replicate_test),
         "time_vs_p": plots.time_vs_p(runs, options.logx),
-        "gamma_vs_p": plots.gamma_vs_p(runs, curves, options.logx),
     }
+    if len(curves) or not collection.rebuilt:  # rebuilt without curves.csv: keep what is there
+        figs["curves"] = plots.curves(curves)
+        figs["gamma_vs_p"] = plots.gamma_vs_p(runs, curves, options.logx)
     if paired is not None and len(paired):
         figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
-                                              options.logx, options.by, baseline.continuous_p(runs))
-    if plots.logged(runs, plots.ENTROPY):
+                                              options.logx, options.by, baseline.continuous_p(runs),
+                                              options.equivalence, options.replicate_test)
+    if plots.logged(runs, plots.ENTROPY) and (len(curves) or not collection.rebuilt):
         figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
         figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
     if plots.learned_p_columns(runs):

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from qknorm.multitest import AUTO as AUTO_TEST
+from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report import readings as two_readings
 from qknorm.report import results, stats
 from qknorm.report.baseline import AUTO, continuous_p
@@ -27,7 +29,11 @@ class Options:
     # δ of the Δ table's verdict (the metric's units, nats for a loss): "level within ±δ" where
     # the paired 90% t-interval of Δ lies inside ±δ (TOST at 5%).
     equivalence: float = DEFAULT_EQUIVALENCE
-
+    # The replicate test (qknorm.multitest): auto (corrected over folds, paired over seeds),
+    # corrected or paired; n_folds: the fold layout when results.csv lacks data.n_folds.
+    test: str = AUTO_TEST
+    n_folds: int | None = None
+    replicate_test: ReplicateTest = PAIRED_T  # set by load(): the test every number uses
 
 
 @dataclass
@@ -47,15 +53,18 @@ class Statistics:
     ranking: pd.DataFrame | None  # None without curves, or with --by
     fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
     attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
+    test: ReplicateTest = PAIRED_T  # what made every interval, p-value and verdict
 
 
 def compute(collection: results.Collection, options: Options,
             curves: pd.DataFrame | None = None) -> Statistics:
-    runs, metric, by = collection.runs, options.metric, options.by
-    per_metric = {m: stats.group_summary(runs, [m], by) for m in dict.fromkeys([metric, TIME_METRIC])}
-    readings = two_readings.readings_summary(runs, by) if "best_step" in runs else None
+    runs, metric, by, test = collection.runs, options.metric, options.by, options.replicate_test
+    per_metric = {m: stats.group_summary(runs, [m], by, test)
+                  for m in dict.fromkeys([metric, TIME_METRIC])}
+    readings = two_readings.readings_summary(runs, by, test) if "best_step" in runs else None
     compared = [metric, *(two_readings.READINGS if readings is not None else ())]
-    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by, options.equivalence)
+    paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by, options.equivalence,
+                                           test)
                for m in dict.fromkeys(compared)} if options.baseline is not None else {})
     return Statistics(
         keys=stats.group_keys(runs, by), excluded=stats.excluded(runs),
@@ -65,5 +74,7 @@ def compute(collection: results.Collection, options: Options,
         readings=readings, readings_paired={m: paired[m] for m in two_readings.READINGS if m in paired},
         disagreement=two_readings.readings_disagree(readings) if readings is not None else None,
         fits=stats.fit_minima(runs, metric, by) if continuous_p(runs) else None,
-        attention=stats.attention_summary(runs, curves, by) if curves is not None else None,
+        attention=stats.attention_summary(runs, curves, by, test) if curves is not None
+        else None,
+        test=test,
     )

@@ -20,7 +20,7 @@ METRIC = "best_val_loss"
 
 def comparison(sweeps: dict[str, pd.DataFrame], baseline: float = 2.0) -> pd.DataFrame:
     """One row per p: the paper's loss and Δ vs p=2, then per sweep (label -> results.csv frame)
-    the mean best_val_loss with its 95% t-interval and the Δ vs p=2 paired by (seed, data.fold)
+    the mean best_val_loss with its 95% t-interval and the Δ vs p=2 paired by replicate (the report's test)
     with its interval and paired-t p-value."""
     ps = sorted({p for runs in sweeps.values() for p in stats.completed(runs)["norm.p"].dropna()}
                 | set(VAL_LOSS))

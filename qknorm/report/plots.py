@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
+from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.baseline import continuous_p
 from qknorm.report.canvas import (
     BEST_GID,
@@ -42,6 +43,7 @@ from qknorm.report.stats import (
     at_step0,
     completed,
     quadratic_fit,
+    replicates,
     t_interval,
     trial_means,
 )
@@ -70,17 +72,20 @@ def _lp_runs(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     return done[done["norm.kind"].isin(P_KINDS) & done["norm.p"].notna() & done[metric].notna()]
 
 
-def _group_means(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+def _group_means(runs: pd.DataFrame, metric: str, test: ReplicateTest) -> pd.DataFrame:
+    """Per p: the mean and 95% interval the report's tables print (stats.replicates and
+    stats.t_interval under `test`: one place makes both)."""
     rows = []
     for p, group in runs.groupby("norm.p", sort=True):
-        n, mean, _, low, high = t_interval(group[metric])
+        n, mean, _, low, high = t_interval(replicates(group, metric, test)[0], test)
         rows.append({"p": p, "n": n, "mean": mean, "low": low, "high": high})
     return pd.DataFrame(rows, columns=["p", "n", "mean", "low", "high"]).astype(float)  # 0 rows too
 
 
 def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
                 baseline: float | None = None, title: str | None = None,
-                by: list[str] | tuple[str, ...] = (), mark_best: bool = False) -> None:
+                by: list[str] | tuple[str, ...] = (), mark_best: bool = False,
+                test: ReplicateTest = PAIRED_T) -> None:
     """Each completed run a dot, one series (colour) per value of the `by` keys; inf at the
     right; no-p kinds as lines. A grid's p get their mean with a 95% t-band; a continuous
     search's (qknorm.report.stats.continuous_p) get one point per trial, a fit in log p and, with
@@ -91,7 +96,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     draw = _continuous_series if continuous else _grid_series
     few = []
     for name, color, group in series(runs, by):
-        if not draw(ax, axis, group, metric, name, color, mark_best):
+        if not draw(ax, axis, group, metric, name, color, mark_best, test):
             few.append(name)
     if few:  # a legend entry without a mark: the legend is placed off the data
         ax.plot([], [], " ", label=f"no fit: {'a series has' if len(few) == 1 else 'series have'}"
@@ -101,7 +106,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
         if len(base):
             ax.axhline(float(base.mean()), color="0.35", ls="--", lw=1, zorder=2,
                        label=f"p={format_p(baseline)} mean (baseline)")
-    _other_kinds(ax, df, metric)
+    _other_kinds(ax, df, metric, test)
     axis.apply(ax)
     ax.set_ylabel(metric_label(metric))
     ax.grid(True, alpha=0.3, lw=0.6)
@@ -110,7 +115,8 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
 
 
 def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
-                 color: str | None, mark_best: bool = False) -> bool:
+                 color: str | None, mark_best: bool = False,
+                 test: ReplicateTest = PAIRED_T) -> bool:
     """The runs of one series on a grid: dots, mean ± 95% t-interval per p, a band between
     (the means show the best p; mark_best is for the continuous figure)."""
     prefix = f"{name}: " if name else ""
@@ -119,7 +125,7 @@ def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: s
                alpha=0.65, edgecolors="none", zorder=5, gid=RUN_GID,
                label=f"{prefix}one run ({len(runs)} completed)")
     color = color or MEAN_COLOR
-    means = _group_means(runs, metric)
+    means = _group_means(runs, metric, test)
     fin = means[np.isfinite(means["p"])]
     if (means["n"] > 1).any():  # mean and its interval at every p, inf included
         xm = np.array([axis.x(p) for p in means["p"]])
@@ -128,7 +134,7 @@ def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: s
         # the title says at which p there is one (loss_vs_p).
         ax.errorbar(xm, means["mean"], yerr=np.nan_to_num(yerr), fmt="D", ms=7, mfc="none",
                     mew=1.4, color=color, capsize=4, lw=1.2, zorder=4,
-                    label=f"{prefix}mean ± 95% t-interval")
+                    label=f"{prefix}mean ± 95% interval ({test.short()})")
     if len(fin) > 1:
         ax.plot(fin["p"], fin["mean"], color=color, lw=1.6, zorder=4)
         band = fin.dropna(subset=["low"])
@@ -143,7 +149,8 @@ def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: s
 
 
 def _continuous_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
-                       color: str | None, mark_best: bool = False) -> bool:
+                       color: str | None, mark_best: bool = False,
+                       test: ReplicateTest = PAIRED_T) -> bool:
     """One series of a continuous search: runs as faint dots, each trial a point (a line spans
     its runs), the quadratic fit in log p with its 95% band, the best trial a star. False when
     there were too few trials for the fit."""
@@ -178,11 +185,11 @@ def _continuous_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, n
     return fitted
 
 
-def _other_kinds(ax: Axes, df: pd.DataFrame, metric: str) -> None:
+def _other_kinds(ax: Axes, df: pd.DataFrame, metric: str, test: ReplicateTest) -> None:
     done = completed(df)
     others = done[~done["norm.kind"].isin(P_KINDS) & done[metric].notna()]
     for kind, group in others.groupby("norm.kind", sort=True):
-        n, mean, _, low, high = t_interval(group[metric])
+        n, mean, _, low, high = t_interval(replicates(group, metric, test)[0], test)
         color = OTHER_KIND_COLORS.get(kind, "0.5")
         ax.axhline(mean, color=color, lw=1.4, ls="-.", zorder=2,
                    label=f"norm={kind} mean (no p, n={n})")
@@ -191,7 +198,8 @@ def _other_kinds(ax: Axes, df: pd.DataFrame, metric: str) -> None:
 
 
 def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float | None = 2.0,
-              logx: bool = False, by: list[str] | tuple[str, ...] = ()) -> Figure:
+              logx: bool = False, by: list[str] | tuple[str, ...] = (),
+              test: ReplicateTest = PAIRED_T) -> Figure:
     fig, (ax,) = new_figure()
     runs = _lp_runs(df, metric)
     if continuous_p(df):
@@ -201,11 +209,12 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
         low, high = (int(per_p.min()), int(per_p.max())) if len(per_p) else (0, 0)
         n = f"n={low} per p" if low == high else f"n={low}–{high} per p"
         what = ("each completed run a dot, no interval with one run per p" if high <= 1 else
-                "each completed run a dot, mean ± 95% t-interval" if low > 1 else
-                "each completed run a dot, mean ± 95% t-interval where p has 2+ runs")
+                "each completed run a dot, mean ± 95% interval" if low > 1 else
+                "each completed run a dot, mean ± 95% interval where p has 2+ runs")
         what = f"{what} ({n})"
-    metric_vs_p(ax, df, metric, logx, baseline, title=f"{metric} vs p: {what}", by=by,
-                mark_best=True)
+    intervals = not continuous_p(df) and len(runs) and runs.groupby("norm.p").size().max() > 1
+    title = f"{metric} vs p: {what}" + (f"\n({test.short()})" if intervals else "")
+    metric_vs_p(ax, df, metric, logx, baseline, title=title, by=by, mark_best=True, test=test)
     legend(fig, ax, by)
     return fig
 

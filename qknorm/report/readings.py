@@ -8,16 +8,18 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
+from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.stats import completed, group_keys, group_summary
 
 READINGS = ("best_val_loss", "val_loss")
 
 
-def readings_summary(df: pd.DataFrame, by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+def readings_summary(df: pd.DataFrame, by: list[str] | tuple[str, ...] = (),
+                     test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
     """Per group of completed runs: both readings' n, mean, std and 95% t-interval, the median
     step of the best eval (`best_step`, qknorm.report.results.add_best_step) and the fraction of runs
     whose best eval was their last (`best_at_end`: still improving when training stopped)."""
-    summary = group_summary(df, list(READINGS), by)
+    summary = group_summary(df, list(READINGS), by, test)
     done = completed(df)
     keys = group_keys(df, by)
     ends = done.assign(best_at_end=(done["best_step"] >= done["steps"]).astype(float))

@@ -29,7 +29,8 @@ from qknorm.report.paxis import format_p
 log = logging.getLogger(__name__)
 
 INCOMPLETE = rundir.INCOMPLETE  # no final.json yet: killed, or still running
-ALWAYS = ["norm.kind", "norm.p", "seed", "data.fold"]  # in every table, varying or not
+# In every table, varying or not; data.n_folds is the fold layout the replicate test needs.
+ALWAYS = ["norm.kind", "norm.p", "seed", "data.fold", "data.n_folds"]
 # final.json fields in results.csv's order. seed and fold are the config's seed and data.fold
 # (one name per idea); final.json's `p` is the model's p at the end, which differs from norm.p
 # only when it is learned, so it is `p_final` here.
@@ -62,6 +63,7 @@ class Collection:
     configs: list[dict[str, Any]] = field(default_factory=list)  # flattened, in `runs`' order
     # (study_name, storage) -> the loaded optuna.Study, or None when it could not be opened
     studies: dict[tuple[str, str], Any] = field(default_factory=dict)
+    rebuilt: bool = False  # read back from a results.csv (read_results), not from run dirs
 
 
 def to_float(value: Any) -> float:
@@ -166,9 +168,17 @@ def run_dirs_under(root: Path) -> list[Path]:
     return run_dirs
 
 
+RESULTS_CSV, CURVES_CSV_NAME = "results.csv", "curves.csv"
+INT_FIELDS = ("steps", "n_params", "diverged_step", "threads", "seed", "data.fold", "data.n_folds")
+
+
 def collect(root: Path | str) -> Collection:
-    """All runs under root as a DataFrame in results.csv's column order. UserError if none."""
+    """All runs under root as a DataFrame in results.csv's column order. UserError if none.
+    A directory with no run dir but a results.csv (a shared sweep, or a committed one whose run
+    dirs are gone) is read back from it: `read_results`."""
     root = Path(root)
+    if root.is_dir() and (root / RESULTS_CSV).is_file() and not find_run_dirs(root):
+        return read_results(root)
     run_dirs = run_dirs_under(root)
     configs = [read_config(d) or {} for d in run_dirs]
     rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
@@ -185,11 +195,7 @@ def collect(root: Path | str) -> Collection:
     diagnostics = DIAGNOSTICS + layer_columns(rows)
     columns = varying + ALWAYS + FINAL_FIELDS + diagnostics + TAIL
     df = pd.DataFrame(rows).reindex(columns=columns)
-    df["trial"] = df["trial"].astype("Int64")
-    for key in ("steps", "n_params", "diverged_step", "threads", "seed", "data.fold"):
-        df[key] = pd.to_numeric(df[key], errors="coerce").astype("Int64")
-    for key in [*FLOAT_FIELDS, *diagnostics]:
-        df[key] = pd.to_numeric(df[key], errors="coerce").astype(float)
+    _types(df, diagnostics)
     df["duplicate_of"] = _duplicate_of(df, configs)
     collection.runs = df
     unreadable = sum(1 for c in configs if not c)
@@ -197,6 +203,45 @@ def collect(root: Path | str) -> Collection:
         collection.warnings.append(f"{unreadable} run dir(s) without a readable .hydra/config.yaml "
                                    "(job starting, or its config was removed): listed as incomplete")
     return collection
+
+
+def _types(df: pd.DataFrame, diagnostics: list[str]) -> None:
+    """results.csv's column types, in place, whether read from run dirs or from the csv."""
+    df["trial"] = df["trial"].astype("Int64")
+    for key in INT_FIELDS:
+        df[key] = pd.to_numeric(df[key], errors="coerce").astype("Int64")
+    for key in [*FLOAT_FIELDS, *diagnostics]:
+        df[key] = pd.to_numeric(df[key], errors="coerce").astype(float)
+
+
+READ_BACK = ["norm.kind", "norm.p", "seed", "data.fold", "status", "run_dir"]
+
+
+def read_results(root: Path) -> Collection:
+    """The runs as a report's results.csv recorded them, for a report rebuilt without its run
+    dirs (how a collaborator re-analyses a shared sweep): every column kept, the typed ones
+    typed as `collect` types them, columns a newer qknorm writes added empty (an old
+    results.csv has no data.n_folds: --n-folds gives it). No study is opened: trial and
+    trial_state stay as recorded."""
+    path = root / RESULTS_CSV
+    try:
+        df = pd.read_csv(path, dtype={"run_dir": str, "duplicate_of": str, "error": str})
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} cannot be read ({e}); pass a results.csv written by "
+                        "scripts/report.py, or a directory of run dirs") from None
+    missing = [k for k in READ_BACK if k not in df.columns]
+    if missing:
+        raise UserError(f"{path} has no {', '.join(missing)} column(s); pass a results.csv "
+                        "written by scripts/report.py, or a directory of run dirs")
+    for key in [*ALWAYS, *FINAL_FIELDS, *DIAGNOSTICS, *TAIL]:
+        if key not in df.columns:
+            df[key] = None
+    diagnostics = [c for c in df.columns if is_diagnostic(c)]
+    _types(df, diagnostics)
+    df["duplicate_of"] = df["duplicate_of"].astype(object).where(df["duplicate_of"].notna(), None)
+    note = (f"rebuilt from {RESULTS_CSV} (no run dir under this directory): the runs as "
+            "recorded there; studies were not opened")
+    return Collection(root, df, warnings=[note], rebuilt=True)
 
 
 def _duplicate_of(df: pd.DataFrame, configs: list[dict[str, Any]]) -> list[str | None]:
@@ -296,6 +341,13 @@ CURVES_CSV = ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
 def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     """One row per (run, eval): run_dir, norm.kind, norm.p, status and metrics.jsonl's keys."""
     root = Path(root)
+    saved = root / CURVES_CSV_NAME
+    if saved.is_file() and not any((root / d / ".hydra").is_dir() for d in runs["run_dir"]):
+        # A report rebuilt from results.csv: the evals as its curves.csv kept them.
+        curves = pd.read_csv(saved, dtype={"run_dir": str}).reindex(columns=["run_dir",
+                                                                               *CURVE_KEYS])
+        keys = runs[["run_dir", "norm.kind", "norm.p", "status"]]
+        return curves.merge(keys, on="run_dir", how="left")
     frames = []
     for run in runs[runs["duplicate_of"].isna()].itertuples(index=False):  # a repeat: once
         rows = rundir.read_metrics(root / run.run_dir)

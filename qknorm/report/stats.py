@@ -3,7 +3,10 @@
 Everything here takes the runs DataFrame of qknorm.report.results and keeps only `completed` runs:
 diverged, pruned, failed and incomplete runs are counted by `excluded` and never averaged.
 Groups are the values of norm.p (plus norm.kind when several kinds were run, plus any key the
-user names); pairs are runs with the same (seed, data.fold), so a delta compares like with like.
+user names). Every interval and test is the replicate test of qknorm.multitest, chosen by
+`replicate_test`: over folds of one corpus the corrected resampled t, its replicates the folds
+(the seeds of a fold averaged first); over seeds on one split the plain paired t, its replicates
+the (seed, data.fold) pairs. A delta pairs runs with the same replicate, like with like.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from scipy import stats
 
 from qknorm import multitest
 from qknorm.config import P_KINDS
-from qknorm.multitest import holm
+from qknorm.errors import UserError
+from qknorm.multitest import AUTO as AUTO_TEST
+from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest, holm
 
 # Re-exported: callers reach the run p, the baseline and p's labels as stats.<name>; they live
 # in qknorm.report.baseline and qknorm.report.paxis.
@@ -32,7 +37,8 @@ from qknorm.report.paxis import p_labels as p_labels
 from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
 
 CONFIDENCE = 0.95
-PAIR_KEYS = ["seed", "data.fold"]
+PAIR_KEYS = ["seed", "data.fold"]  # a replicate under the plain paired t
+FOLD_KEYS = ["data.fold"]  # a replicate under the corrected t: a fold, its seeds averaged
 # The equivalence verdict: TOST at 5%, i.e. the paired 90% t-interval inside ±δ.
 TOST_ALPHA = 0.05
 WORSE, BETTER, LEVEL, UNDECIDED = "worse", "better", "level within ±δ", "undecided"
@@ -58,8 +64,42 @@ def group_keys(df: pd.DataFrame, by: list[str] | tuple[str, ...] = ()) -> list[s
     return kinds + ["norm.p"] + [k for k in by if k not in ("norm.p", "norm.kind")]
 
 
-def t_interval(values) -> tuple[int, float, float, float, float]:
-    """(n, mean, std, low, high): sample std (ddof=1) and the 95% Student-t interval of the mean.
+def replicate_test(runs: pd.DataFrame, option: str = AUTO_TEST,
+                   n_folds: int | None = None) -> ReplicateTest:
+    """The test the report's intervals and comparisons use (multitest.choose): `option` auto is
+    the corrected t where the completed runs span several folds, the paired t where they share
+    one (seeds). The fold layout is results.csv's data.n_folds, or `n_folds` (--n-folds) for a
+    results.csv written before that column. UserError, one line, when it cannot be known."""
+    done = completed(runs)
+    folds_vary = done["data.fold"].nunique() > 1
+    if n_folds is None and "data.n_folds" in done.columns:
+        layouts = sorted(done["data.n_folds"].dropna().unique())
+        if len(layouts) > 1:
+            raise UserError(f"the runs use several fold layouts (data.n_folds = "
+                            f"{', '.join(str(int(k)) for k in layouts)}); report one layout at "
+                            "a time, or pass --test paired")
+        n_folds = int(layouts[0]) if layouts else None
+    try:
+        return multitest.choose(option, folds_vary, n_folds, "--test")
+    except ValueError as e:
+        hint = (" with --n-folds K (results.csv predates its data.n_folds column)"
+                if "not known" in str(e) else "")
+        raise UserError(f"{e}{hint}") from None
+
+
+def replicates(group: pd.DataFrame, metric: str, test: ReplicateTest = PAIRED_T
+               ) -> tuple[pd.Series, int]:
+    """A group's metric by replicate: by data.fold under the corrected test (the seeds of a fold
+    averaged: folds are what the correction knows), by (seed, data.fold) under the paired one.
+    Also the number of runs folded into another replicate's mean (said in notes)."""
+    keys = FOLD_KEYS if test.name == CORRECTED else PAIR_KEYS
+    rows = group.dropna(subset=[metric])
+    return rows.groupby(keys)[metric].mean(), int(rows.duplicated(keys).sum())
+
+
+def t_interval(values, test: ReplicateTest = PAIRED_T) -> tuple[int, float, float, float, float]:
+    """(n, mean, std, low, high): sample std (ddof=1) and the 95% t-interval of the mean of the
+    replicate values under `test` (multitest: variance factor 1/n, or 1/n + n_test/n_train).
 
     std and the interval are NaN for n < 2: one run says nothing about spread.
     """
@@ -70,21 +110,21 @@ def t_interval(values) -> tuple[int, float, float, float, float]:
     mean = float(x.mean())
     if n < 2:
         return 1, mean, math.nan, math.nan, math.nan
-    std = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * std / math.sqrt(n)
-    return n, mean, std, mean - half, mean + half
+    low, high = test.interval(x.tolist(), CONFIDENCE)
+    return n, mean, float(x.std(ddof=1)), low, high
 
 
-def group_summary(df: pd.DataFrame, metrics: list[str], by: list[str] | tuple[str, ...] = ()
-                  ) -> pd.DataFrame:
-    """One row per group of completed runs: n, then mean, std, ci_low, ci_high per metric."""
+def group_summary(df: pd.DataFrame, metrics: list[str], by: list[str] | tuple[str, ...] = (),
+                  test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
+    """One row per group of completed runs: n (runs), then per metric the mean, std and 95%
+    interval (ci_low, ci_high) over its replicates under `test` (`replicates`)."""
     done = completed(df)
     keys = group_keys(df, by)
     rows = []
     for values, group in done.groupby(keys, dropna=False, sort=True):
         row = dict(zip(keys, values if isinstance(values, tuple) else (values,)))
         for metric in metrics:
-            n, mean, std, low, high = t_interval(group[metric].dropna())
+            n, mean, std, low, high = t_interval(replicates(group, metric, test)[0], test)
             row["n"] = len(group)
             row.update({f"{metric}_mean": mean, f"{metric}_std": std,
                         f"{metric}_ci_low": low, f"{metric}_ci_high": high})
@@ -116,18 +156,18 @@ class PairedTest:
     tost_high: float = math.nan
 
 
-def tost_interval(d) -> tuple[float, float]:
-    """The paired 90% t-interval of mean(d) (multitest.tost_interval at TOST_ALPHA): inside ±δ
-    is TOST's equivalence. NaN for fewer than 2 differences."""
+def tost_interval(d, test: ReplicateTest = PAIRED_T) -> tuple[float, float]:
+    """The 90% t-interval of mean(d) under `test` (multitest.tost_interval at TOST_ALPHA):
+    inside ±δ is TOST's equivalence. NaN for fewer than 2 differences."""
     d = [float(x) for x in d]
-    return multitest.tost_interval(d, TOST_ALPHA) if len(d) >= 2 else (math.nan, math.nan)
+    return multitest.tost_interval(d, TOST_ALPHA, test) if len(d) >= 2 else (math.nan, math.nan)
 
 
 def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: float) -> str:
     """One comparison's answer (lower is better): LEVEL where its 90% interval lies inside ±δ
     (TOST at 5%, not corrected over the table's comparisons; first, as in a race: a difference
     surely smaller than δ is one the user called negligible, significant or not), else WORSE or
-    BETTER where its Holm-adjusted paired-t p < 0.05 (the delta table's family), else
+    BETTER where its Holm-adjusted t p < 0.05 (the delta table's family), else
     UNDECIDED."""
     if multitest.within(low, high, equivalence):
         return LEVEL
@@ -148,15 +188,17 @@ def cohens_dz(d) -> float:
     return float(d.mean() / d.std(ddof=1))
 
 
-def paired_test(x, base) -> PairedTest:
-    """Delta x - base over pairs: mean, 95% t-interval, paired-t and Wilcoxon p-values, d_z.
+def paired_test(x, base, test: ReplicateTest = PAIRED_T) -> PairedTest:
+    """Delta x - base over pairs: mean, 95% interval and two-sided p of `test` (multitest: the
+    corrected t over folds, the paired t over seeds), the Wilcoxon signed-rank p (which, like
+    the plain t, treats the pairs as independent: over folds it is optimistic), d_z.
 
     Too few pairs is said in `note`, never an exception: 1 pair gives no test; with k non-zero
     differences the smallest two-sided Wilcoxon p-value is 2/2^k, so k < 6 cannot reach 0.05.
     """
     x, base = np.asarray(x, dtype=float), np.asarray(base, dtype=float)
     d = x - base
-    n, mean, _, low, high = t_interval(d)
+    n, mean, _, low, high = t_interval(d, test)
     t_p = w_p = math.nan
     notes = []
     with warnings.catch_warnings():
@@ -167,7 +209,7 @@ def paired_test(x, base) -> PairedTest:
             if multitest.no_spread(d):
                 notes.append("all differences equal: no t-test")
             else:
-                t_p = float(stats.ttest_rel(x, base).pvalue)
+                t_p = test.p_two_sided(d.tolist())
             nonzero = int(np.count_nonzero(d))
             if nonzero == 0:
                 notes.append("all differences are zero: no Wilcoxon test")
@@ -177,20 +219,15 @@ def paired_test(x, base) -> PairedTest:
                     notes.append(f"{nonzero} non-zero pairs: Wilcoxon cannot go below "
                                  f"p={2.0 / 2**nonzero:.3g}")
     return PairedTest(n, mean, low, high, t_p, w_p, "; ".join(notes), cohens_dz(d),
-                      *tost_interval(d))
-
-
-def _pair_table(group: pd.DataFrame, metric: str) -> tuple[pd.Series, int]:
-    """metric indexed by (seed, data.fold); runs that share a pair key are averaged (counted)."""
-    rows = group.dropna(subset=[metric])
-    dupes = int(rows.duplicated(PAIR_KEYS).sum())
-    return rows.groupby(PAIR_KEYS)[metric].mean(), dupes
+                      *tost_interval(d, test))
 
 
 def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
                        by: list[str] | tuple[str, ...] = (),
-                       equivalence: float | None = None) -> pd.DataFrame:
-    """Delta (group - baseline p) of metric per group, paired by (seed, data.fold).
+                       equivalence: float | None = None,
+                       test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
+    """Delta (group - baseline p) of metric per group, paired by replicate (`replicates`: the
+    fold under the corrected test, (seed, data.fold) under the paired one), tested by `test`.
 
     holm_pvalue corrects t_pvalue over the family of every row of this table (one metric, all
     groups, --by values included): the comparisons the table's reader scans for a difference.
@@ -209,18 +246,19 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
         base = done[is_base]
         for k in extra:  # compare within the same value of every other named key
             base = base[base[k] == row[k]]
-        x, dx = _pair_table(group, metric)
-        b, db = _pair_table(base, metric)
+        x, dx = replicates(group, metric, test)
+        b, db = replicates(base, metric, test)
         common = x.index.intersection(b.index)
-        test = paired_test(x[common].to_numpy(), b[common].to_numpy())
-        notes = [test.note] if test.note else []
+        result = paired_test(x[common].to_numpy(), b[common].to_numpy(), test)
+        notes = [result.note] if result.note else []
         if dx or db:
-            notes.append(f"{dx + db} run(s) share a (seed, data.fold) with another: averaged")
-        row.update({"n_pairs": test.n, "delta_mean": test.mean, "delta_ci_low": test.ci_low,
-                    "delta_ci_high": test.ci_high, "t_pvalue": test.t_pvalue,
-                    "wilcoxon_pvalue": test.wilcoxon_pvalue, "d_z": test.d_z,
-                    "note": "; ".join(notes), "tost_low": test.tost_low,
-                    "tost_high": test.tost_high})
+            shared = "data.fold" if test.name == CORRECTED else "(seed, data.fold)"
+            notes.append(f"{dx + db} run(s) share a {shared} with another: averaged")
+        row.update({"n_pairs": result.n, "delta_mean": result.mean,
+                    "delta_ci_low": result.ci_low, "delta_ci_high": result.ci_high,
+                    "t_pvalue": result.t_pvalue, "wilcoxon_pvalue": result.wilcoxon_pvalue,
+                    "d_z": result.d_z, "note": "; ".join(notes), "tost_low": result.tost_low,
+                    "tost_high": result.tost_high})
         rows.append(row)
     columns = keys + ["n_pairs", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue",
                       "holm_pvalue", "wilcoxon_pvalue", "d_z", "note"]
@@ -245,7 +283,8 @@ def at_step0(runs: pd.DataFrame, curves: pd.DataFrame, columns: list[str]) -> pd
 
 
 def attention_summary(runs: pd.DataFrame, curves: pd.DataFrame,
-                      by: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+                      by: list[str] | tuple[str, ...] = (),
+                      test: ReplicateTest = PAIRED_T) -> pd.DataFrame:
     """Per group of completed runs (the groups of group_summary on all runs, so the keys are
     the report's): each ATTENTION diagnostic's mean at step 0 (the untrained model, from the
     curves) and at the last eval (final.json), and gamma at the last eval. Groups where no run
@@ -255,7 +294,7 @@ def attention_summary(runs: pd.DataFrame, curves: pd.DataFrame,
     start = at_step0(runs, curves, list(ATTENTION))
     frame = runs.assign(**{f"{name}_step0": start[name] for name in ATTENTION})
     metrics = [f"{name}_step0" for name in ATTENTION] + [*ATTENTION, "gamma"]
-    table = group_summary(frame, metrics, by)
+    table = group_summary(frame, metrics, by, test)
     return table[table[f"{ATTENTION[0]}_mean"].notna()].reset_index(drop=True)
 
 

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from qknorm import rundir
+from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
 from qknorm.report import paxis, results, stats
 from qknorm.report import readings as two_readings
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
@@ -68,16 +69,16 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
             "-" if pd.isna(r["d_z"]) else f"{r['d_z']:.2f}", r["note"] or ""]
             + ([f"[{_num(r['tost_low'])}, {_num(r['tost_high'])}]", r["verdict"]]
                if verdicts else []))
-    return markdown_table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "paired t p",
+    return markdown_table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "t p",
                           "Holm p", "Wilcoxon p", "d_z", "note"]
                           + (["90% t-interval of Δ", "verdict"] if verdicts else []), rows)
 
 
 def _verdict_sentence(equivalence: float) -> str:
     """What the verdict column says and at which levels, in one sentence."""
-    return (f"Verdict (lower is better): `level within ±δ` where the paired 90% t-interval "
-            f"of Δ lies inside ±δ, δ = {equivalence:g} (`--equivalence`, default "
-            f"{DEFAULT_EQUIVALENCE:g} nats; the metric's units): TOST, two one-sided paired "
+    return (f"Verdict (lower is better): `level within ±δ` where the 90% t-interval of Δ "
+            f"(the test above) lies inside ±δ, δ = {equivalence:g} (`--equivalence`, default "
+            f"{DEFAULT_EQUIVALENCE:g} nats; the metric's units): TOST, two one-sided "
             "t-tests at 5% each, per comparison, not corrected over the table, and first: a "
             "difference surely smaller than δ is level even where the Holm p below 0.05 shows "
             "it; else `worse` / `better` where Holm p < 0.05 (the family above); else "
@@ -93,7 +94,7 @@ def _holm_sentence(paired: pd.DataFrame, baseline: str) -> str:
     untested = len(paired) - m
     left_out = f" ({untested} without a t-test left out)" if untested else ""
     return (f"Holm p: Holm–Bonferroni step-down over the {m} comparison(s) against p={baseline} "
-            f"in this table{left_out}, on the paired-t p-values; it controls the family-wise "
+            f"in this table{left_out}, on the t-test's p-values; it controls the family-wise "
             "error rate: calling a difference wherever Holm p < α makes any false call with "
             "probability at most α, whatever the dependence between the tests (they share the "
             "baseline's runs). d_z = mean Δ / sd(Δ) (sd with ddof=1): Cohen's paired effect "
@@ -106,7 +107,8 @@ def summarize(collection: results.Collection, options: Options,
     by section."""
     s = computed or compute(collection, options, curves)
     runs, metric = collection.runs, options.metric
-    out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), ""]
+    out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), "",
+           test_line(s.test, runs), ""]
     out += _folded_note(s.folded)
     if s.fits is not None:
         out += ["The p values come from a continuous search: loss_vs_p draws each trial as a "
@@ -122,7 +124,8 @@ def summarize(collection: results.Collection, options: Options,
     if options.baseline_note:
         out += [options.baseline_note, ""]
     if s.paired is not None:
-        out += _delta_section(s.paired, s.keys, metric, options.baseline, options.equivalence)
+        out += _delta_section(s.paired, s.keys, metric, options.baseline, options.equivalence,
+                              s.test)
     if s.readings is not None and len(s.readings):
         out += _readings_section(s, metric, options.baseline)
     if s.ranking is not None and len(s.ranking):
@@ -163,15 +166,28 @@ def _folded_note(folded: pd.Series) -> list[str]:
             "replicate; results.csv's duplicate_of names the run each repeats.", ""]
 
 
+def test_line(test: ReplicateTest, runs: pd.DataFrame) -> str:
+    """Which test made every interval, p-value and verdict below, and over what."""
+    if test.name == CORRECTED:
+        seeds = stats.completed(runs)["seed"].nunique() > 1
+        return (f"Test: the {test.label()}, over folds (a replicate is a data.fold"
+                f"{', its seeds averaged first' if seeds else ''}); `--test paired` for the "
+                "plain paired t.")
+    return ("Test: the paired t (replicates independent: a replicate is a (seed, data.fold) "
+            "pair); `--test corrected` where they are folds of one corpus.")
+
+
 def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
-                   baseline: float, equivalence: float | None = None) -> list[str]:
+                   baseline: float, equivalence: float | None = None,
+                   test: ReplicateTest = PAIRED_T) -> list[str]:
     b = paxis.format_p(baseline)
     said = ([_verdict_sentence(equivalence), ""]
             if equivalence is not None and "verdict" in paired.columns else [])
-    return [f"## Δ {metric} vs p={b} (group − baseline), paired by (seed, data.fold)", "",
-            "Negative Δ: lower than the baseline. p-values: paired t-test "
-            "(scipy.stats.ttest_rel) and Wilcoxon signed-rank (scipy.stats.wilcoxon), "
-            "two-sided.", "",
+    by = "data.fold" if test.name == CORRECTED else "(seed, data.fold)"
+    return [f"## Δ {metric} vs p={b} (group − baseline), paired by {by}", "",
+            f"Negative Δ: lower than the baseline. p-values, two-sided: the {test.short()} (the "
+            "test above) and the Wilcoxon signed-rank (scipy.stats.wilcoxon; it treats the "
+            "pairs as independent).", "",
             *([_holm_sentence(paired, b), "", *said, _delta_table(paired, keys)] if len(paired)
               else ["no completed group to compare with the baseline"]), ""]
 
@@ -204,8 +220,8 @@ def _readings_section(s: Statistics, metric: str, baseline: float | None) -> lis
                    f"Δ final vs p={paxis.format_p(baseline)} [95%]"]
     return ["## Final and best val loss side by side", "",
             "best = the lowest val loss of the run's evals, reached at `best step`; final = the "
-            "val loss at the last step. Δ: group − baseline, paired by (seed, data.fold), "
-            f"95% t-interval. `--metric` picks the reading that ranks (here: {metric}).", "",
+            "val loss at the last step. Δ: group − baseline, paired by replicate, 95% "
+            f"interval of the test above. `--metric` picks the reading that ranks (here: {metric}).", "",
             markdown_table(header, rows), "", _disagreement_line(s), ""]
 
 

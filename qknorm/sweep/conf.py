@@ -42,6 +42,9 @@ class RaceConf:
     # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it
     # (TOST at alpha); the race ends once no comparison is open. null: off.
     equivalence: Optional[float] = None
+    # The test of a look (qknorm/multitest.py): auto (corrected resampled t over data.fold,
+    # whose folds share training text; the plain paired t over seeds), corrected or paired.
+    test: str = "auto"
 
 
 @dataclass

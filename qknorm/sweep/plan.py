@@ -4,6 +4,7 @@ UserError that names the value and the fix; nothing is asked, launched or writte
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from qknorm.config import rungs_problem
 from qknorm.errors import UserError
+from qknorm.multitest import choose
 from qknorm.sweep import slurm
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.conf import race_conf
@@ -156,6 +158,9 @@ class Planner:
         self._check_keys(space, base, replicates)
         if race is not None and race.rungs:
             self._check_rungs(race, space, base, combinations[0])
+        if race is not None:
+            race = dataclasses.replace(race, test=self._race_test(race_settings.test, replicates,
+                                                                  base, combinations[0]))
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
@@ -232,6 +237,29 @@ class Planner:
             problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
             if problem:
                 raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
+
+    def _race_test(self, option: str, replicates: dict[str, list[Any]], base: list[str],
+                   combo: list[str]):
+        """The looks' test (multitest.choose): corrected over data.fold with the fold layout's
+        n_test/n_train (the job's data.n_folds), paired over seeds. A race over folds and
+        seeds at once has no one test (seeds within a fold are not independent of each other
+        the way folds are): race over one of them."""
+        folds = "data.fold" in replicates and len(set(map(str, replicates["data.fold"]))) > 1
+        others = [k for k, v in replicates.items() if k != "data.fold" and len(v) > 1]
+        where = "hydra.sweeper.race.test"
+        if folds and others and option != "paired":
+            raise UserError(f"{where}={option}: the race's replicates vary data.fold and "
+                            f"{', '.join(others)}; race over data.fold alone (the corrected test "
+                            "over folds), or set race.test=paired to treat every combination "
+                            "as independent")
+        n_folds = None
+        if folds and option != "paired":
+            cfg = self._compose([*base, *combo], where, "the race's jobs need data.n_folds")
+            n_folds = OmegaConf.select(cfg, "data.n_folds")
+        try:
+            return choose(option, folds, n_folds if isinstance(n_folds, int) else None, where)
+        except ValueError as e:
+            raise UserError(str(e)) from None
 
     def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
         for value in values:

@@ -103,7 +103,7 @@ def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> raci
                                     and stopped_block(current[c]) is None)}
     return racing.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
                          race.alpha, race.baseline, _budget_spent(race, current.values()),
-                         race.equivalence)
+                         race.equivalence, race.test)
 
 
 def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
@@ -328,12 +328,12 @@ class RaceSchedule:
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]
         low, high = sorted((plan.race.sign * test.low, plan.race.sign * test.high))
-        log.info("trial %d [%s] level with the leader %s after %s: Δ %.4g, its %g%% paired "
-                 "t-interval [%.4g, %.4g] inside ±%g on %d paired replicates (TOST at "
-                 "alpha=%g)", trial.number, plan.race.labels[c], plan.race.labels[look.leader],
-                 plan.race.blocks[look.n - 1], plan.race.sign * test.delta,
-                 100 * (1 - 2 * plan.race.alpha), low, high, plan.race.equivalence, look.n,
-                 plan.race.alpha)
+        log.info("trial %d [%s] level with the leader %s after %s: Δ %.4g, its %g%% "
+                 "interval [%.4g, %.4g] inside ±%g on %d paired replicates (TOST at "
+                 "alpha=%g, %s)", trial.number, plan.race.labels[c],
+                 plan.race.labels[look.leader], plan.race.blocks[look.n - 1],
+                 plan.race.sign * test.delta, 100 * (1 - 2 * plan.race.alpha), low, high,
+                 plan.race.equivalence, look.n, plan.race.alpha, plan.race.test.short())
 
     def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       look: racing.Look) -> None:
@@ -341,8 +341,8 @@ class RaceSchedule:
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]
         log.info("trial %d [%s] dropped after %s: worse than the leader %s by %.4g on %d "
-                 "paired replicates (one-sided paired t, Holm-adjusted p=%.3g <= alpha=%g)",
+                 "paired replicates (one-sided %s, Holm-adjusted p=%.3g <= alpha=%g)",
                  trial.number, plan.race.labels[c], plan.race.blocks[look.n - 1],
                  plan.race.labels[look.leader], plan.race.sign * test.delta, look.n,
-                 test.p_adjusted, plan.race.alpha)
+                 plan.race.test.short(), test.p_adjusted, plan.race.alpha)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from qknorm.config import rungs_problem
 from qknorm.errors import UserError
+from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep.conf import RaceConf
 from qknorm.sweep.space import SearchSpace, format_value
 
@@ -32,6 +33,9 @@ class RaceSpec:
     # Each rung's own margin (rungs given as a mapping step -> margin), in rung order; ():
     # `margin` at every rung. Margins that are all equal are stored as `margin`: the same race.
     margins: tuple[float, ...] = ()
+    # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
+    # it from the replicate keys and the fold layout, hydra.sweeper.race.test overrides).
+    test: ReplicateTest = PAIRED_T
 
     def margin_at(self, step: int) -> float:
         return dict(zip(self.rungs, self.margins))[step] if self.margins else self.margin
@@ -50,7 +54,10 @@ class RaceSpec:
                 "rungs": list(self.rungs) or None,
                 "margin": (list(self.margins) if self.margins else self.margin if self.rungs
                            else None),
-                "budget_steps": self.budget_steps, "equivalence": self.equivalence}
+                "budget_steps": self.budget_steps, "equivalence": self.equivalence,
+                # paired as None: how a study raced before the test was chosen reads
+                "test": None if self.test == PAIRED_T else self.test.name,
+                "ratio": None if self.test == PAIRED_T else self.test.ratio}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline

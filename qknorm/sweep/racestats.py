@@ -3,10 +3,12 @@
 A race runs every candidate (a grid point of a sweep) on the first `min_replicates` blocks (a
 block is one replicate combination, e.g. data.fold=0), then looks: the leader is the candidate
 with the lowest mean over the blocks every candidate still in the race has run, every other one
-is tested against it with a one-sided paired t-test (H1: its mean paired difference to the
-leader is above 0), Holm's step-down adjusts those p-values over the candidates tested at that
-look, and each with an adjusted p <= alpha is dropped (the baseline never is). The others run
-one more block and the race looks again, until one candidate is left or the blocks run out.
+is tested against it with a one-sided t-test of its paired differences (H1: their mean is
+above 0; the replicate test of qknorm.multitest: over folds the corrected resampled t, whose
+variance knows folds share training text; over seeds the plain paired t), Holm's step-down
+adjusts those p-values over the candidates tested at that look, and each with an adjusted
+p <= alpha is dropped (the baseline never is). The others run one more block and the race looks
+again, until one candidate is left or the blocks run out.
 
 With an equivalence margin δ (race.equivalence, in the objective's units; None: off), a look
 also takes out every candidate (not the leader, not the baseline, not dropped) whose paired
@@ -44,7 +46,7 @@ import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from qknorm.multitest import holm, no_spread, tost_interval, within
+from qknorm.multitest import PAIRED_T, ReplicateTest, holm, no_spread, tost_interval, within
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR
 
 DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
@@ -94,17 +96,13 @@ class Race:
         return {c: lk for lk in self.looks for c in lk.level}
 
 
-def paired_t_greater(d: Sequence[float]) -> float:
-    """p-value of the one-sided paired t-test of H1: mean(d) > 0 (n >= 2 differences)."""
-    n, mean = len(d), statistics.fmean(d)
+def paired_t_greater(d: Sequence[float], test: ReplicateTest = PAIRED_T) -> float:
+    """p-value of the one-sided t-test of H1: mean(d) > 0 (n >= 2 differences) under `test`
+    (multitest: corrected over folds, plain paired over seeds)."""
     if no_spread(d):
         # No spread (rounding noise is not variance): a sure sign, or a tie that never drops.
-        return 0.0 if mean > 1e-12 * max(1.0, abs(min(d))) else 1.0
-    # scipy.special, not scipy.stats: the sweeper imports this, and scipy.stats takes seconds.
-    from scipy.special import stdtr  # Student t CDF
-
-    t = mean / (statistics.stdev(d) / math.sqrt(n))
-    return float(stdtr(n - 1, -t))
+        return 0.0 if statistics.fmean(d) > 1e-12 * max(1.0, abs(min(d))) else 1.0
+    return test.p_greater(d)
 
 
 def is_level(test: Test, equivalence: float | None) -> bool:
@@ -113,18 +111,20 @@ def is_level(test: Test, equivalence: float | None) -> bool:
 
 
 def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
-         baseline: Hashable | None = None, equivalence: float | None = None) -> Look:
+         baseline: Hashable | None = None, equivalence: float | None = None,
+         test: ReplicateTest = PAIRED_T) -> Look:
     """One look over candidates that all ran the same blocks (equal-length lists, in block
     order). The leader is the lowest mean (the first one listed on a tie). With `equivalence`
     (δ), every test carries its (1 - 2 alpha) interval, candidates inside ±δ leave as level
-    (before any drop), and `decided` says no comparison is left open."""
+    (before any drop), and `decided` says no comparison is left open. `test`: the replicate
+    test of both (multitest.ReplicateTest: corrected over folds)."""
     means = {c: statistics.fmean(v) for c, v in values.items()}
     leader = min(means, key=means.__getitem__)
     others = [c for c in values if c != leader]
     diffs = {c: [x - y for x, y in zip(values[c], values[leader], strict=True)] for c in others}
-    raw = [paired_t_greater(diffs[c]) for c in others]
+    raw = [paired_t_greater(diffs[c], test) for c in others]
     tests = {c: Test(statistics.fmean(diffs[c]), p, q,
-                     *(tost_interval(diffs[c], alpha) if equivalence is not None else ()))
+                     *(tost_interval(diffs[c], alpha, test) if equivalence is not None else ()))
              for c, p, q in zip(others, raw, holm(raw), strict=True)}
     # The baseline stays to the end so every candidate can be paired with it on its folds.
     level = tuple(c for c in others if c != baseline and is_level(tests[c], equivalence))
@@ -141,7 +141,7 @@ def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
 def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int, float]],
            live: set[Hashable], n_blocks: int, min_blocks: int, alpha: float,
            baseline: Hashable | None = None, budget_spent: bool = False,
-           equivalence: float | None = None) -> Race:
+           equivalence: float | None = None, test: ReplicateTest = PAIRED_T) -> Race:
     """The race so far, from each candidate's values by block index (lower is better).
 
     `live`: candidates that can still run blocks (running, or not started yet). A candidate that
@@ -166,7 +166,7 @@ def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int
         if len(race.alive) < 2:
             break
         lk = look({c: [values[c][b] for b in range(n)] for c in race.alive}, alpha, baseline,
-                  equivalence)
+                  equivalence, test)
         race.looks.append(lk)
         race.alive = [c for c in race.alive if c not in lk.dropped and c not in lk.level]
         if len(race.alive) < 2 or lk.decided:
