@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from qknorm.report import paper, results
 
@@ -35,6 +37,11 @@ def test_comparison_puts_paper_and_sweep_side_by_side(results_dir):
     # paired by fold: p=4 - p=2 over folds 0,1,2 = -0.2, -0.1, 0.0; inf over 0,1,3 = .5, .3, .2
     assert table.loc[4.0, "here:delta_mean"] == pytest.approx(-0.1)
     assert table.loc[math.inf, "here:delta_mean"] == pytest.approx(1 / 3)
+    # folds 0..3 of a 10-fold layout: the corrected t, variance × (1/3 + 1/9); 0.02 is no δ here
+    d = [-0.2, -0.1, 0.0]
+    half = sps.t.ppf(0.975, 2) * statistics.stdev(d) * math.sqrt(1 / 3 + 1 / 9)
+    assert table.loc[4.0, "here:delta_ci_low"] == pytest.approx(-0.1 - half)
+    assert table.loc[4.0, "here:verdict"] == "undecided"
     assert math.isnan(table.loc[3.0, "here:best_val_loss_mean"])  # p=3 was not run
 
 
@@ -45,7 +52,7 @@ def test_paper_table_cli_prints_markdown_and_rejects_bad_input(cli, results_dir)
     assert lines[0].startswith("| p | paper | paper Δ | a: mean [95% CI] (n)")
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| 2", "| 2.5", "| 3", "| 3.5", "| 4",
                                                           "| inf"]
-    assert lines[3] == "| 2.5 | 1.3735 | -0.0316 | - [-, -] (-) | - [-, -] | - |"  # not run here
+    assert lines[3] == "| 2.5 | 1.3735 | -0.0316 | - [-, -] (-) | - [-, -] | - | - |"  # not run
     row4 = next(line for line in lines if line.startswith("| 4 |"))
     assert row4.startswith("| 4 | 1.3575 | -0.0476 | 1.1000 [")
     assert "| -0.1000 [" in row4

@@ -159,9 +159,10 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
             files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
         plots.close(fig)
     summary = summarize(collection, options, curves, computed)
-    files = {"results.csv": collection.runs.to_csv(index=False).encode(),
-             "curves.csv": curves[results.CURVES_CSV].to_csv(index=False).encode(),
-             "summary.md": summary.encode(), **files}
+    tables = {"results.csv": collection.runs.to_csv(index=False).encode()}
+    if len(curves) or not collection.rebuilt:  # rebuilt without curves: none to write
+        tables["curves.csv"] = curves[results.CURVES_CSV].to_csv(index=False).encode()
+    files = {**tables, "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)
 
 

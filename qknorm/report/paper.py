@@ -16,22 +16,26 @@ from qknorm.report.summary import markdown_table
 
 VAL_LOSS = {2.0: 1.40506, 2.5: 1.373479, 3.0: 1.364543, 3.5: 1.361630, 4.0: 1.357461}
 METRIC = "best_val_loss"
+EQUIVALENCE = 0.02  # the report's default δ
 
 
 def comparison(sweeps: dict[str, pd.DataFrame], baseline: float = 2.0) -> pd.DataFrame:
     """One row per p: the paper's loss and Δ vs p=2, then per sweep (label -> results.csv frame)
-    the mean best_val_loss with its 95% t-interval and the Δ vs p=2 paired by replicate (the report's test)
-    with its interval and paired-t p-value."""
+    the mean best_val_loss with its 95% interval and the Δ vs p=2 paired by replicate with its
+    interval, Holm p and verdict at δ = 0.02, all under the report's replicate test
+    (stats.replicate_test: the corrected t over folds)."""
     ps = sorted({p for runs in sweeps.values() for p in stats.completed(runs)["norm.p"].dropna()}
                 | set(VAL_LOSS))
     table = pd.DataFrame({"norm.p": ps})
     table["paper"] = [VAL_LOSS.get(p, math.nan) for p in ps]
     table["paper_delta"] = table["paper"] - VAL_LOSS[baseline]
     for label, runs in sweeps.items():
-        summary = stats.group_summary(runs, [METRIC])[
+        test = stats.replicate_test(runs)
+        summary = stats.group_summary(runs, [METRIC], test=test)[
             ["norm.p", "n", f"{METRIC}_mean", f"{METRIC}_ci_low", f"{METRIC}_ci_high"]]
-        paired = stats.paired_vs_baseline(runs, METRIC, baseline)[
-            ["norm.p", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue"]]
+        paired = stats.paired_vs_baseline(runs, METRIC, baseline, equivalence=EQUIVALENCE,
+                                          test=test)[
+            ["norm.p", "delta_mean", "delta_ci_low", "delta_ci_high", "holm_pvalue", "verdict"]]
         both = summary.merge(paired, on="norm.p", how="left")
         both.loc[both["norm.p"] == baseline, "delta_mean"] = 0.0
         both = both.rename(columns={c: f"{label}:{c}" for c in both.columns if c != "norm.p"})
@@ -46,7 +50,8 @@ def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
 
     header = ["p", "paper", "paper Δ"]
     for label in labels:
-        header += [f"{label}: mean [95% CI] (n)", f"{label}: Δ vs p=2 [95% CI]", "paired t p"]
+        header += [f"{label}: mean [95% CI] (n)", f"{label}: Δ vs p=2 [95% CI]", "Holm p",
+                   "verdict"]
     rows = []
     for _, r in table.iterrows():
         cells = [paxis.format_p(r["norm.p"]), num(r["paper"]), num(r["paper_delta"], True)]
@@ -57,6 +62,7 @@ def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
                          f"{num(c[f'{METRIC}_ci_high'])}] ({n})")
             cells.append(f"{num(c['delta_mean'], True)} [{num(c['delta_ci_low'], True)}, "
                          f"{num(c['delta_ci_high'], True)}]")
-            cells.append("-" if pd.isna(c["t_pvalue"]) else f"{c['t_pvalue']:.3g}")
+            cells.append("-" if pd.isna(c["holm_pvalue"]) else f"{c['holm_pvalue']:.3g}")
+            cells.append("-" if pd.isna(c["verdict"]) else c["verdict"])
         rows.append(cells)
     return markdown_table(header, rows)
