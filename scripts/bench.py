@@ -6,6 +6,8 @@
         --compile --no-micro --no-eval --no-overhead --out docs/bench_step_cpu.json   # issue 13
     python scripts/bench.py --model cpu --threads 1 --arch gpt,angpt --norms l2,lp_p4 \
         --dtypes float32 --no-micro --no-eval --no-overhead --out docs/bench_angpt_cpu.json
+    python scripts/bench.py --report docs/results/paper_cpu/qknorm docs/results/paper_cpu/calibrated \
+        --out docs/bench_report_cpu.json    # the report per replicate test (issue 34)
 
 Writes one JSON file (see qknorm/bench/steps.py and overhead.py for what each number means) and
 prints a short table.
@@ -51,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--no-eval", action="store_true",
                     help="skip timing an eval against its attention diagnostics")
     ap.add_argument("--overhead-repeats", type=int, default=3)
+    ap.add_argument("--report", nargs="+", type=Path, metavar="DIR", default=None,
+                    help="time only the report of each results DIR, paired vs corrected test "
+                    "(qknorm/bench/report.py)")
     ap.add_argument("--out", default="outputs/bench.json", help="JSON file to write")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. train.batch_size=24")
     args = ap.parse_args(argv)
@@ -76,6 +81,8 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     import torch
 
+    if args.report:
+        return bench_reports(args, argv)
     variant_list = bench.variants(args.norms.split(","), args.dtypes.split(","),
                                   [False, True] if args.compile else [False],
                                   args.attention.split(","), args.arch.split(","))
@@ -102,6 +109,32 @@ def main(argv: list[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     rundir.atomic_write_text(out, json.dumps(result, indent=1) + "\n")
     _print_table(result)
+    print(f"wrote {out}")
+    return 0
+
+
+def bench_reports(args: argparse.Namespace, argv: list[str]) -> int:
+    from qknorm.bench.report import bench_report
+
+    for d in args.report:
+        if not d.is_dir():
+            raise _cli.UserError(f"--report {d}: no such results dir; pass a report's DIR")
+    import torch
+
+    result = {"command": "python scripts/bench.py " + shlex.join(argv),
+              "environment": bench.environment(torch.get_num_threads()),
+              "report": [bench_report(d, rounds=args.rounds) for d in args.report]}
+    result["environment"]["load_avg_1m_end"] = os.getloadavg()[0]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rundir.atomic_write_text(out, json.dumps(result, indent=1) + "\n")
+    for r in result["report"]:
+        for part in ("statistics", "report"):
+            t = r[part]
+            print(f"{r['dir']} {part}: paired {t['paired_s']['median']:.3f} s, corrected "
+                  f"{t['corrected_s']['median']:.3f} s, corrected / paired "
+                  f"{t['corrected / paired']['median']:.3f} (IQR "
+                  f"{t['corrected / paired']['q1']:.3f}-{t['corrected / paired']['q3']:.3f})")
     print(f"wrote {out}")
     return 0
 
