@@ -1,4 +1,5 @@
-"""Attention diagnostics: how sharp each layer's attention is, measured at every eval.
+"""Attention and output-logit diagnostics: how sharp each layer's attention is and how large the
+logits grow, measured at every eval.
 
 What the norm's p and gamma change is the softmax's temperature and shape; these numbers measure
 that directly instead of arguing it from E||x||_p. Per layer, over the rows t >= 1 of the causal
@@ -8,8 +9,17 @@ attention (row 0 attends to itself alone, so it says nothing), on fixed eval bat
   - attn_max_weight: the row's largest weight;
   - logit_std: the standard deviation of the row's logits over its keys j <= t (softmax ignores a
     row's shift, so the spread within a row is its temperature);
+  - attn_logit_max: the largest |logit| of any row, head and batch (a maximum, not a mean):
+    the attention-logit growth Wortsman et al. 2023 (arXiv 2309.14322) find behind high-lr
+    divergence, the logit as the norm defines it (gamma q_hat.k_hat for l2/lp, q.k/sqrt(d) for
+    none and rms);
 and, for the Lp norms, gamma per layer and a learned p per head. Keys end in `_l{layer}`; the
-keys without it are the layer means.
+keys without it are the layer means, except attn_logit_max: the largest over layers.
+
+The output logits (every position of the same batches, the head's logits before the softmax):
+out_logit_mean (their mean), out_logit_max (their largest |logit|) and out_z (the mean over
+positions of log Z = logsumexp over the vocabulary, what z-loss keeps near 0): the output-logit
+divergence is the other high-lr failure Wortsman et al. describe.
 
 The numbers come from an extra no-grad forward of the eager model (forward hooks read the
 normalized q and k), outside the training step: the step's time is unchanged.
@@ -25,7 +35,11 @@ import torch
 
 from qknorm.model import LanguageModel
 
-STATS = ("attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std")
+STATS = ("attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std", "attn_logit_max")
+OUTPUT_STATS = ("out_logit_mean", "out_logit_max", "out_z")
+# Reduced by their maximum, over rows, batches and layers: the largest logit is the reading (a
+# mean would hide the one row whose softmax collapsed). Every other statistic is a mean.
+MAXIMA = ("attn_logit_max", "out_logit_max")
 
 
 def row_stats(logits: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -47,53 +61,82 @@ def row_stats(logits: torch.Tensor) -> dict[str, torch.Tensor]:
         "attn_entropy_frac": entropy[..., rows] / keys[rows].log(),
         "attn_max_weight": weights.amax(-1)[..., rows],
         "logit_std": var[..., rows].sqrt(),
+        "attn_logit_max": inside.abs().amax(-1)[..., rows],  # the 0s above the diagonal: |x| >= 0
     }
 
 
-class _LayerRecorder:
-    """A forward hook on one layer's q/k norm: sums each statistic over the rows it sees."""
+def output_stats(logits: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-position statistics of output logits (..., V) -> each (...): the mean logit, the
+    largest |logit| and z = logsumexp over the vocabulary (log of the softmax's normalizer)."""
+    logits = logits.float()
+    return {"out_logit_mean": logits.mean(-1), "out_logit_max": logits.abs().amax(-1),
+            "out_z": logits.logsumexp(-1)}
+
+
+class _Reduction:
+    """Running reductions of per-row (or per-position) statistics over the batches: the mean of
+    each, the maximum of MAXIMA. Kept on the device: one read-back, in values()."""
+
+    def __init__(self):
+        self.totals: dict[str, torch.Tensor] = {}
+        self.count = 0
+
+    def add(self, stats: dict[str, torch.Tensor]) -> None:
+        for name, values in stats.items():
+            values = values.double()
+            if name in MAXIMA:
+                top = values.amax()
+                self.totals[name] = torch.maximum(self.totals[name], top) if name in self.totals else top
+            else:
+                self.totals[name] = self.totals.get(name, 0.0) + values.sum()
+        self.count += next(iter(stats.values())).numel()
+
+    def values(self) -> dict[str, float]:
+        return {name: float(total) if name in MAXIMA else float(total) / self.count
+                for name, total in self.totals.items()}
+
+
+class _LayerRecorder(_Reduction):
+    """A forward hook on one layer's q/k norm: reduces each statistic over the rows it sees."""
 
     def __init__(self, module: torch.nn.Module, head_dim: int):
-        self.sums: dict[str, torch.Tensor | float] = dict.fromkeys(STATS, 0.0)
-        self.rows = 0
+        super().__init__()
         # The scale SDPA applies: the norm's own (1 for Lp, gamma folded into q) or 1/sqrt(d).
         self.scale = module.scale if module.scale is not None else head_dim ** -0.5
         self.handle = module.register_forward_hook(self)
 
     def __call__(self, module, inputs, output) -> None:
         q, k = (t.float() for t in output)
-        stats = row_stats(self.scale * q @ k.transpose(-2, -1))
-        for name, values in stats.items():  # summed on the device: one read-back, in means()
-            self.sums[name] = self.sums[name] + values.double().sum()
-        self.rows += stats["attn_entropy"].numel()
-
-    def means(self) -> dict[str, float]:
-        return {name: float(total) / self.rows for name, total in self.sums.items()}
+        self.add(row_stats(self.scale * q @ k.transpose(-2, -1)))
 
 
 @torch.no_grad()
 def attention_diagnostics(model: LanguageModel, batches: Iterable, autocast: AbstractContextManager
                           ) -> dict[str, float]:
-    """The diagnostics of `model` (eager, not compiled: hooks) on `batches` of (x, y)."""
+    """The diagnostics of `model` (eager, not compiled: hooks) on `batches` of (x, y): the
+    attention's per layer and over layers, the output logits', the norm's read-outs."""
     blocks = model.transformer.h
     head_dim = blocks[0].attn.n_embd // blocks[0].attn.n_head
     recorders = [_LayerRecorder(block.attn.qk_norm, head_dim) for block in blocks]
+    outputs = _Reduction()
     was_training = model.training
     model.eval()
     try:
-        for x, _ in batches:
+        for x, y in batches:
             with autocast:
-                model(x)  # targets=None still runs every layer's attention
+                logits, _ = model(x, y)  # with targets: the logits of every position
+            outputs.add(output_stats(logits))
     finally:
         for r in recorders:
             r.handle.remove()
         model.train(was_training)
     out: dict[str, float] = {}
-    per_layer = [r.means() for r in recorders]
+    per_layer = [r.values() for r in recorders]
     for name in STATS:
         values = [layer[name] for layer in per_layer]
-        out[name] = sum(values) / len(values)
+        out[name] = max(values) if name in MAXIMA else sum(values) / len(values)
         out.update({f"{name}_l{i}": v for i, v in enumerate(values)})
+    out.update(outputs.values())
     out.update(readouts(model))
     return out
 

@@ -167,3 +167,62 @@ def add_repeats(root: Path, kind: str, ps: list[float], folds: list[int], loss: 
             write_curve(run, loss + fold / 100, math.nan, math.nan)
             rundir.write_final(run, final("completed", loss + fold / 100, 9.0, math.nan, 0,
                                           fold, gamma=None))
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep over the learning rate (issue 36): norms none, p=2 and p=4 x lr 1e-3, 1e-2, 1e-1 x
+# seeds 0, 1, 2 on fold 9. Each run's curve starts at its ℓ₀ (step 0) and ends at its final
+# val loss; none at lr 0.1 seed 0 ends above ℓ₀ (counted at ℓ₀), seed 1 diverged (counted at
+# ℓ₀ though its final.json keeps its last finite loss), and p=4 at lr 0.1 seed 2 failed (no
+# final val loss: that replicate misses an lr, its sensitivity is left out).
+
+LR_GRID = [1e-3, 1e-2, 1e-1]
+LR_SEEDS = [0, 1, 2]
+LR_GROUPS = {"none": ("none", math.nan), "p=2": ("lp", 2.0), "p=4": ("lp", 4.0)}
+LR_L0 = {"none": [4.20, 4.25, 4.30], "p=2": [4.10, 4.15, 4.20], "p=4": [4.00, 4.05, 4.10]}
+LR_FINAL = {  # group -> lr -> final val loss per seed; None: diverged or failed (below)
+    "none": {1e-3: [2.60, 2.62, 2.64], 1e-2: [2.30, 2.31, 2.35], 1e-1: [4.50, None, 3.00]},
+    "p=2": {1e-3: [2.50, 2.52, 2.50], 1e-2: [2.20, 2.25, 2.21], 1e-1: [2.40, 2.45, 2.50]},
+    "p=4": {1e-3: [2.70, 2.70, 2.72], 1e-2: [2.40, 2.41, 2.42], 1e-1: [2.50, 2.55, None]},
+}
+LR_BEST_GAP = 0.1  # best_val_loss = final - 0.1 (none at 0.1 seed 0: best 2.9, then it rose)
+LR_DIVERGED = ("none", 1e-1, 1)
+LR_FAILED = ("p=4", 1e-1, 2)
+
+
+def lr_logit(group: str, lr: float, step: int) -> float:
+    """The largest attention logit at an eval: grows with lr and step, fastest without a norm."""
+    return 5.0 + (100.0 if group == "none" else 10.0) * lr * step / 20
+
+
+def make_lr_sweep(root: Path) -> Path:
+    """27 job dirs, group-major then lr then seed; returns root."""
+    job = 0
+    for group, (kind, p) in LR_GROUPS.items():
+        for lr in LR_GRID:
+            for seed in LR_SEEDS:
+                run = root / str(job)
+                write_config(run, config(2.0 if math.isnan(p) else p, 9, kind=kind, seed=seed,
+                                         lr=lr))
+                l0, last = LR_L0[group][seed], LR_FINAL[group][lr][seed]
+                end = 20 if last is not None else 10
+                for step in range(0, end + 1, 10):
+                    val = l0 if step == 0 else (last if step == 20 else 3.1)
+                    rundir.append_metrics(run, {
+                        "step": step, "train_loss": val, "val_loss": val, "lr": lr,
+                        "elapsed_s": step / 10, "tokens_per_s": 1000.0, "gamma_mean": None,
+                        "p_mean": None, "attn_logit_max": lr_logit(group, lr, step)})
+                logit = {"attn_logit_max": lr_logit(group, lr, end)}
+                if (group, lr, seed) == LR_DIVERGED:
+                    rundir.write_final(run, final("diverged", 3.1, 5.0, p, seed, 9, val_loss=3.1,
+                                                  best_val_loss=3.0, diverged_step=15,
+                                                  error="loss became nan at step 15", **logit))
+                elif (group, lr, seed) == LR_FAILED:
+                    rundir.write_final(run, final("failed", 3.1, 5.0, p, seed, 9, val_loss=3.1,
+                                                  error="RuntimeError: disk full", **logit))
+                else:
+                    best = 2.9 if last > l0 else last - LR_BEST_GAP
+                    rundir.write_final(run, final("completed", best, 9.0, p, seed, 9,
+                                                  val_loss=last, **logit))
+                job += 1
+    return root

@@ -1,4 +1,5 @@
-"""Attention diagnostics and the log-parametrized gamma: values against hand computation."""
+"""Attention and output-logit diagnostics and the log-parametrized gamma: values against hand
+computation."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from qknorm.config import ModelConfig, NormConfig
-from qknorm.diagnostics import STATS, attention_diagnostics, row_stats
+from qknorm.diagnostics import MAXIMA, STATS, attention_diagnostics, output_stats, row_stats
 from qknorm.model import GPT
 
 LN2 = math.log(2)
@@ -29,6 +30,26 @@ def test_row_stats_equal_hand_computed_values():
     # population std of (0, 0, ln 2): sqrt(2/9) ln 2
     torch.testing.assert_close(s["logit_std"],
                                torch.tensor([0.0, math.sqrt(2 / 9) * LN2], dtype=torch.float64))
+    torch.testing.assert_close(s["attn_logit_max"], torch.tensor([0.0, LN2], dtype=torch.float64))
+
+
+def test_largest_logit_is_the_largest_magnitude_below_the_diagonal_of_rows_t_ge_1():
+    # -7 is the largest |logit| a softmax sees; 99 above the diagonal and row 0's 50 (one key,
+    # nothing to collapse) are not counted
+    logits = torch.tensor([[50.0, 99.0, 99.0],
+                           [1.0, -2.0, 99.0],
+                           [-7.0, 3.0, 6.5]], dtype=torch.float64)
+    assert row_stats(logits)["attn_logit_max"].tolist() == [2.0, 7.0]
+
+
+def test_output_stats_equal_hand_computed_values():
+    # position 0: four equal logits, Z = 4; position 1: (ln 4, 0, 0, -ln 4), Z = 4 + 1 + 1 + 1/4
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0],
+                           [math.log(4), 0.0, 0.0, -math.log(4)]], dtype=torch.float64)
+    s = output_stats(logits)
+    torch.testing.assert_close(s["out_z"], torch.tensor([math.log(4), math.log(6.25)]))
+    torch.testing.assert_close(s["out_logit_mean"], torch.tensor([0.0, 0.0]))
+    torch.testing.assert_close(s["out_logit_max"], torch.tensor([0.0, math.log(4)]))
 
 
 def _model(norm: NormConfig, n_layer: int = 2, T: int = 8) -> GPT:
@@ -68,8 +89,55 @@ def test_diagnostics_read_the_logits_the_attention_uses():
         q, k = (t.view(2, 8, 2, 8).transpose(1, 2) for t in (q, k))
         want = row_stats(q @ k.transpose(-2, -1) / math.sqrt(8))
     for name in STATS:
-        assert d[f"{name}_l0"] == pytest.approx(want[name].mean().item(), rel=1e-5)
+        reduce = torch.amax if name in MAXIMA else torch.mean
+        assert d[f"{name}_l0"] == pytest.approx(reduce(want[name]).item(), rel=1e-5)
     assert "gamma_l0" not in d  # no gamma without an Lp norm
+
+
+@pytest.mark.parametrize("norm, largest", [
+    # q = c v, k = -c v in every position (v = ones(8); layer 0: c = 1, layer 1: c = 2), so
+    # every logit of a layer is one number, its magnitude:
+    (NormConfig(kind="none"), lambda c: c * c * 8 / math.sqrt(8)),  # |q.k| / sqrt(d)
+    (NormConfig(kind="l2", gamma_init=3.0), lambda c: 3.0),  # gamma * |q_hat.k_hat| = gamma
+    # ||v||_2^2 / ||v||_4^2 = 8 / sqrt(8): a unit-L4 pair's dot product is sqrt(d)
+    (NormConfig(kind="lp", p=4.0, gamma_init=3.0), lambda c: 3.0 * math.sqrt(8)),
+    # RMSNorm makes c v the vector of ones (weight 1): |q.k| / sqrt(d) = d / sqrt(d)
+    (NormConfig(kind="rms"), lambda c: 8 / math.sqrt(8)),
+], ids=["none", "l2", "lp4", "rms"])
+def test_largest_attention_logit_of_a_hand_built_attention(norm, largest):
+    """q and k set through c_attn's bias (weights zeroed): the logits are known by hand, as
+    each norm defines them; the layer key is each layer's, the plain key the largest of them."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True), norm, 65)
+    for c, block in zip((1.0, 2.0), model.transformer.h):
+        with torch.no_grad():
+            block.attn.c_attn.weight[:32].zero_()
+            block.attn.c_attn.bias[:16].fill_(c)  # q
+            block.attn.c_attn.bias[16:32].fill_(-c)  # k: every logit negative
+    x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(5))
+    d = attention_diagnostics(model, [(x, x)], nullcontext())
+    assert d["attn_logit_max_l0"] == pytest.approx(largest(1.0), rel=1e-5)
+    assert d["attn_logit_max_l1"] == pytest.approx(largest(2.0), rel=1e-5)
+    assert d["attn_logit_max"] == pytest.approx(max(largest(1.0), largest(2.0)), rel=1e-5)
+
+
+def test_output_logit_diagnostics_read_every_position():
+    """A zero head (tied to the embedding) gives logits 0: z = ln 65 exactly. A trained-looking
+    model's numbers equal output_stats over all positions of its own logits, not the last."""
+    model = _model(NormConfig(kind="l2"))
+    x = torch.randint(65, (3, 8), generator=torch.Generator().manual_seed(6))
+    d = attention_diagnostics(model, [(x, x), (x.flip(0), x)], nullcontext())
+    with torch.no_grad():
+        logits = torch.cat([model(x, x)[0], model(x.flip(0), x)[0]])
+    assert d["out_z"] == pytest.approx(logits.logsumexp(-1).mean().item(), rel=1e-6)
+    assert d["out_logit_mean"] == pytest.approx(logits.mean().item(), rel=1e-5, abs=1e-7)
+    assert d["out_logit_max"] == pytest.approx(logits.abs().max().item(), rel=1e-6)
+    assert d["out_z"] != pytest.approx(logits[:, -1].logsumexp(-1).mean().item(), rel=1e-6)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    d = attention_diagnostics(model, [(x, x)], nullcontext())
+    assert (d["out_z"], d["out_logit_mean"], d["out_logit_max"]) == (pytest.approx(math.log(65)),
+                                                                     0.0, 0.0)
 
 
 def test_learned_p_is_read_out_per_layer_and_head():

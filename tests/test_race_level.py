@@ -289,7 +289,9 @@ def test_the_status_line_counts_a_level_candidate_as_decided():
     assert [r["answer"] for r in e.rows] == ["racing", "level", "racing"]
     assert _race_line(e) == ("race: 1 of 3 candidates decided (1 level), 2 racing; ran 6 of 9 "
                              "runs (67% of the grid), 180 training steps (67%), 0.005 core-h "
-                             "(67% of the grid's estimate)")
+                             "(67% of the grid's estimate); looks by the paired t")
+    folds = race.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
+    assert _race_line(folds).endswith("; looks by the corrected t, n_test/n_train = 1/4")
 
 
 def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):

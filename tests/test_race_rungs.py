@@ -310,6 +310,10 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
             "none; stopped at a rung, more than the margin behind the best run of its replicate "
             "(a rule, not a test): norm.p=inf; in the race at its end: norm.p=1.0, norm.p=2.0 "
             "(lowest mean: norm.p=2.0).") in lines
+    # A race over folds records its test (issue 34); the section names it
+    folds = race.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
+    assert any("(one-sided corrected t, n_test/n_train = 1/4, Holm): none;" in ln
+               for ln in race_section(folds, "r"))
     assert any(ln.startswith("Compute: 8 of the full grid's 9 runs (89%; 1 of them stopped at a "
                              "rung, counted with their partial steps), 220 of ≈270 training "
                              "steps (81%), 25 of ≈36 core-seconds (69%;") for ln in lines)

@@ -213,7 +213,8 @@ def test_a_race_shows_its_decisions_its_share_of_the_grid_and_a_bounded_eta(tmp_
         "ETA ≤ 3m20s (2 runs left at most x 1m40s per run so far)",
         "best: none yet",
         "race: 1 of 3 candidates decided (1 dropped), 2 racing; ran 6 of 9 runs (67% of the "
-        "grid), 180 training steps (67%), 0.005 core-h (67% of the grid's estimate)",
+        "grid), 180 training steps (67%), 0.005 core-h (67% of the grid's estimate); looks by "
+        "the paired t",
     ]
 
 

@@ -74,7 +74,8 @@ def assert_events_mirror_run_dir(run_dir: Path) -> None:
     rows, final = rundir.read_metrics(run_dir), rundir.read_final(run_dir)
     got = scalars(run_dir)
     keys = [k for k in rows[0] if k != "step"]
-    assert {"attn_entropy", "logit_std_l0", "val_loss"} <= set(keys)  # diagnostics included
+    # diagnostics included, the largest logits and z (issue 36) too
+    assert {"attn_entropy", "logit_std_l0", "attn_logit_max_l0", "out_z", "val_loss"} <= set(keys)
     for key in keys:
         want = [(r["step"], np.float32(number(r[key]))) for r in rows]
         assert len(got[key]) == len(want), key

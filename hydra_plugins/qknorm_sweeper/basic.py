@@ -1,8 +1,8 @@
 """Hydra's basic grid sweeper (`-m a=1,2 b=x,y`), minus repeated runs.
 
-Stored under Hydra's own name, `hydra/sweeper=basic`, so every `-m` grid and every preset that
-sweeps with `hydra.sweeper.params` gets it without a config change (Hydra's module is imported
-first, below, so this entry is the one that stays). It launches the same cartesian product as
+Stored as `hydra/sweeper=qknorm_basic`, qknorm's default (conf/config.yaml), so every `-m` grid
+of qknorm gets it; never under Hydra's own name `basic`: a plugin must not change `-m` for the
+other Hydra apps of an environment it is installed in. It launches the same cartesian product as
 Hydra's BasicSweeper, except a job whose effective config (qknorm.effective.effective_config: the
 keys its norm kind uses) an earlier job of the sweep already has: `-m norm=none,lp norm.p=2,4`
 runs norm=none once, not once per p, because norm=none never reads norm.p. Skipped jobs are
@@ -23,8 +23,8 @@ class DedupBasicSweeperConf(BasicSweeperConf):  # the same keys: max_batch_size,
     _target_: str = "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper"
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="basic", node=DedupBasicSweeperConf,
-                             provider="qknorm_sweeper")
+ConfigStore.instance().store(group="hydra/sweeper", name="qknorm_basic",
+                             node=DedupBasicSweeperConf, provider="qknorm_sweeper")
 
 
 class DedupBasicSweeper(BasicSweeper):

@@ -5,13 +5,17 @@
   baseline   the run p (a grid or a continuous search) and the baseline p they are compared with
   stats      numbers only: intervals, paired tests, fits
   readings   best and final val loss side by side, and whether they order p alike
+  lrsens     the learning-rate reading: LR sensitivity per norm, max stable lr (a sweep over lr)
   plots      figures against p, and the face every figure is reached through
   canvas     what every figure shares: canvas, labels, colours, gids, --by series, legend
   stepplots  figures over training steps
   deltaplot  the paired Δ vs the baseline, per p
+  lrplots    the loss against lr and the largest attention logit near the top lr
   studyplots Optuna's own plots of a study
   computed   Options and Statistics: every number, computed once
+  tables     how summary.md writes a number, a p-value, a table
   summary    summary.md's sections
+  lrsection  its learning-rate section
   build      checks, load, figures, build_report, write_report
   paper      the paper's table beside ours
   archcompare  two architectures on the same folds: arms, paired Δ, interaction

@@ -17,7 +17,7 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.report import baseline, plots, results, stats
+from qknorm.report import baseline, lrsens, plots, results, stats
 from qknorm.report.computed import DEFAULT_METRIC, Options, Statistics, compute  # noqa: F401
 from qknorm.report.summary import summarize
 
@@ -115,27 +115,35 @@ def _safe(name: str) -> str:
 
 
 def figures(collection: results.Collection, options: Options, curves: pd.DataFrame,
-            paired: pd.DataFrame | None = None) -> dict[str, object]:
-    """Every figure; `paired` (compute's table vs the baseline) adds delta_vs_p. The entropy
-    figures need runs that logged attention diagnostics: older runs report without them."""
+            paired: pd.DataFrame | None = None,
+            lr: lrsens.LRSensitivity | None = None) -> dict[str, object]:
+    """Every figure; `paired` (compute's table vs the baseline) adds delta_vs_p, `lr` (its
+    learning-rate reading) lr_sensitivity and attn_logit_curves. The entropy and logit figures
+    need runs that logged diagnostics: older runs report without them."""
     runs = collection.runs
     figs: dict[str, object] = {
         "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
                                      options.by, options.replicate_test),
-        "time_vs_p": plots.time_vs_p(runs, options.logx),
+        "time_vs_p": plots.time_vs_p(runs, options.logx, options.replicate_test),
     }
     if len(curves) or not collection.rebuilt:  # rebuilt without curves.csv: keep what is there
         figs["curves"] = plots.curves(curves)
-        figs["gamma_vs_p"] = plots.gamma_vs_p(runs, curves, options.logx)
+        figs["gamma_vs_p"] = plots.gamma_vs_p(runs, curves, options.logx, options.replicate_test)
     if paired is not None and len(paired):
         figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
                                               options.logx, options.by, baseline.continuous_p(runs),
                                               options.equivalence, options.replicate_test)
     if plots.logged(runs, plots.ENTROPY) and (len(curves) or not collection.rebuilt):
-        figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by)
+        figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by,
+                                                  options.replicate_test)
         figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
     if plots.learned_p_columns(runs):
         figs["learned_p"] = plots.learned_p(runs)
+    if lr is not None:
+        figs["lr_sensitivity"] = plots.lr_sensitivity(lr)
+        logits = plots.attn_logit_curves(lr, curves)
+        if logits is not None:
+            figs["attn_logit_curves"] = logits
     for (name, _), study in collection.studies.items():
         if study is None:
             continue  # results.collect noted why
@@ -154,7 +162,8 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
     collection.runs = results.add_best_step(collection.runs, curves)
     computed = compute(collection, options, curves)  # once, for the figures and summary.md
     files: dict[str, bytes] = {}
-    for name, fig in figures(collection, options, curves, computed.paired).items():
+    for name, fig in figures(collection, options, curves, computed.paired,
+                             computed.lr).items():
         for fmt in options.formats:
             files[f"report/{name}.{fmt}"] = plots.render(fig, fmt)
         plots.close(fig)

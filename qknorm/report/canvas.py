@@ -22,6 +22,10 @@ LABELS = {  # axis labels with units; losses are mean cross-entropy per characte
     "attn_entropy_frac": "attention entropy / ln(t+1)",
     "attn_max_weight": "largest attention weight per row (mean over layers)",
     "logit_std": "std of the attention logits (mean over layers)",
+    "attn_logit_max": "largest |attention logit| (max over layers)",
+    "out_logit_mean": "mean output logit",
+    "out_logit_max": "largest |output logit|",
+    "out_z": "output log Z (logsumexp, mean over positions)",
 }
 # The entropy the figures show: as a fraction of its causal maximum ln(t+1), so rows that see
 # 2 tokens and rows that see 256 weigh alike and 1 always means uniform attention.

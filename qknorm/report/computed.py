@@ -9,8 +9,8 @@ import pandas as pd
 
 from qknorm.multitest import AUTO as AUTO_TEST
 from qknorm.multitest import PAIRED_T, ReplicateTest
+from qknorm.report import lrsens, results, stats
 from qknorm.report import readings as two_readings
-from qknorm.report import results, stats
 from qknorm.report.baseline import AUTO, continuous_p
 
 DEFAULT_METRIC = "best_val_loss"
@@ -53,6 +53,8 @@ class Statistics:
     ranking: pd.DataFrame | None  # None without curves, or with --by
     fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
     attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
+    # the learning-rate reading (lrsens.compute): a sweep over optimizer.lr with its curves
+    lr: lrsens.LRSensitivity | None = None
     test: ReplicateTest = PAIRED_T  # what made every interval, p-value and verdict
 
 
@@ -76,5 +78,6 @@ def compute(collection: results.Collection, options: Options,
         fits=stats.fit_minima(runs, metric, by) if continuous_p(runs) else None,
         attention=stats.attention_summary(runs, curves, by, test) if curves is not None
         else None,
+        lr=lrsens.compute(runs, curves, by, test) if curves is not None else None,
         test=test,
     )

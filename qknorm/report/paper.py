@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from qknorm.report import paxis, stats
-from qknorm.report.summary import markdown_table
+from qknorm.report.tables import markdown_table
 
 VAL_LOSS = {2.0: 1.40506, 2.5: 1.373479, 3.0: 1.364543, 3.5: 1.361630, 4.0: 1.357461}
 METRIC = "best_val_loss"

@@ -2,9 +2,9 @@
 against p (metric_vs_p on one Axes; loss_vs_p, time_vs_p, gamma_vs_p, entropy_vs_p, learned_p)
 drawn here, and `render` to bytes. Kinds without p (norm=none, rms) have no x position, so they
 are drawn as horizontal lines at their mean with a shaded 95% interval: a level every p can be
-read against. The figures over steps (stepplots), the paired Δ (deltaplot), Optuna's plots
-(studyplots) and p's ticks (paxis) are re-exported (`name as name`): the report, scripts/ and
-tests reach every figure as plots.<name>.
+read against. The figures over steps (stepplots), the paired Δ (deltaplot), the learning-rate
+reading's (lrplots), Optuna's plots (studyplots) and p's ticks (paxis) are re-exported (`name as
+name`): the report, scripts/ and tests reach every figure as plots.<name>.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from qknorm.report.canvas import (
 )
 from qknorm.report.deltaplot import HOLM_GID as HOLM_GID
 from qknorm.report.deltaplot import delta_vs_p as delta_vs_p
+from qknorm.report.lrplots import attn_logit_curves as attn_logit_curves
+from qknorm.report.lrplots import lr_sensitivity as lr_sensitivity
 from qknorm.report.paxis import PAxis, format_p
 from qknorm.report.paxis import nice_p_ticks as nice_p_ticks
 from qknorm.report.results import LAYER_DIAGNOSTIC
@@ -219,10 +221,10 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
     return fig
 
 
-def time_vs_p(df: pd.DataFrame, logx: bool = False) -> Figure:
+def time_vs_p(df: pd.DataFrame, logx: bool = False, test: ReplicateTest = PAIRED_T) -> Figure:
     fig, axes = new_figure(2, width=5.2)
-    metric_vs_p(axes[0], df, "wall_time_s", logx, title="wall time per run")
-    metric_vs_p(axes[1], df, "tokens_per_s", logx, title="training throughput")
+    metric_vs_p(axes[0], df, "wall_time_s", logx, title="wall time per run", test=test)
+    metric_vs_p(axes[1], df, "tokens_per_s", logx, title="training throughput", test=test)
     axes[0].legend(fontsize=8, frameon=False)
     return fig
 
@@ -233,7 +235,7 @@ def logged(df: pd.DataFrame, column: str) -> bool:
 
 
 def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False,
-                 by: list[str] | tuple[str, ...] = ()) -> Figure:
+                 by: list[str] | tuple[str, ...] = (), test: ReplicateTest = PAIRED_T) -> Figure:
     """ENTROPY per p at step 0 (the untrained model, metrics.jsonl) and at the last eval
     (final.json), side by side on one y scale, each drawn as loss_vs_p draws a metric."""
     start = at_step0(runs, curves_df, [ENTROPY])[ENTROPY]
@@ -242,7 +244,7 @@ def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False
     fig, axes = new_figure(2, width=5.2)
     axes[1].sharey(axes[0])
     for ax, (title, frame) in zip(axes, frames.items()):
-        metric_vs_p(ax, frame, ENTROPY, logx, title=title, by=by)
+        metric_vs_p(ax, frame, ENTROPY, logx, title=title, by=by, test=test)
     axes[1].set_ylabel("")  # one y scale, labelled once
     fig.suptitle("attention entropy / its causal maximum ln(t+1), mean over layers, heads and "
                  "rows t ≥ 1 (1 = uniform over the visible tokens)", fontsize=10)
@@ -250,11 +252,12 @@ def entropy_vs_p(runs: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False
     return fig
 
 
-def gamma_vs_p(df: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False) -> Figure:
+def gamma_vs_p(df: pd.DataFrame, curves_df: pd.DataFrame, logx: bool = False,
+               test: ReplicateTest = PAIRED_T) -> Figure:
     """Left: learned gamma at the end vs p. Right: learned p vs initial p when p was learned,
     else gamma during training per p (how the softmax temperature moved)."""
     fig, axes = new_figure(2, width=5.2)
-    metric_vs_p(axes[0], df, "gamma", logx, title=r"learned $\gamma$ at the end")
+    metric_vs_p(axes[0], df, "gamma", logx, title=r"learned $\gamma$ at the end", test=test)
     axes[0].legend(fontsize=8, frameon=False)
     runs = _lp_runs(df, "p_final")
     learned = runs[(runs["p_final"] - runs["norm.p"]).abs() > 1e-6]

@@ -41,11 +41,13 @@ FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "w
 FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
                 "steady_tokens_per_s", "p_final", "gamma", "norm.p"}
 # Attention diagnostics (issue 14, qknorm.diagnostics), in metrics.jsonl at every eval and in
-# final.json at the last: means over layers, per layer i as <name>_l<i>, gamma_l<i> for norms
-# with a γ and p_l<i>_h<h> per head with norm.p_learnable. Runs from before (or with
-# train.diag_batches=0) have none: their columns are NaN, never an error; asking for one as a
-# report metric is (qknorm.report.check_columns).
-DIAGNOSTICS = ["attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std"]
+# final.json at the last: means over layers (attn_logit_max: the largest over layers), per
+# layer i as <name>_l<i>, gamma_l<i> for norms with a γ and p_l<i>_h<h> per head with
+# norm.p_learnable; and the output logits' (issue 36: out_*, no layers). Runs from before (or
+# with train.diag_batches=0) have none: their columns are NaN, never an error; asking for one as
+# a report metric is (qknorm.report.check_columns).
+DIAGNOSTICS = ["attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std",
+               "attn_logit_max", "out_logit_mean", "out_logit_max", "out_z"]
 LAYER_DIAGNOSTIC = re.compile(rf"^({'|'.join([*DIAGNOSTICS, 'gamma', 'p'])})_l(\d+)(?:_h(\d+))?$")
 TAIL = ["run_dir", "trial", "trial_state", "duplicate_of"]
 NOT_COMPARED = ("optuna.", "tracker.")  # per-job bookkeeping, not an experimental factor

@@ -9,30 +9,18 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
-from qknorm.report import paxis, results, stats
+from qknorm.report import lrsection, paxis, results, stats
 from qknorm.report import readings as two_readings
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
+from qknorm.report.tables import markdown_table, num, pval
 from qknorm.sweep import elimination
 from qknorm.sweep import racestats as race
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
 
-def _num(x: float) -> str:
-    """4 decimals for losses, fewer for seconds and tokens/s."""
-    if x is None or pd.isna(x):
-        return "-"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.4f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 1000 else f"{x:.0f}"
-
-
 def _error(error) -> str:
     return "" if pd.isna(error) else str(error).replace("|", "/")[:120]  # | would split the row
-
-
-def _pval(x: float) -> str:
-    return "-" if x is None or pd.isna(x) else f"{x:.3g}"
 
 
 def _group_label(row: pd.Series, keys: list[str]) -> list[str]:
@@ -43,18 +31,12 @@ def _group_label(row: pd.Series, keys: list[str]) -> list[str]:
     return out
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _per_group_table(summary: pd.DataFrame, keys: list[str], metric: str) -> str:
     rows = []
     for _, r in summary.iterrows():
         rows.append(_group_label(r, keys) + [
-            str(int(r["n"])), _num(r[f"{metric}_mean"]), _num(r[f"{metric}_std"]),
-            f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}]"])
+            str(int(r["n"])), num(r[f"{metric}_mean"]), num(r[f"{metric}_std"]),
+            f"[{num(r[f'{metric}_ci_low'])}, {num(r[f'{metric}_ci_high'])}]"])
     return markdown_table(keys + ["n", "mean", "std", "95% t-interval"], rows)
 
 
@@ -63,11 +45,11 @@ def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
     rows = []
     for _, r in paired.iterrows():
         rows.append(_group_label(r, keys) + [
-            str(int(r["n_pairs"])), _num(r["delta_mean"]),
-            f"[{_num(r['delta_ci_low'])}, {_num(r['delta_ci_high'])}]",
-            _pval(r["t_pvalue"]), _pval(r["holm_pvalue"]), _pval(r["wilcoxon_pvalue"]),
+            str(int(r["n_pairs"])), num(r["delta_mean"]),
+            f"[{num(r['delta_ci_low'])}, {num(r['delta_ci_high'])}]",
+            pval(r["t_pvalue"]), pval(r["holm_pvalue"]), pval(r["wilcoxon_pvalue"]),
             "-" if pd.isna(r["d_z"]) else f"{r['d_z']:.2f}", r["note"] or ""]
-            + ([f"[{_num(r['tost_low'])}, {_num(r['tost_high'])}]", r["verdict"]]
+            + ([f"[{num(r['tost_low'])}, {num(r['tost_high'])}]", r["verdict"]]
                if verdicts else []))
     return markdown_table(keys + ["pairs", "mean Δ", "95% t-interval of Δ", "t p",
                           "Holm p", "Wilcoxon p", "d_z", "note"]
@@ -134,6 +116,8 @@ def summarize(collection: results.Collection, options: Options,
         out += _fit_section(s.fits, options.by, metric)
     if s.attention is not None and len(s.attention):
         out += _attention_section(s.attention, s.keys)
+    if s.lr is not None:
+        out += lrsection.section(s.lr)
     out += _best_section(s.best, s.keys, metric)
     for (name, _), study in collection.studies.items():
         held = elimination(study) if study is not None else None
@@ -202,16 +186,16 @@ def _readings_section(s: Statistics, metric: str, baseline: float | None) -> lis
     for i, row in r.iterrows():
         cells = _group_label(row, s.keys) + [str(int(row["n"]))]
         for m in two_readings.READINGS:
-            cells.append(f"{_num(row[f'{m}_mean'])} [{_num(row[f'{m}_ci_low'])}, "
-                         f"{_num(row[f'{m}_ci_high'])}]")
+            cells.append(f"{num(row[f'{m}_mean'])} [{num(row[f'{m}_ci_low'])}, "
+                         f"{num(row[f'{m}_ci_high'])}]")
             if m == "best_val_loss":
-                cells.append(_num(row["best_step_median"]).removesuffix(".00"))
+                cells.append(num(row["best_step_median"]).removesuffix(".00"))
         cells.append(f"{row['best_at_end']:.0%}" if pd.notna(row["best_at_end"]) else "-")
         for m in paired:
             d = paired[m].loc[i]
             cells.append("-" if pd.isna(d["n_pairs"]) else
-                         f"{_num(d['delta_mean'])} [{_num(d['delta_ci_low'])}, "
-                         f"{_num(d['delta_ci_high'])}]")
+                         f"{num(d['delta_mean'])} [{num(d['delta_ci_low'])}, "
+                         f"{num(d['delta_ci_high'])}]")
         rows.append(cells)
     header = s.keys + ["n", "best: mean [95% t-interval]", "best step (median)",
                        "final: mean [95% t-interval]", "runs best at the last eval"]
@@ -233,7 +217,7 @@ def _disagreement_line(s: Statistics) -> str:
     def names(rows: list[int], with_step: bool = False) -> str:
         return ", ".join(" ".join(f"{k}={v}" for k, v in zip(s.keys, _group_label(r.loc[i], s.keys)))
                          + (
-            f" (best at step {_num(r.loc[i, 'best_step_median']).removesuffix('.00')})"
+            f" (best at step {num(r.loc[i, 'best_step_median']).removesuffix('.00')})"
             if with_step else "") for i in rows) or "none"
     line = (f"**The two readings order the groups differently** (Kendall τ = {d.kendall_tau:.2f} "
             f"between their means): lowest best val loss: {names([d.best_by_best])}; lowest "
@@ -264,8 +248,8 @@ def _fit_section(fits: pd.DataFrame, by: list[str], metric: str) -> list[str]:
             cells = ["-", "-", "-", f"no fit: fewer than {stats.MIN_FIT_POINTS} trials at 3 or "
                      "more finite p"]
         else:
-            cells = [paxis.format_p(r["p"], 3), _num(r["mean"]),
-                     f"[{_num(r['low'])}, {_num(r['high'])}]",
+            cells = [paxis.format_p(r["p"], 3), num(r["mean"]),
+                     f"[{num(r['low'])}, {num(r['high'])}]",
                      f"the {r['edge']} finite p run" if r["edge"] else ""]
         rows.append([str(r[k]) for k in by] + [str(int(r["trials"]))] + cells)
     return [f"## Quadratic fit of {metric} in log p (loss_vs_p's curve)", "",
@@ -278,7 +262,7 @@ def _attention_section(summary: pd.DataFrame, keys: list[str]) -> list[str]:
     """The attention diagnostics at step 0 and at the end, mean ± sd over each group's runs."""
     def cell(row: pd.Series, name: str) -> str:
         sd = row[f"{name}_std"]
-        return _num(row[f"{name}_mean"]) + ("" if pd.isna(sd) else f" ± {_num(sd)}")
+        return num(row[f"{name}_mean"]) + ("" if pd.isna(sd) else f" ± {num(sd)}")
 
     columns = {"entropy/ln(t+1), step 0": "attn_entropy_frac_step0",
                "entropy/ln(t+1), end": "attn_entropy_frac",
@@ -300,8 +284,8 @@ def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]
         out += ["no completed runs", ""]
     for _, r in best.iterrows():
         label = ", ".join(f"{k}={v}" for k, v in zip(keys, _group_label(r, keys)))
-        out += [f"- {label}: mean {_num(r[f'{metric}_mean'])}, 95% t-interval "
-                f"[{_num(r[f'{metric}_ci_low'])}, {_num(r[f'{metric}_ci_high'])}], "
+        out += [f"- {label}: mean {num(r[f'{metric}_mean'])}, 95% t-interval "
+                f"[{num(r[f'{metric}_ci_low'])}, {num(r[f'{metric}_ci_high'])}], "
                 f"n={int(r['n'])}"]
     return out + [""]
 
@@ -328,7 +312,8 @@ def race_verdict(e: race.Elimination) -> str:
         return ", ".join(r["candidate"] for r in e.rows if r["answer"] == answer) or "none"
     left = [r for r in e.rows if r["outcome"] == race.SURVIVED]
     best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
-    return (f"Verdict: dropped as worse than the leader at a look (one-sided paired t, Holm): "
+    return (f"Verdict: dropped as worse than the leader at a look (one-sided {e.test.short()}, "
+            "Holm): "
             f"{names(race.DROPPED)}; stopped at a rung, more than the margin behind the best run of "
             f"its replicate (a rule, not a test): {names(race.STOPPED)}; in the race at its end: "
             f"{names(race.SURVIVED)} (lowest mean: {best})."
@@ -339,14 +324,14 @@ def race_verdict(e: race.Elimination) -> str:
 
 
 def _tost_words(e: race.Elimination) -> str:
-    return (f"paired {1 - 2 * e.alpha:.0%} t-interval of Δ inside ±δ, i.e. TOST at alpha "
+    return (f"{1 - 2 * e.alpha:.0%} interval of Δ ({e.test.short()}) inside ±δ, i.e. TOST at alpha "
             f"{e.alpha:g}: two one-sided tests, no correction over candidates or looks")
 
 
 def race_section(e: race.Elimination, name: str) -> list[str]:
     """summary.md's race section: the elimination table and the compute spent vs the grid."""
     header = ["candidate", "outcome", "replicates run", "dropped after / stopped in",
-              "leader at that look / best at the rung", "Δ vs leader", "one-sided paired t p",
+              "leader at that look / best at the rung", "Δ vs leader", "one-sided t p",
               "Holm-adjusted p", "mean"]
     where = {race.DROPPED: lambda r: r["after"], race.STOPPED: race.stop_place}
     rows = [[r["candidate"], r["outcome"], str(r["n"]),
@@ -365,7 +350,7 @@ def race_section(e: race.Elimination, name: str) -> list[str]:
     return [
         f"## Race: study {name}", "",
         f"Every candidate ran the first replicates, then after each further one every candidate "
-        f"significantly worse than the leader was dropped (one-sided paired t, Holm over the "
+        f"significantly worse than the leader was dropped (one-sided {e.test.short()}, Holm over the "
         f"candidates at that look; the baseline, {e.baseline or 'none here'}, is never "
         f"dropped). Replicates in order: {', '.join(e.blocks)}. For a survivor the columns give "
         "its last look. A candidate `stopped` lost inside a replicate: at a rung (a training "

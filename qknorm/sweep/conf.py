@@ -24,7 +24,7 @@ from qknorm.errors import UserError, did_you_mean, first_line
 @dataclass
 class RaceConf:
     # Every candidate (grid point) runs the first min_replicates replicates; after each further
-    # one, those significantly worse than the leader leave (one-sided paired t, Holm).
+    # one, those significantly worse than the leader leave (one-sided t, Holm).
     min_replicates: int = 3
     alpha: float = 0.05
     # The candidate never dropped, e.g. 2.0 (a p), or {norm: lp, norm.p: 2.0}; null: none.

@@ -59,7 +59,7 @@ WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
 @dataclass(frozen=True)
 class Test:
     delta: float  # mean paired difference, candidate - leader (> 0: worse)
-    p: float  # one-sided paired t-test, H1: delta > 0
+    p: float  # one-sided t-test of the paired differences (the race's test), H1: delta > 0
     p_adjusted: float  # Holm over the candidates tested at this look
     # The paired (1 - 2 alpha) t-interval of delta (the TOST's); None without equivalence.
     low: float | None = None
@@ -251,6 +251,7 @@ class Elimination:
     budget_steps: int | None = None  # the race's budget, if it had one
     equivalence: float | None = None  # δ, if the race took out level candidates
     alpha: float = 0.05  # the race's
+    test: ReplicateTest = PAIRED_T  # its looks' test (a study raced before the key: paired)
 
     @property
     def out_of_budget(self) -> bool:
@@ -293,9 +294,11 @@ def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
         spent["stopped"] += len(runs) - len(done)
         for key in ("steps", "core_s"):
             spent[key] += row[key]
+    test = (ReplicateTest(settings["test"], settings["ratio"]) if settings.get("test")
+            else PAIRED_T)
     return Elimination(blocks, settings.get("baseline"), rows, spent,
                        _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"),
-                       equivalence, settings["alpha"])
+                       equivalence, settings["alpha"], test)
 
 
 def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:

@@ -230,7 +230,8 @@ def _race_line(e: racestats.Elimination) -> str:
             f"{e.spent['steps']:,.0f} training steps "
             f"({racestats.share(e.spent['steps'], e.grid['steps'])}), "
             f"{core_hours(e.spent['core_s'])} core-h "
-            f"({racestats.share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
+            f"({racestats.share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate); "
+            f"looks by the {e.test.short()}")
     return line
 
 

@@ -1,0 +1,262 @@
+"""Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322, issue 36): how much loss a
+norm gives up across a grid of learning rates, the field's small-scale measure of training
+stability. Numbers only; summary.md's section is lrsection, the figures lrplots.
+
+For one group (a norm, and any other key that sets runs apart) and one replicate (a seed, on
+its data.fold), over the lr grid η_1..η_m the group ran:
+
+    sensitivity = mean over η of [min(ℓ(η), ℓ₀) − ℓ*],   ℓ* = min over η of min(ℓ(η), ℓ₀)
+
+ℓ(η) is the run's final val loss (Wortsman's reading; the best val loss gives a second one),
+ℓ₀ the run's val loss at step 0 (the eval before the first training step, from its curve: the
+same for every lr of a seed, the init does not depend on lr), and a diverged run counts as ℓ₀
+(min(∞, ℓ₀)): it is a result here, not a fault. A replicate that misses an lr of its group's
+grid (a failed, pruned or unfinished run) has no sensitivity: the mean would be over another
+grid; a group that ran one lr is left out. The group's sensitivity is the mean over its
+replicates with the report's 95% interval (seeds on one split: the paired t, qknorm.multitest).
+The max stable lr is the largest lr at which every replicate of the group completed (none
+diverged, none missing). Each group is compared with the reference, QKNorm (norm=l2, or lp at
+p = 2; without it norm=none), paired by replicate: Δ sensitivity with its interval and t p,
+Holm-adjusted over the table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from qknorm.effective import UNUSED_KEYS
+from qknorm.multitest import PAIRED_T, ReplicateTest, holm
+from qknorm.report import results, stats
+from qknorm.report.paxis import format_p
+from qknorm.rundir import COMPLETED, DIVERGED
+
+LR = "optimizer.lr"
+REPLICATE = ["seed", "data.fold"]
+READINGS = {"val_loss": "sensitivity", "best_val_loss": "sensitivity_best"}  # ℓ -> its column
+COUNTED = (COMPLETED, DIVERGED)
+
+
+@dataclass
+class LRSensitivity:
+    """The reading of a sweep over optimizer.lr: every table summary.md and the figures show."""
+
+    keys: list[str]  # the group columns
+    points: pd.DataFrame  # one row per counted run: keys, lr, replicate, status, l0, the ℓ read
+    replicates: pd.DataFrame  # one row per (group, replicate): its sensitivities, missing lr
+    summary: pd.DataFrame  # one row per group: runs, diverged, max stable lr, sensitivity ± CI
+    by_lr: pd.DataFrame  # one row per (group, lr): runs, diverged, mean ℓ read, largest logit
+    paired: pd.DataFrame  # Δ sensitivity vs the reference, paired by replicate
+    reference: str | None  # the reference group's label (p=2, norm=l2, norm=none), or None
+    test: ReplicateTest = PAIRED_T
+    notes: list[str] = field(default_factory=list)
+
+
+def varies(runs: pd.DataFrame) -> bool:
+    """The runs span several learning rates: the reading applies."""
+    return LR in runs.columns and runs[LR].nunique() > 1
+
+
+def group_keys(runs: pd.DataFrame, by: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """norm.kind and norm.p (always: the reading is per norm), the report's --by keys and every
+    other swept key, less the lr itself and the sweep's folder name: runs that differ in any of
+    them are not one curve."""
+    keys = ["norm.kind", "norm.p"]
+    keys += [k for k in stats.group_keys(runs, by) if k not in keys and k != LR]
+    return keys + [k for k in results.swept_keys(runs)
+                   if k not in keys and k != LR and k not in results.LABEL_KEYS]
+
+
+def label(row, keys: list[str]) -> str:
+    """A group as the tables name it: p=4 (an lp norm), norm=l2, norm=none, plus its other keys."""
+    kind, p = row["norm.kind"], row["norm.p"]
+    head = f"p={format_p(p)}" if kind == "lp" and not pd.isna(p) else f"norm={kind}"
+    return " ".join([head, *(f"{k}={row[k]}" for k in keys
+                             if k not in ("norm.kind", "norm.p") and not pd.isna(row[k]))])
+
+
+def compute(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str] | tuple[str, ...] = (),
+            test: ReplicateTest = PAIRED_T) -> LRSensitivity | None:
+    """The reading of `runs` (results.collect's, with their curves); None unless some group
+    ran several lr (a search whose every p ran at one lr has no curve to read)."""
+    if not varies(runs):
+        return None
+    keys = group_keys(runs, by)
+    notes: list[str] = []
+    points = counted_runs(runs, curves, keys, notes)
+    points = points[points.groupby(keys, dropna=False)[LR].transform("nunique") > 1]
+    if not len(points):
+        return None
+    reps = replicate_sensitivity(points, keys, notes)
+    reference = reference_of(points, keys)
+    return LRSensitivity(
+        keys=keys, points=points, replicates=reps,
+        summary=group_summary(points, reps, keys, test), by_lr=by_lr(points, keys),
+        paired=paired_vs_reference(reps, keys, reference, test),
+        reference=label(reference, []) if reference is not None else None, test=test,
+        notes=notes)
+
+
+def counted_runs(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str],
+                 notes: list[str]) -> pd.DataFrame:
+    """The runs that count (completed or diverged, a repeat once), each with ℓ₀ (`l0`) and the
+    value of each reading: min(ℓ, ℓ₀), or ℓ₀ for a diverged run."""
+    counted = runs[runs["status"].isin(COUNTED)].copy()
+    if "duplicate_of" in counted.columns:
+        counted = counted[counted["duplicate_of"].isna()]
+    for kind, unused in UNUSED_KEYS.items():  # norm=none in two γ-init studies is one curve
+        counted.loc[counted["norm.kind"] == kind, [k for k in keys if k in unused]] = math.nan
+    # A diverged run has no duplicate_of (only completed runs get one): a retried trial's
+    # diverged run, or a kind's run under a key it does not read, is the same deterministic
+    # run again, so one per (group, lr, replicate).
+    place = [*keys, LR, *REPLICATE]
+    again = counted.duplicated(place)
+    if again.any():
+        notes.append(f"{int(again.sum())} run(s) repeat another run's group, lr and replicate "
+                     "(a retried trial's, or one under a key its norm does not read): counted "
+                     "once")
+    counted = counted[~again]
+    l0 = stats.at_step0(counted, curves, ["val_loss"])["val_loss"].to_numpy(dtype=float)
+    if np.isnan(l0).any():
+        notes.append(f"{int(np.isnan(l0).sum())} run(s) without an eval at step 0 (no ℓ₀): "
+                     "their replicate has no sensitivity")
+    frame = counted[[*keys, LR, *REPLICATE, "status", "run_dir", "attn_logit_max"]].copy()
+    frame["l0"] = l0
+    diverged = (counted["status"] == DIVERGED).to_numpy()
+    for reading in READINGS:
+        value = np.minimum(counted[reading].to_numpy(dtype=float), l0)
+        frame[reading] = np.where(diverged, l0, value)
+    return frame.reset_index(drop=True)
+
+
+def _groups(frame: pd.DataFrame, keys: list[str]):
+    for values, group in frame.groupby(keys, dropna=False, sort=True):
+        yield dict(zip(keys, values if isinstance(values, tuple) else (values,))), group
+
+
+def replicate_sensitivity(points: pd.DataFrame, keys: list[str], notes: list[str]
+                          ) -> pd.DataFrame:
+    """One row per (group, replicate): the lr it misses of its group's grid, ℓ* and the
+    sensitivity of each reading (NaN where an lr or ℓ₀ is missing)."""
+    rows, short = [], 0
+    for row, group in _groups(points, keys):
+        grid = set(group[LR])
+        for rep, runs in group.groupby(REPLICATE, sort=True):
+            missing = len(grid - set(runs[LR]))
+            short += missing > 0
+            out = {**row, **dict(zip(REPLICATE, rep)), "n_lr": runs[LR].nunique(),
+                   "missing_lr": missing}
+            for reading, name in READINGS.items():
+                values = runs[reading].to_numpy(dtype=float)
+                out[f"l_star_{reading}"] = values.min()
+                out[name] = (values.mean() - values.min()) if not missing else math.nan
+            rows.append(out)
+    if short:
+        notes.append(f"{short} replicate(s) miss an lr of their group's grid (a run failed, was "
+                     "pruned or has not finished): no sensitivity for them")
+    columns = [*keys, *REPLICATE, "n_lr", "missing_lr",
+               *(f"l_star_{r}" for r in READINGS), *READINGS.values()]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def max_stable_lr(group: pd.DataFrame) -> float:
+    """The largest lr at which every replicate of the group completed (NaN: at none)."""
+    everyone = set(map(tuple, group[REPLICATE].to_numpy().tolist()))
+    stable = [lr for lr, at in group.groupby(LR)
+              if (at["status"] == COMPLETED).all()
+              and set(map(tuple, at[REPLICATE].to_numpy().tolist())) == everyone]
+    return max(stable) if stable else math.nan
+
+
+def group_summary(points: pd.DataFrame, reps: pd.DataFrame, keys: list[str],
+                  test: ReplicateTest) -> pd.DataFrame:
+    """Per group: runs, diverged, the grid, the max stable lr and each reading's sensitivity,
+    mean, std and 95% interval over its replicates under `test`."""
+    rows = []
+    for row, group in _groups(points, keys):
+        out = {**row, "runs": len(group), "diverged": int((group["status"] == DIVERGED).sum()),
+               "n_lr": group[LR].nunique(), "lr_min": group[LR].min(), "lr_max": group[LR].max(),
+               "max_stable_lr": max_stable_lr(group)}
+        mine = reps[_nan_match(reps, row)]
+        for name in READINGS.values():
+            n, mean, std, low, high = stats.t_interval(stats.replicates(mine, name, test)[0],
+                                                       test)
+            out.update({f"{name}_n": n, f"{name}_mean": mean, f"{name}_std": std,
+                        f"{name}_ci_low": low, f"{name}_ci_high": high})
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def _nan_match(frame: pd.DataFrame, row: dict) -> pd.Series:
+    """Rows of `frame` equal to `row` on its keys, NaN matching NaN (norm.p of norm=none)."""
+    match = pd.Series(True, index=frame.index)
+    for key, value in row.items():
+        match &= frame[key].isna() if pd.isna(value) else frame[key] == value
+    return match
+
+
+def by_lr(points: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group and lr: runs, diverged, each reading's mean and sd over its runs (the values
+    the sensitivity averages), and the largest attention logit at the end, mean over runs."""
+    rows = []
+    for row, group in _groups(points, keys):
+        for lr, at in group.groupby(LR, sort=True):
+            out = {**row, LR: lr, "runs": len(at),
+                   "diverged": int((at["status"] == DIVERGED).sum()),
+                   "attn_logit_max": at["attn_logit_max"].mean()}
+            for reading in READINGS:
+                out[f"{reading}_mean"] = at[reading].mean()
+                out[f"{reading}_std"] = at[reading].std(ddof=1) if len(at) > 1 else math.nan
+            rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def reference_of(points: pd.DataFrame, keys: list[str]) -> dict | None:
+    """The group every other is compared with: QKNorm (norm=l2, else lp at p = 2), else
+    norm=none; None when neither was run. With other group keys, its norm is matched within
+    each of their values (paired_vs_reference)."""
+    kinds, ps = points["norm.kind"], points["norm.p"]
+    for chosen in (kinds == "l2", (kinds == "lp") & (ps == 2.0), kinds == "none"):
+        if chosen.any():
+            first = points[chosen].iloc[0]
+            return {k: first[k] for k in ("norm.kind", "norm.p")}
+    return None
+
+
+def paired_vs_reference(reps: pd.DataFrame, keys: list[str], reference: dict | None,
+                        test: ReplicateTest) -> pd.DataFrame:
+    """Δ sensitivity (group − reference) per group, paired by replicate (stats.replicates under
+    `test`), within the same values of the non-norm keys; Holm over the table's t p."""
+    columns = [*keys, "n_pairs", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue",
+               "holm_pvalue", "d_z", "note"]
+    if reference is None:
+        return pd.DataFrame(columns=columns)
+    name = READINGS["val_loss"]
+    is_ref = _nan_match(reps, reference)
+    rows = []
+    for row, group in _groups(reps, keys):
+        if all(_same(row[k], v) for k, v in reference.items()):
+            continue
+        base = reps[is_ref]
+        for k in keys:
+            if k not in reference:
+                base = base[_nan_match(base, {k: row[k]})]
+        x = stats.replicates(group, name, test)[0]
+        b = stats.replicates(base, name, test)[0]
+        common = x.index.intersection(b.index)
+        result = stats.paired_test(x[common].to_numpy(), b[common].to_numpy(), test)
+        rows.append({**row, "n_pairs": result.n, "delta_mean": result.mean,
+                     "delta_ci_low": result.ci_low, "delta_ci_high": result.ci_high,
+                     "t_pvalue": result.t_pvalue, "d_z": result.d_z,
+                     "note": "; ".join(n for n in result.note.split("; ")  # no Wilcoxon here
+                                       if n and "Wilcoxon" not in n)})
+    table = pd.DataFrame(rows, columns=columns)
+    table["holm_pvalue"] = holm(table["t_pvalue"])
+    return table
+
+
+def _same(a, b) -> bool:
+    return (pd.isna(a) and pd.isna(b)) or a == b
