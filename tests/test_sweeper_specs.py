@@ -108,3 +108,26 @@ def test_reseeded_is_deterministic_and_leaves_grid_qmc_and_unseeded_samplers_alo
     for spec in ({"name": "grid", "seed": 0}, {"name": "qmc", "seed": 0},
                  {"name": "tpe", "seed": None}, {"name": "random"}):
         assert specs.reseeded(spec, 5) is None
+
+
+# -- one param per config key (issue 35: a fixed value on the command line fixes it) --------------
+
+def test_the_command_line_replaces_every_param_that_sets_its_key():
+    from qknorm.sweep.space import parse_space
+
+    preset = {"1/norm.p": "interval(0.0, 1.0)", "optimizer.lr": "choice(0.001,0.003)"}
+    space, plain = parse_space(preset, ["norm.p=3"])  # search=p_tpe norm.p=3
+    assert [p.name for p in space.params] == ["optimizer.lr"] and plain == ["norm.p=3"]
+    space, plain = parse_space(preset, ["norm.p=interval(1,8)"])  # one dimension, not two
+    assert [p.name for p in space.params] == ["optimizer.lr", "norm.p"] and plain == []
+    assert space.values({"optimizer.lr": 0.001, "norm.p": 4.0}) == {"optimizer.lr": 0.001,
+                                                                     "norm.p": 4.0}
+
+
+def test_two_params_on_one_key_are_one_line_naming_both():
+    from qknorm.sweep.space import parse_space
+
+    with pytest.raises(UserError, match=r"^hydra.sweeper.params.norm.p and "
+                                         r"hydra.sweeper.params.1/norm.p both set norm.p; keep "
+                                         r"one of them$"):
+        parse_space({"norm.p": "choice(1.0,2.0)", "1/norm.p": "interval(0,1)"}, [])

@@ -168,21 +168,43 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
                     "interval, tag(log, interval), range or choice")
 
 
+def config_key(name: str) -> str:
+    """The config key a param sets: norm.p for both norm.p and 1/norm.p."""
+    return name[len(RECIPROCAL):] if name.startswith(RECIPROCAL) else name
+
+
+def _one_param_per_key(entries: Mapping[str, Any]) -> None:
+    seen: dict[str, str] = {}
+    for name in entries:
+        other = seen.setdefault(config_key(name), name)
+        if other != name:
+            raise UserError(f"hydra.sweeper.params.{other} and hydra.sweeper.params.{name} both "
+                            f"set {config_key(name)}; keep one of them")
+
+
 def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tuple[SearchSpace,
                                                                                   list[str]]:
-    """The space from hydra.sweeper.params plus any sweep on the command line (which wins).
-    Returns the space and the plain command-line overrides every job gets."""
+    """The space from hydra.sweeper.params plus any sweep on the command line. Returns the space
+    and the plain command-line overrides every job gets.
+
+    One param per config key: two params in hydra.sweeper.params that set the same key (norm.p
+    and 1/norm.p) are a UserError naming both. The command line wins over the params: a value or
+    a sweep given there for a key replaces every param that sets that key, its reciprocal
+    included (`search=p_tpe norm.p=3` trains p = 3; `'norm.p=interval(1,8)'` searches norm.p
+    instead of the preset's 1/norm.p, one dimension)."""
     entries: dict[str, Any] = dict(params)
+    _one_param_per_key(entries)
     plain: list[str] = []
     parser = OverridesParser.create()
     for arg in cli_arguments:
         override = parser.parse_override(arg)
+        key = override.key_or_group
+        for name in [n for n in entries if config_key(n) == config_key(key)]:
+            del entries[name]
         if override.is_sweep_override():
-            entries[override.key_or_group] = arg.split("=", 1)[1]
+            entries[key] = arg.split("=", 1)[1]
         else:
             plain.append(arg)
-            # A fixed value on the command line beats a preset's sweep over the same key.
-            entries.pop(override.key_or_group, None)
     parsed = [parse_param(k, v) for k, v in entries.items()]
     space = SearchSpace(params=tuple(p for p in parsed if isinstance(p, Param)),
                         fixed=tuple(p for p in parsed if isinstance(p, str)))
