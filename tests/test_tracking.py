@@ -338,3 +338,48 @@ def test_mlflow_export_bad_input_is_one_line(cli, tmp_path):
     line = one_line(r)
     assert line.startswith("error: MLflow store 'bogus://x': ") and line.endswith(
         "; check --uri / tracker.uri (e.g. sqlite:///outputs/mlflow.db)")
+
+
+def test_a_store_that_cannot_be_opened_is_one_line_before_training(cli):
+    """issue 38: an unknown scheme or a server that does not answer is found before any job
+    trains, in one line, exit 2, for a run and a multirun."""
+    needs("mlflow")
+    for uri, why, mode in (("notascheme://x", "(unsupported scheme 'notascheme')", ["seed=0"]),
+                           ("http://127.0.0.1:9", "(API request to http://127.0.0.1:9/api/2.0/"
+                            "mlflow/", ["-m", "seed=0,1"])):
+        r = cli("-m", "qknorm.train", *mode[:-1], *FAST, "tracker=mlflow",
+                f"tracker.uri={uri}", mode[-1])  # a run with one store, a multirun the other
+        assert r.returncode == 2, r.stderr
+        line = one_line(r)
+        assert line.startswith(f"error: tracker.uri={uri} cannot be opened as an MLflow "
+                               f"store {why}") and len(line) < 400
+        assert not list(cli.cwd.rglob(rundir.METRICS_FILE))  # nothing trained
+
+
+def test_a_store_that_fails_at_the_end_exits_non_zero_and_says_where_the_runs_are(
+        tmp_path, monkeypatch, capsys):
+    """Opened at the start, failing at the export (disk full, server gone): the runs stay on
+    disk, the line names them and the command that exports them, and the command exits 1."""
+    needs("mlflow")
+    from omegaconf import OmegaConf
+
+    from qknorm.tracking import mlflow as tracking_mlflow
+
+    run = tmp_path / "run"
+    run.mkdir()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = OmegaConf.create({"tracker": {"uri": uri, "experiment": None},
+                               "hydra": {"run": {"dir": str(run)}}})
+    callback = tracking_mlflow.ExportCallback()
+    callback.on_run_start(config)  # the store opens: no error
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tracking_mlflow, "export", full)
+    with pytest.raises(SystemExit) as stop:
+        callback.on_run_end(config)
+    assert stop.value.code == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: mlflow export of {run} failed ([Errno 28] No space left on device); the runs "
+        f"are in {run}: run python -m qknorm.tracking.mlflow {run} --uri {uri}")

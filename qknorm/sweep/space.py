@@ -199,11 +199,12 @@ def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tupl
     for arg in cli_arguments:
         override = parser.parse_override(arg)
         key = override.key_or_group
-        for name in [n for n in entries if config_key(n) == config_key(key)]:
-            del entries[name]
+        for name in [n for n in entries if config_key(n) == config_key(key) and n != key]:
+            del entries[name]  # the same key's other param (1/KEY): its own key keeps its place
         if override.is_sweep_override():
             entries[key] = arg.split("=", 1)[1]
         else:
+            entries.pop(key, None)
             plain.append(arg)
     parsed = [parse_param(k, v) for k, v in entries.items()]
     space = SearchSpace(params=tuple(p for p in parsed if isinstance(p, Param)),

@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 
 from qknorm import rundir
 from qknorm.config import P_KINDS, TrackerConfig, missing_package
-from qknorm.errors import UserError, first_line
+from qknorm.errors import UserError, exit_with, first_line
 from qknorm.tracking.runs import Job, read_jobs
 from qknorm.tracking.tensorboard import FINAL_PREFIX, scalar
 
@@ -119,6 +119,40 @@ def _quiet_mlflow() -> None:
 
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def check_store(uri: str) -> None:
+    """Open the store as the export will, before any training: a store that cannot be opened
+    (an unknown scheme, an unreachable server, a path that cannot be written) is one UserError
+    line now, not a failed export after hours of runs. A server gets one try of 10 s."""
+    import os
+
+    _quiet_mlflow()
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                                            "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+    try:
+        from mlflow import MlflowClient
+
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as e:
+        raise UserError(f"tracker.uri={uri} cannot be opened as an MLflow store "
+                        f"({_reason(uri, e)}); use e.g. sqlite:///outputs/mlflow.db, a local "
+                        "directory, or a running server's http(s):// URL") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _reason(uri: str, e: Exception) -> str:
+    """MLflow's reason, short: its messages run to hundreds of characters."""
+    text = first_line(e)
+    if "unsupported URI" in text:
+        return f"unsupported scheme {uri.split(':', 1)[0]!r}"
+    return re.split(r"(?<=[.;])\s", text, maxsplit=1)[0][:200]
 
 
 class Exporter:
@@ -310,35 +344,49 @@ class ExportCallback(Callback):
         if missing_package("mlflow") is not None:
             return  # the config's validation says so, in one line, before any job
         tracker = config.tracker
+        try:
+            check_store(str(tracker.uri))  # before any job trains
+        except UserError as e:
+            exit_with(e)
         self._pending = (directory, str(tracker.uri), tracker.experiment)
         atexit.register(self._export)
 
-    def _export(self) -> None:
+    def _export(self) -> bool:
+        """Export once; False when the store failed (the runs stay on disk, and the line says
+        where and the command that exports them)."""
         if self._pending is None:
-            return
+            return True
         directory, uri, experiment = self._pending
         self._pending = None
         if not Path(directory).is_dir():
-            return  # the command stopped before any job (its own error says why)
+            return True  # the command stopped before any job (its own error says why)
         try:
             summary = export(directory, uri, experiment)
             if summary.exported or summary.present:  # not after a run that never started
                 print(summary.line(uri), file=sys.stderr)
+            return True
         except Exception as e:  # the runs are on disk: say how to export them later
-            print(f"error: mlflow export of {directory} failed ({first_line(e)}); run "
-                  f"python -m qknorm.tracking.mlflow {directory} --uri {uri}", file=sys.stderr)
+            print(f"error: mlflow export of {directory} failed ({first_line(e)}); the runs are "
+                  f"in {directory}: run python -m qknorm.tracking.mlflow {directory} --uri {uri}",
+                  file=sys.stderr)
+            return False
+
+    def _end(self) -> None:
+        """The jobs are done: export, and exit non-zero if the store failed at the end."""
+        if not self._export():
+            raise SystemExit(1)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start(str(config.hydra.sweep.dir), config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._export()
+        self._end()
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start(str(config.hydra.run.dir), config)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._export()
+        self._end()
 
 
 def tree(uri: str, experiment: str) -> list[str]:
