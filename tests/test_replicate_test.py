@@ -258,6 +258,7 @@ def test_replicate_test_refuses_mixed_layouts_in_one_line(tmp_path):
     with pytest.raises(UserError, match=r"^the runs use several fold layouts \(data.n_folds = "
                                          r"5, 10\); report one layout at a time"):
         stats.replicate_test(runs)
+    assert stats.replicate_test(runs, "paired") == multitest.PAIRED_T  # as the line offers
 
 
 def test_race_replay_prints_the_verdicts_the_report_prints(tmp_path):

@@ -27,7 +27,7 @@ class Options:
     logx: bool = False
     formats: tuple[str, ...] = ("png", "pdf")
     # δ of the Δ table's verdict (the metric's units, nats for a loss): "level within ±δ" where
-    # the paired 90% t-interval of Δ lies inside ±δ (TOST at 5%).
+    # the 90% t-interval of Δ (the replicate test's) lies inside ±δ (TOST at 5%).
     equivalence: float = DEFAULT_EQUIVALENCE
     # The replicate test (qknorm.multitest): auto (corrected over folds, paired over seeds),
     # corrected or paired; n_folds: the fold layout when results.csv lacks data.n_folds.

@@ -39,7 +39,7 @@ from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
 CONFIDENCE = 0.95
 PAIR_KEYS = ["seed", "data.fold"]  # a replicate under the plain paired t
 FOLD_KEYS = ["data.fold"]  # a replicate under the corrected t: a fold, its seeds averaged
-# The equivalence verdict: TOST at 5%, i.e. the paired 90% t-interval inside ±δ.
+# The equivalence verdict: TOST at 5%, i.e. the 90% t-interval of the replicate test inside ±δ.
 TOST_ALPHA = 0.05
 WORSE, BETTER, LEVEL, UNDECIDED = "worse", "better", "level within ±δ", "undecided"
 
@@ -72,7 +72,7 @@ def replicate_test(runs: pd.DataFrame, option: str = AUTO_TEST,
     results.csv written before that column. UserError, one line, when it cannot be known."""
     done = completed(runs)
     folds_vary = done["data.fold"].nunique() > 1
-    if n_folds is None and "data.n_folds" in done.columns:
+    if n_folds is None and "data.n_folds" in done.columns and option != multitest.PAIRED:
         layouts = sorted(done["data.n_folds"].dropna().unique())
         if len(layouts) > 1:
             raise UserError(f"the runs use several fold layouts (data.n_folds = "
