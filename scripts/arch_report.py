@@ -42,9 +42,7 @@ def main() -> None:
                             "scripts/bench.py --arch gpt,angpt") from None
     collection = results.collect(args.dir)
     runs = collection.runs
-    if args.n_folds is not None:
-        runs["data.n_folds"] = args.n_folds
-    test = stats.replicate_test(runs, args.test)
+    test = stats.replicate_test(runs, args.test, args.n_folds)
     saved = args.dir / "comparison.csv"
     if not results.find_run_dirs(args.dir) and saved.is_file():
         folds = archcompare.read_folds(saved)  # rebuilt: its per-fold table as written

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from qknorm.errors import UserError
-from qknorm.multitest import PAIRED_T, ReplicateTest, no_spread
+from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report import stats
 from qknorm.report.paxis import format_p
 
@@ -108,8 +109,8 @@ def _wide(folds: pd.DataFrame, metric: str) -> pd.DataFrame:
 def _row(label: dict, metric: str, d: pd.Series, test: ReplicateTest) -> dict:
     d = d.dropna()
     n, mean, _, low, high = stats.t_interval(d, test)
-    # d is already paired by fold: the t-test of mean(d) = 0 under the replicate test
-    t_p = test.p_two_sided(d.tolist()) if n >= 2 and not no_spread(d.tolist()) else math.nan
+    # d is already paired by fold: its paired test against zeros is the t-test of mean(d) = 0
+    t_p = stats.paired_test(d.to_numpy(), np.zeros(len(d)), test).t_pvalue if n >= 2 else math.nan
     return {**label, "metric": metric, "n": n, "delta": mean, "ci_low": low, "ci_high": high,
             "t_pvalue": t_p}
 

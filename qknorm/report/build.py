@@ -114,6 +114,12 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
+def has_curves(collection: results.Collection, curves: pd.DataFrame) -> bool:
+    """False for a report rebuilt from a results.csv without curves.csv: the curve figures and
+    curves.csv are then left as they are, not redrawn or rewritten empty."""
+    return len(curves) > 0 or not collection.rebuilt
+
+
 def figures(collection: results.Collection, options: Options, curves: pd.DataFrame,
             paired: pd.DataFrame | None = None,
             lr: lrsens.LRSensitivity | None = None) -> dict[str, object]:
@@ -121,19 +127,20 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
     learning-rate reading) lr_sensitivity and attn_logit_curves. The entropy and logit figures
     need runs that logged diagnostics: older runs report without them."""
     runs = collection.runs
+    with_curves = has_curves(collection, curves)
     figs: dict[str, object] = {
         "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
                                      options.by, options.replicate_test),
         "time_vs_p": plots.time_vs_p(runs, options.logx, options.replicate_test),
     }
-    if len(curves) or not collection.rebuilt:  # rebuilt without curves.csv: keep what is there
+    if with_curves:
         figs["curves"] = plots.curves(curves)
         figs["gamma_vs_p"] = plots.gamma_vs_p(runs, curves, options.logx, options.replicate_test)
     if paired is not None and len(paired):
         figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
                                               options.logx, options.by, baseline.continuous_p(runs),
                                               options.equivalence, options.replicate_test)
-    if plots.logged(runs, plots.ENTROPY) and (len(curves) or not collection.rebuilt):
+    if plots.logged(runs, plots.ENTROPY) and with_curves:
         figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by,
                                                   options.replicate_test)
         figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
@@ -169,7 +176,7 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
         plots.close(fig)
     summary = summarize(collection, options, curves, computed)
     tables = {"results.csv": collection.runs.to_csv(index=False).encode()}
-    if len(curves) or not collection.rebuilt:  # rebuilt without curves: none to write
+    if has_curves(collection, curves):
         tables["curves.csv"] = curves[results.CURVES_CSV].to_csv(index=False).encode()
     files = {**tables, "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)

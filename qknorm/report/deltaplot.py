@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.canvas import MEAN_COLOR, OTHER_KIND_COLORS, legend, new_figure, series
 from qknorm.report.paxis import PAxis, format_p
-from qknorm.report.stats import BETTER, LEVEL, UNDECIDED, WORSE
+from qknorm.report.stats import BETTER, LEVEL, UNDECIDED, WORSE, pairing
 
 ALPHA = 0.05  # delta_vs_p fills the marker of a comparison whose Holm-adjusted p is below
 HOLM_GID = "holm"  # delta_vs_p: the filled markers (Holm p < ALPHA); tests find them
@@ -56,8 +56,7 @@ def delta_vs_p(paired: pd.DataFrame, metric: str, baseline: float, logx: bool = 
     _delta_levels(ax, paired[~has_p])
     axis.apply(ax)
     ax.set_ylabel(f"Δ {metric} vs p={format_p(baseline)}")
-    pairs = "data.fold" if test.name == "corrected" else "(seed, data.fold)"
-    ax.set_title(f"Δ {metric} − baseline, paired by {pairs}: mean ± 95% interval\n"
+    ax.set_title(f"Δ {metric} − baseline, paired by {pairing(test)}: mean ± 95% interval\n"
                  f"({test.short()})", fontsize=10)
     ax.grid(True, alpha=0.3, lw=0.6)
     legend(fig, ax, by)

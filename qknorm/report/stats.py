@@ -87,12 +87,24 @@ def replicate_test(runs: pd.DataFrame, option: str = AUTO_TEST,
         raise UserError(f"{e}{hint}") from None
 
 
+def replicate_keys(test: ReplicateTest) -> list[str]:
+    """What one replicate is under `test`: a fold (corrected: its seeds are averaged, folds are
+    what the correction knows), or a (seed, data.fold) pair (paired)."""
+    return FOLD_KEYS if test.name == CORRECTED else PAIR_KEYS
+
+
+def pairing(test: ReplicateTest) -> str:
+    """replicate_keys as tables and figures say it: data.fold, or (seed, data.fold)."""
+    keys = replicate_keys(test)
+    return keys[0] if len(keys) == 1 else f"({', '.join(keys)})"
+
+
 def replicates(group: pd.DataFrame, metric: str, test: ReplicateTest = PAIRED_T
                ) -> tuple[pd.Series, int]:
     """A group's metric by replicate: by data.fold under the corrected test (the seeds of a fold
     averaged: folds are what the correction knows), by (seed, data.fold) under the paired one.
     Also the number of runs folded into another replicate's mean (said in notes)."""
-    keys = FOLD_KEYS if test.name == CORRECTED else PAIR_KEYS
+    keys = replicate_keys(test)
     rows = group.dropna(subset=[metric])
     return rows.groupby(keys)[metric].mean(), int(rows.duplicated(keys).sum())
 
@@ -252,8 +264,7 @@ def paired_vs_baseline(df: pd.DataFrame, metric: str, baseline: float,
         result = paired_test(x[common].to_numpy(), b[common].to_numpy(), test)
         notes = [result.note] if result.note else []
         if dx or db:
-            shared = "data.fold" if test.name == CORRECTED else "(seed, data.fold)"
-            notes.append(f"{dx + db} run(s) share a {shared} with another: averaged")
+            notes.append(f"{dx + db} run(s) share a {pairing(test)} with another: averaged")
         row.update({"n_pairs": result.n, "delta_mean": result.mean,
                     "delta_ci_low": result.ci_low, "delta_ci_high": result.ci_high,
                     "t_pvalue": result.t_pvalue, "wilcoxon_pvalue": result.wilcoxon_pvalue,

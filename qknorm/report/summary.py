@@ -167,8 +167,7 @@ def _delta_section(paired: pd.DataFrame, keys: list[str], metric: str,
     b = paxis.format_p(baseline)
     said = ([_verdict_sentence(equivalence), ""]
             if equivalence is not None and "verdict" in paired.columns else [])
-    by = "data.fold" if test.name == CORRECTED else "(seed, data.fold)"
-    return [f"## Δ {metric} vs p={b} (group − baseline), paired by {by}", "",
+    return [f"## Δ {metric} vs p={b} (group − baseline), paired by {stats.pairing(test)}", "",
             f"Negative Δ: lower than the baseline. p-values, two-sided: the {test.short()} (the "
             "test above) and the Wilcoxon signed-rank (scipy.stats.wilcoxon; it treats the "
             "pairs as independent).", "",
