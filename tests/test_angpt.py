@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from qknorm import rundir
-from qknorm.angpt import AnBlock, AnGPT, build_model, fold_constants, lerp_norm, nu_lerp
+from qknorm.angpt import (AnBlock, AnGPT, bound_rows_, build_model, fold_constants, lerp_norm,
+                          nu_lerp)
 from qknorm.config import ModelConfig, NormConfig, register_configs, to_config
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import effective_config, flatten
@@ -174,6 +175,47 @@ def test_projection_after_a_huge_step_bounds_rows_and_leaves_1d_params():
     for name, p in model.named_parameters():
         if name in one_d:
             assert p.equal(one_d[name]), name  # bitwise untouched
+
+
+def test_bound_divides_by_max_1_norm_short_rows_left_alone():
+    w = torch.tensor([[0.3, 0.4], [3.0, 4.0], [0.0, 0.0], [0.6, 0.8]])
+    bounded = w.clone()
+    bound_rows_(bounded)
+    assert bounded.equal(torch.tensor([[0.3, 0.4], [0.6, 0.8], [0.0, 0.0], [0.6, 0.8]]))
+    assert bounded[0].equal(w[0]) and bounded[3].equal(w[3])  # norm 0.5 and 1: bitwise untouched
+    exact = w.clone()
+    bound_rows_(exact, exact=True)  # the init's and the embedding's: every nonzero row onto the sphere
+    torch.testing.assert_close(exact, torch.tensor([[0.6, 0.8], [0.6, 0.8], [0.0, 0.0], [0.6, 0.8]]),
+                               rtol=0, atol=1e-7)
+
+
+def test_projection_leaves_rows_inside_the_ball_and_sets_embedding_rows_to_one():
+    model = make()
+    with torch.no_grad():
+        for w in model.bounded_weights():
+            w.mul_(0.5)  # every matrix row at norm 0.5
+        model.transformer.wte.weight.mul_(0.5)
+    inside = [w.detach().clone() for w in model.bounded_weights()]
+    model.project_weights_()
+    for before, w in zip(inside, model.bounded_weights()):
+        assert w.equal(before)  # a bound, not a projection: short rows bitwise untouched
+    emb = model.transformer.wte.weight.norm(dim=1)
+    torch.testing.assert_close(emb, torch.ones_like(emb), rtol=0, atol=1e-6)  # embeddings exactly 1
+
+
+def test_bound_of_a_bf16_weight_is_computed_in_float32():
+    g = torch.Generator().manual_seed(8)
+    w = torch.randn(64, 48, generator=g) * 0.3
+    w[::2] *= 3  # even rows longer than 1 (norm about 6)
+    w[1::2] /= 10  # odd rows shorter (about 0.2)
+    b = w.bfloat16()
+    want = b.float() / b.float().norm(dim=1, keepdim=True).clamp_min(1.0)
+    bound_rows_(b)
+    assert b.dtype == torch.bfloat16
+    assert b.equal(want.bfloat16())  # the float32 quotient, rounded once
+    assert b[1::2].equal(w[1::2].bfloat16())  # short rows untouched in bf16 as well
+    in_bf16 = w.bfloat16() / torch.linalg.vector_norm(w.bfloat16(), dim=1, keepdim=True).clamp_min(1.0)
+    assert not in_bf16.equal(b)  # a bf16 norm and quotient would give other numbers
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

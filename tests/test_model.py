@@ -205,3 +205,35 @@ def test_optimizer_is_fused_on_cpu_and_steps_as_the_per_parameter_loop():
 def _names(model: GPT, params) -> list[str]:
     ids = {id(p) for p in params}
     return [n for n, p in model.named_parameters() if id(p) in ids]
+
+
+# GPT's logits pinned (docs/angpt.md: model.arch=gpt is "unchanged bit for bit"). Produced by
+# running this very computation on the code of commit b9ba86b (torch 2.13.0+cpu, x86 AVX2):
+# seed 0, TINY, vocab 65, built through the model.arch table, cast to float64, eval, the batch
+# below; printed with repr(). float64 leaves only summation-order noise (~1e-16) between CPUs;
+# any change to GPT's arithmetic (an eps, an order of ops, a scale) moves these far more.
+GOLDEN_GPT = {
+    "none": ([-0.030544593203964975, 0.01135534967690278, -0.11734972602377944,
+              0.020155188429015713, -0.0846183484797515, 0.11502486834067595],
+             7.642414895190502, 3.7771642208099365),
+    "lp4": ([0.008565965047115248, 0.04244982076868206, -0.16324827728846314,
+             0.034686288449410976, -0.11202428386656585, 0.1341974495559187],
+            6.613845944960559, 3.7880518436431885),
+}
+
+
+@pytest.mark.parametrize("name", GOLDEN_GPT)
+def test_gpt_logits_match_the_golden_values(name):
+    from qknorm.angpt import build_model
+
+    torch.manual_seed(0)
+    model = build_model(TINY, NORMS[name], 65)
+    assert type(model) is GPT
+    model = model.double().eval()
+    idx = torch.randint(65, (2, 16), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        logits, loss = model(idx, idx)
+    row, total, want_loss = GOLDEN_GPT[name]
+    assert logits[1, -1, :6].tolist() == pytest.approx(row, rel=1e-12, abs=1e-15)
+    assert logits.sum().item() == pytest.approx(total, rel=1e-12)
+    assert loss.item() == want_loss  # cross-entropy in float32: exact
