@@ -3,15 +3,20 @@ when another sweeper took the last slot (study.surplus). In-process, on real Opt
 
 from __future__ import annotations
 
+import csv
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
+from qknorm.sweep import specs
 from qknorm.sweep import study as record
+from qknorm.sweep.space import parse_space
 from qknorm.sweep.sweep import OptunaSweep, shared_seed
 
 GRID = {"name": "grid", "seed": 0}
@@ -89,3 +94,39 @@ def test_ask_gives_up_a_trial_when_another_sweeper_took_the_last_slot_in_between
         in caplog.messages
     (kept,) = ask(study, TPE, n_trials=5)  # room again: asked and kept
     assert kept.number == mine.number + 1
+
+
+# -- the same command proposes the same points, under every Optuna pyproject allows ---------------
+
+ROOT = Path(__file__).resolve().parents[1]
+ANGPT_LR = ROOT / "docs" / "results" / "angpt_cpu" / "lr_search"
+
+
+def test_the_committed_tpe_search_is_proposed_again_point_for_point():
+    """search=angpt_lr's 20 trials (docs/results/angpt_cpu/lr_search, run on Optuna 5.0), asked
+    again through the sweeper's ask path with the preset's sampler and told what they were told:
+    every lr comes back. Optuna 4.9's defaults (no constant liar) gave 4 of the 20 another lr,
+    and multivariate TPE under 4.9 11; the pins (specs.PINNED) hold both releases to these."""
+    preset = yaml.safe_load((ROOT / "conf" / "search" / "angpt_lr.yaml").read_text())
+    sweeper = preset["hydra"]["sweeper"]
+    spec, _ = specs.resolve("sampler", sweeper["sampler"], specs.SAMPLERS, set())
+    space, _ = parse_space(sweeper["params"], [])
+    with (ANGPT_LR / "trials.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == sweeper["n_trials"] == 20
+    study = optuna.create_study(direction="minimize")
+    proposed = []
+    for start in range(0, len(rows), sweeper["n_jobs"]):  # a batch of n_jobs, then its tells
+        batch = OptunaSweep.__new__(OptunaSweep)._ask(
+            study, SimpleNamespace(sampler_spec=spec, space=space, pruner_spec={"name": "none"},
+                                   n_trials=len(rows)), sweeper["n_jobs"], Beats())
+        sampler = study.sampler
+        assert (sampler._multivariate, sampler._constant_liar) == (False, True)
+        for trial, row in zip(batch, rows[start:]):
+            proposed.append(trial.params["optimizer.lr"])
+            if row["state"] == "PRUNED":
+                trial.report(3.0, 500)  # TPE ranks a pruned trial below every complete one
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                study.tell(trial, float(row["best_val_loss"]))
+    assert proposed == pytest.approx([float(r["optimizer.lr"]) for r in rows], rel=1e-12)

@@ -131,3 +131,14 @@ def test_two_params_on_one_key_are_one_line_naming_both():
                                          r"hydra.sweeper.params.1/norm.p both set norm.p; keep "
                                          r"one of them$"):
         parse_space({"norm.p": "choice(1.0,2.0)", "1/norm.p": "interval(0,1)"}, [])
+
+
+def test_tpe_gets_the_pinned_settings_not_the_installed_optunas_defaults():
+    """Optuna 4.9's TPE defaults are multivariate=False, constant_liar=False; 5.0's None
+    (multivariate for one objective) and True. Every TPE the sweeper builds gets specs.PINNED's,
+    whichever is installed; a spec's own value wins."""
+    sampler = specs.build_sampler(TPE, None)
+    assert (sampler._multivariate, sampler._constant_liar, sampler._n_startup_trials) == (
+        False, True, 6)
+    own = specs.build_sampler({**TPE, "multivariate": True, "constant_liar": False}, None)
+    assert (own._multivariate, own._constant_liar) == (True, False)

@@ -62,6 +62,14 @@ SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
     "qmc": optuna.samplers.QMCSampler,
     "nsgaii": optuna.samplers.NSGAIISampler,
 }
+# Defaults that moved between the Optuna releases pyproject allows, pinned so one command proposes
+# the same points under each (tests/test_sweeper_seeds.py replays a committed search on both).
+# TPE, 4.9 -> 5.0: multivariate False -> None (multivariate for one objective), constant_liar
+# False -> True. constant_liar=True, as the committed searches ran (on 5.0): a batch's later
+# trials are proposed away from its earlier, running ones. Independent TPE: 4.9's and 5.0's
+# multivariate TPE propose different points; on one param (every preset) 5.0's two agree.
+# A spec's own value wins: +hydra.sweeper.sampler.multivariate=true.
+PINNED: dict[str, dict[str, Any]] = {"tpe": {"multivariate": False, "constant_liar": True}}
 PRUNERS: dict[str, Callable[..., optuna.pruners.BasePruner]] = {
     "none": optuna.pruners.NopPruner,
     "median": optuna.pruners.MedianPruner,
@@ -149,8 +157,10 @@ def build_pruner(spec: Mapping[str, Any]) -> optuna.pruners.BasePruner:
 
 def build_sampler(spec: Mapping[str, Any],
                   grid: Mapping[str, Sequence[Any]] | None) -> optuna.samplers.BaseSampler:
-    """`grid` is the search space as value lists; only the grid sampler needs it."""
+    """`grid` is the search space as value lists; only the grid sampler needs it. Options the
+    spec leaves out that PINNED holds are PINNED's, not the installed Optuna's defaults."""
     name, options = _split(spec, "sampler", SAMPLERS)
+    options = {**PINNED.get(name, {}), **options}
     if name == "grid":
         if grid is None:
             raise UserError("hydra.sweeper.sampler.name=grid needs every param as choice(...) "
