@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from hydra.errors import (
@@ -41,6 +42,16 @@ def exit_with(e: UserError) -> NoReturn:
     """The one printer of a user error: `error: ...` (or `stopped: ...`), then exit."""
     print(f"{'error' if e.exit_code == 2 else 'stopped'}: {e}", file=sys.stderr)
     raise SystemExit(e.exit_code) from None
+
+
+def run_main(main: Callable[[], int | None]) -> NoReturn:
+    """A command's `if __name__ == "__main__"`: call main and exit with its code; a UserError is
+    one line on stderr and exit 2 (no traceback)."""
+    try:
+        code = main()
+    except UserError as e:
+        exit_with(e)
+    sys.exit(code or 0)
 
 
 class RunDiverged(RuntimeError):

@@ -7,10 +7,8 @@ Scripts import this module first (`import _cli`): Python puts scripts/ on sys.pa
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,7 +16,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run from a checkout without install
 
 from qknorm import rundir  # noqa: E402
-from qknorm.errors import UserError, exit_with  # noqa: E402
+from qknorm.errors import UserError  # noqa: E402
 from qknorm.report import (  # noqa: E402
     DEFAULT_METRIC,
     Options,
@@ -29,15 +27,6 @@ from qknorm.report.baseline import AUTO  # noqa: E402
 from qknorm.report.computed import DEFAULT_EQUIVALENCE  # noqa: E402
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
-
-
-def run(main: Callable[[], int | None]) -> None:
-    """Call main and exit with its code; a UserError is one line on stderr and exit 2."""
-    try:
-        code = main()
-    except UserError as e:
-        exit_with(e)
-    sys.exit(code or 0)
 
 
 def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) -> None:
@@ -97,40 +86,6 @@ def save_figure(fig, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     rundir.atomic_write_bytes(out, data)
     return out
-
-
-def completed_by_fold(path: Path, metric: str
-                      ) -> tuple[dict[float, dict[int, float]], int, int | None]:
-    """A report's results.csv as p -> {fold: metric} over its completed runs (every p seen, {}
-    for one with none), the number of folds seen and the fold layout (data.n_folds; None for a
-    results.csv written before that column): what a replay of looks reads."""
-    try:
-        rows = list(csv.DictReader(path.open()))
-    except OSError as e:
-        raise UserError(f"{path}: {e.strerror}; pass a results.csv written by scripts/report.py") from None
-    if not rows or metric not in rows[0] or "norm.p" not in rows[0]:
-        raise UserError(f"{path} has no norm.p and {metric} columns; pass a results.csv written "
-                        "by scripts/report.py")
-    values: dict[float, dict[int, float]] = {}
-    folds, layouts = set(), {row.get("data.n_folds") for row in rows} - {None, ""}
-    for row in rows:
-        folds.add(int(row["data.fold"]))
-        runs = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
-        if row["status"] == "completed":
-            runs[int(row["data.fold"])] = float(row[metric])
-    layout = int(float(layouts.pop())) if len(layouts) == 1 else None
-    return dict(values), len(folds), layout
-
-
-def replicate_test(option: str, folds_vary: bool, layout: int | None, given: int | None):
-    """multitest.choose for a replay over a results.csv's folds: the layout it recorded, or
-    --n-folds (a results.csv from before data.n_folds); a UserError in one line."""
-    from qknorm import multitest
-
-    try:
-        return multitest.choose(option, folds_vary, given or layout, "--test")
-    except ValueError as e:
-        raise UserError(f"{e} with --n-folds K" if "not known" in str(e) else str(e)) from None
 
 
 def add_test_options(parser: argparse.ArgumentParser) -> None:

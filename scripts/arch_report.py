@@ -10,10 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-import _cli
-
 from qknorm import rundir
-from qknorm.errors import UserError
+from qknorm.errors import UserError, run_main
 from qknorm.report import archcompare, results, stats
 
 
@@ -57,4 +55,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

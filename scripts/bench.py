@@ -27,6 +27,7 @@ import _cli
 from qknorm import rundir
 from qknorm.bench import overhead
 from qknorm.bench import steps as bench
+from qknorm.errors import run_main
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -169,4 +170,4 @@ def _print_table(result: dict) -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(lambda: main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]))

@@ -17,10 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import _cli
-
 from qknorm.bench import gpu as gpu_bench
-from qknorm.errors import UserError
+from qknorm.errors import UserError, run_main
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -74,4 +72,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    _cli.run(lambda: main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]))

@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import _cli
 import pandas as pd
 
-from qknorm.errors import UserError
+from qknorm.errors import UserError, run_main
 from qknorm.report import paper
 
 
@@ -33,4 +32,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

@@ -5,7 +5,7 @@
     python scripts/plot.py time_vs_p DIR [--logx] [--out F]
     python scripts/plot.py gamma_vs_p DIR [--logx] [--out F]
 
-Without --out the figure goes to DIR/report/KIND.png. scripts/plot_KIND.py are the same commands.
+Without --out the figure goes to DIR/report/KIND.png.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 
 import _cli
 
-from qknorm.errors import UserError
+from qknorm.errors import UserError, run_main
 from qknorm.report import check_logged, load, plots, results
 
 # kind -> (what it draws, option defaults that differ from the report's)
@@ -72,4 +72,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(lambda: main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]))

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import _cli
 
+from qknorm.errors import run_main
 from qknorm.report.paxis import format_p
+from qknorm.research.looks import completed_by_fold, replicate_test
 from qknorm.sweep import racestats
 
 
@@ -27,8 +29,8 @@ def main() -> None:
     parser.add_argument("--equivalence", type=float, default=0.02, help="δ; nan for off")
     _cli.add_test_options(parser)
     args = parser.parse_args()
-    values, n_folds, layout = _cli.completed_by_fold(args.results, args.metric)
-    test = _cli.replicate_test(args.test, n_folds > 1, layout, args.n_folds)
+    values, n_folds, layout = completed_by_fold(args.results, args.metric)
+    test = replicate_test(args.test, n_folds > 1, layout, args.n_folds)
     print(f"test: {test.label()}")
     candidates = sorted(values)
     baseline = None if math.isnan(args.baseline) else args.baseline
@@ -52,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

@@ -8,6 +8,7 @@ import argparse
 
 import _cli
 
+from qknorm.errors import run_main
 from qknorm.report import build_report, write_report
 
 
@@ -25,4 +26,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

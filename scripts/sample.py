@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import _cli
-
+from qknorm.errors import run_main
 from qknorm.sample import sample_text
 
 
@@ -23,4 +22,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

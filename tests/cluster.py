@@ -1,5 +1,5 @@
 """Session fixtures for the cluster tests: a throwaway PostgreSQL server and a one-node SLURM
-cluster from scripts/local_cluster.sh, stopped however the session ends; and a summary of
+cluster from tests/local_cluster.sh, stopped however the session ends; and a summary of
 trial counts per scenario, printed at the end of the run whatever pytest's capture mode."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "local_cluster.sh"
+SCRIPT = REPO / "tests" / "local_cluster.sh"
 START_TIMEOUT_S = 180
 # One line per scenario ("name: COMPLETE=6 FAIL=1 ..."), appended to a file in this directory:
 # under pytest-xdist the scenarios run in a worker and the summary prints in the controller,
@@ -52,7 +52,7 @@ def _start(what: str) -> tuple[dict[str, str], dict[str, str]]:
                        text=True, timeout=START_TIMEOUT_S)
     if r.returncode != 0:
         _stop(env)
-        pytest.fail(f"scripts/local_cluster.sh start {what} failed: {r.stderr.strip()[-2000:]}")
+        pytest.fail(f"tests/local_cluster.sh start {what} failed: {r.stderr.strip()[-2000:]}")
     exported = dict(line.removeprefix("export ").split("=", 1)
                     for line in r.stdout.splitlines() if line.startswith("export "))
     return env, exported

@@ -4,9 +4,9 @@
 # what the cluster tests run against, and a way to try `hydra.sweeper.storage=postgresql+...`
 # or `hydra/launcher=slurm` without a database host or a cluster.
 #
-#   scripts/local_cluster.sh start [postgres|slurm|all]   # prints the env to use; eval "$(...)"
-#   scripts/local_cluster.sh status
-#   scripts/local_cluster.sh stop                         # stops what start started, deletes DIR
+#   tests/local_cluster.sh start [postgres|slurm|all]   # prints the env to use; eval "$(...)"
+#   tests/local_cluster.sh status
+#   tests/local_cluster.sh stop                         # stops what start started, deletes DIR
 #
 # DIR is $QKNORM_CLUSTER_DIR (default /tmp/qknorm-cluster-$UID); it holds the data, the logs and
 # `env`. PostgreSQL refuses to run as root: as root the server runs as the `postgres` user;

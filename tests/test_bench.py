@@ -186,18 +186,13 @@ def test_use_general_path_switches_a_model_in_place():
 
 
 def _profile_step_module():
-    import importlib
-    import sys
+    from qknorm.research import profile_step
 
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        return importlib.import_module("profile_step")
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    return profile_step
 
 
 def test_profile_categories_claim_ops_by_scope_then_by_name():
-    """scripts/profile_step.py: an op under the optimizer or the norm's backward belongs to
+    """qknorm.research.profile_step: an op under the optimizer or the norm's backward belongs to
     them whatever its name; an op outside every scope goes by its own name."""
     from collections import Counter
     from types import SimpleNamespace as Event

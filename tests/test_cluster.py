@@ -1,4 +1,4 @@
-"""What a cluster user runs, on real engines from scripts/local_cluster.sh.
+"""What a cluster user runs, on real engines from tests/local_cluster.sh.
 
 Several sweepers on one study in PostgreSQL and in Optuna's journal file: one is killed with
 SIGKILL while its trial runs and started again; the study must end with exactly n_trials

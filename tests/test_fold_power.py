@@ -1,12 +1,10 @@
-"""scripts/fold_power.py: the power of the corrected (and plain) t over K folds, checked against
+"""qknorm.research.fold_power: the power of the corrected (and plain) t over K folds, checked against
 formulas written out here and against a simulation of Nadeau & Bengio's correlated folds run
 through qknorm.multitest's own test."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,12 +12,7 @@ from scipy import integrate
 from scipy.stats import chi2, nct, norm, t
 
 from qknorm import multitest
-
-REPO = Path(__file__).resolve().parents[1]
-
-spec = importlib.util.spec_from_file_location("fold_power", REPO / "scripts" / "fold_power.py")
-fold_power = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fold_power)
+from qknorm.research import fold_power
 
 
 def worse_by_hand(df: int, nc: float, crit: float) -> float:

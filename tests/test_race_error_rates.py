@@ -1,28 +1,19 @@
-"""The race's error-rate simulation (scripts/race_level_error_rates.py): its correlated folds are
+"""The race's error-rate simulation (qknorm.research.race_level_error_rates): its correlated folds are
 what it says they are, and on them the plain paired t drops level candidates more often than
 the corrected resampled t."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from qknorm.multitest import PAIRED_T, for_folds
-from tests.test_race import REPO
+from qknorm.research import race_level_error_rates
 
 
 @pytest.fixture(scope="module")
 def sim():
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(REPO / "scripts"))  # its `import _cli`, as when run
-    spec = importlib.util.spec_from_file_location(
-        "race_level_error_rates", REPO / "scripts" / "race_level_error_rates.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    yield m
-    mp.undo()
+    return race_level_error_rates
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.2])

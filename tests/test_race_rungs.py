@@ -326,18 +326,11 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
     assert race.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
 
 
-# -- the measurement on recorded curves (scripts/rung_error_rates.py) ---------------------------
+# -- the measurement on recorded curves (qknorm.research.rung_error_rates) ---------------------------
 
-def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops(monkeypatch):
-    import importlib.util
+def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
+    from qknorm.research import rung_error_rates as m
 
-    from tests.test_race import REPO
-
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # its `import _cli`, as when run
-    spec = importlib.util.spec_from_file_location(
-        "rung_error_rates", REPO / "scripts" / "rung_error_rates.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
     curves = {2.0: (2.20, 2.00, 1.85), 1.0: (2.24, 2.10, 1.95), 4.0: (2.30, 2.02, 1.86),
               math.inf: (2.50, 2.30, 2.10)}  # val loss at 500, 1000; best_val_loss
     fold = {p: {"curve": {500: a, 1000: b}, "final": f, "steps": 2000}
@@ -427,12 +420,11 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
 
 
 def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
-    """scripts/rung_error_rates.py --room: per eval step the largest gap of a run of a p the grid
+    """qknorm.research.rung_error_rates --room: per eval step the largest gap of a run of a p the grid
     does not call worse, the smallest of a worse p's run, and the runs a rung's margin stops."""
     import subprocess
     import sys
 
-    from tests.test_race import REPO
 
     grid, curves = tmp_path / "grid", tmp_path / "race"
     grid.mkdir(), curves.mkdir()
@@ -454,7 +446,7 @@ def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
                    "elapsed_s": 1.0} for (d, _, _), c in at.items() for s, v in c.items()]
                  ).to_csv(curves / "curves.csv", index=False)
     out = tmp_path / "room.json"
-    script = [sys.executable, str(REPO / "scripts" / "rung_error_rates.py")]
+    script = [sys.executable, "-m", "qknorm.research.rung_error_rates"]
     r = subprocess.run([*script, "--room", str(curves), str(grid), "--rungs", "500:0.04,1000:0.05",
                         "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

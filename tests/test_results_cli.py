@@ -1,4 +1,4 @@
-"""scripts/report.py and scripts/plot_*.py through the real command line, in tmp dirs; the
+"""scripts/report.py and scripts/plot.py through the real command line, in tmp dirs; the
 collector reading while a real multirun writes; a tiny Optuna study."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .synthetic_runs import (
 )
 
 REPORT = str(REPO / "scripts" / "report.py")
-PLOT = str(REPO / "scripts" / "plot_loss_vs_p.py")
+PLOT = str(REPO / "scripts" / "plot.py")
 
 
 def assert_user_error(r, *words):
@@ -62,13 +62,13 @@ def test_dir_without_runs_and_bad_out(cli):
     (cli.cwd / "empty").mkdir()
     assert_user_error(cli(REPORT, "empty"), "no runs under empty")
     make_sweep(cli.cwd / "sweep")
-    assert_user_error(cli(PLOT, "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
+    assert_user_error(cli(PLOT, "loss_vs_p", "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
     assert not (cli.cwd / "fig.gif").exists() and not (cli.cwd / "sweep" / "report").exists()
 
 
 def test_plot_script_writes_the_named_file(cli):
     make_sweep(cli.cwd / "sweep")
-    r = cli(PLOT, "sweep", "--metric", "wall_time_s", "--baseline", "inf", "--logx",
+    r = cli(PLOT, "loss_vs_p", "sweep", "--metric", "wall_time_s", "--baseline", "inf", "--logx",
             "--out", "figs/time.pdf")
     assert r.returncode == 0, r.stderr
     assert (cli.cwd / "figs" / "time.pdf").read_bytes()[:5] == b"%PDF-"

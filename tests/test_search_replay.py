@@ -1,19 +1,13 @@
-"""scripts/search_replay.py: Optuna's TPE (plain and median-pruned over folds) replayed on a grid's
+"""qknorm.research.search_replay: Optuna's TPE (plain and median-pruned over folds) replayed on a grid's
 recorded runs, counting the compute each search would have spent and what it found."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.test_race import REPO
-
-spec = importlib.util.spec_from_file_location("search_replay",
-                                              REPO / "scripts" / "search_replay.py")
-replay = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(replay)
+from qknorm.research import search_replay as replay
 
 # 3 p x 4 folds, 100 steps and 2 s x 2 threads a run; p = 2 is best on every fold, p = 8 worst.
 LOSS = {1.0: [1.3, 1.2, 1.4, 1.3], 2.0: [1.0, 0.9, 1.1, 1.0], 8.0: [2.0, 1.9, 2.1, 2.0]}

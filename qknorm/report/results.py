@@ -336,7 +336,7 @@ CURVE_KEYS = ["step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s
 
 # curves.csv's columns: the losses of every eval, joined to results.csv by run_dir (the
 # diagnostics stay in each run's metrics.jsonl). What a rung rule is chosen on
-# (scripts/rung_error_rates.py --room) once the run dirs are gone.
+# (qknorm.research.rung_error_rates --room) once the run dirs are gone.
 CURVES_CSV = ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
 
 

@@ -3,7 +3,7 @@
 The power of the corrected resampled t over all K folds of a K-fold layout, at the fold-to-fold
 spread σ of the per-fold Δ vs p = 2 measured on the committed grids.
 
-`python scripts/fold_power.py [NAME=RESULTS_CSV ...] [--sigma S ...] [--delta 0.02]
+`python -m qknorm.research.fold_power [NAME=RESULTS_CSV ...] [--sigma S ...] [--delta 0.02]
 [--out docs/results/fold_power.json]`
 
 The spread: for each results.csv (a grid of p × folds, one seed), the sd over folds of the
@@ -353,7 +353,7 @@ def main() -> None:
             print(f"| {r['K']} | {r['seeds']} | {r['runs_per_p']} | {r['sigma']:.4f} | "
                   f"{r['worse']:.2f} | {r['worse_holm_worst']:.2f} | {r['level']:.2f} |")
     if args.out:
-        command = "python scripts/fold_power.py " + shlex.join(sys.argv[1:])
+        command = "python -m qknorm.research.fold_power " + shlex.join(sys.argv[1:])
         args.out.write_text(json.dumps(
             {"question": __doc__.splitlines()[0], "command": command, "delta": args.delta,
              "alpha": args.alpha, "comparisons": args.comparisons, "tost_alpha": 0.05,
@@ -363,6 +363,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import _cli  # here, not above: tests import this module without pandas (_cli's seconds)
+    from qknorm.errors import run_main  # here, not above: tests import this module without hydra
 
-    _cli.run(main)
+    run_main(main)

@@ -1,6 +1,6 @@
 """Where a training step's time goes: torch.profiler over steps of each variant, as markdown.
 
-    python scripts/profile_step.py --model cpu --threads 1 --norms none,l2,lp_p4,lp_pinf \\
+    python -m qknorm.research.profile_step --model cpu --threads 1 --norms none,l2,lp_p4,lp_pinf \\
         --dtypes float32,bfloat16 --out docs/profile_step_cpu.md
 
 Each variant is built as scripts/bench.py builds it (qknorm.train.setup, the real step); after a
@@ -19,10 +19,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import _cli
-
 from qknorm import rundir
 from qknorm.bench import steps as bench
+from qknorm.errors import run_main
 
 # Ancestors (record_function scopes / autograd nodes) that claim every op below them.
 SCOPES = (("Optimizer.", "optimizer"), ("clip_grad_norm_", "clip"),
@@ -134,7 +133,7 @@ def main(argv: list[str]) -> int:
     for v in variant_list:
         results[v.name] = profile_variant(v, args.model, args.overrides, args.warmup, args.steps)
         print(f"{v.name}: {results[v.name][0]:.1f} ms/step profiled", flush=True)
-    text = markdown("python scripts/profile_step.py " + shlex.join(argv), env, results, args.top)
+    text = markdown("python -m qknorm.research.profile_step " + shlex.join(argv), env, results, args.top)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rundir.atomic_write_text(out, text)
@@ -144,4 +143,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    _cli.run(lambda: main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]))

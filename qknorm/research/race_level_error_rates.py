@@ -2,7 +2,7 @@
 are correlated as K-fold cross-validation makes them: the plain paired t and the corrected
 resampled t (qknorm.multitest.for_folds) side by side.
 
-`python scripts/race_level_error_rates.py [--races 1500] [--out race_level_error_rates.json]`
+`python -m qknorm.research.race_level_error_rates [--races 1500] [--out race_level_error_rates.json]`
 simulates races of k = 2, 4, 8 candidates over K = 5 and 10 blocks (folds), the first look
 after 3, alpha 0.05, no baseline. Candidate c's run on fold b is
 
@@ -39,9 +39,9 @@ import shlex
 import sys
 import time
 
-import _cli  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
 
+from qknorm.errors import run_main
 from qknorm.multitest import PAIRED_T, ReplicateTest, for_folds
 from qknorm.sweep import racestats as race
 
@@ -128,7 +128,7 @@ def main() -> None:
                                                 race.LEVEL, race.UNDECIDED, race.BEST))
               + f" | {r['mean blocks run']:.2f} |")
     if args.out:
-        command = "python scripts/race_level_error_rates.py " + shlex.join(sys.argv[1:])
+        command = "python -m qknorm.research.race_level_error_rates " + shlex.join(sys.argv[1:])
         with open(args.out, "w") as f:
             json.dump({"command": command, "races": args.races, "first_look": FIRST_LOOK,
                        "alpha": ALPHA, "cpu_seconds": round(seconds), "rows": rows}, f,
@@ -136,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

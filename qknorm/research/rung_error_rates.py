@@ -1,5 +1,5 @@
 """How often in-fold stopping (racestats.stop_at_rung) stops a run that would have won its fold,
-measured on recorded curves: `python scripts/rung_error_rates.py SWEEP_DIR... [--out F.json]`.
+measured on recorded curves: `python -m qknorm.research.rung_error_rates SWEEP_DIR... [--out F.json]`.
 
 Each SWEEP_DIR holds a grid's run dirs (final.json, metrics.jsonl, .hydra/config.yaml); only
 completed runs are read, grouped by fold, the candidates being norm.p. For each rungs x margin
@@ -35,14 +35,14 @@ import json
 import math
 from pathlib import Path
 
-import _cli
 import pandas as pd
 import yaml
 
 from qknorm import rundir
-from qknorm.errors import UserError
+from qknorm.errors import UserError, run_main
 from qknorm.multitest import holm
 from qknorm.report.paxis import format_p
+from qknorm.research import looks
 from qknorm.sweep import racestats as race
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
@@ -194,8 +194,8 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None
     """The p whose completed runs are worse than the baseline's on the grid: one-sided t over
     the folds both ran (the corrected resampled t of the grid's fold layout, as the race and
     the report), Holm over the p with two pairs or more."""
-    values, seen, layout = _cli.completed_by_fold(grid / "results.csv", "best_val_loss")
-    test = _cli.replicate_test("auto", seen > 1, layout, n_folds)
+    values, seen, layout = looks.completed_by_fold(grid / "results.csv", "best_val_loss")
+    test = looks.replicate_test("auto", seen > 1, layout, n_folds)
     if not values.get(baseline):
         raise UserError(f"--baseline {format_p(baseline)} has no completed run in "
                         f"{grid / 'results.csv'}; use one of its p: "
@@ -325,4 +325,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run_main(main)

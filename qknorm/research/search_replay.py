@@ -1,6 +1,6 @@
 """Replay Optuna's TPE and GP searches on a committed grid's runs: what they find for how much compute.
 
-    python scripts/search_replay.py docs/results/paper_cpu/qknorm/results.csv \
+    python -m qknorm.research.search_replay docs/results/paper_cpu/qknorm/results.csv \
         --budgets 26667,80000 --seeds 100 --out search_replay.json
 
 The search space is the grid's p (a categorical over its points, as `norm.p=choice(...)` gives
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     grid = load_grid(args.results)
-    out = {"command": "python scripts/search_replay.py " + " ".join(argv or sys.argv[1:]),
+    out = {"command": "python -m qknorm.research.search_replay " + " ".join(argv or sys.argv[1:]),
            "grid": {"p": sorted(grid), "runs": sum(map(len, grid.values())),
                     "steps": sum(r["steps"] for runs in grid.values() for r in runs),
                     "core_s": sum(r["core_s"] for runs in grid.values() for r in runs)},
