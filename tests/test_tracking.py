@@ -383,3 +383,148 @@ def test_a_store_that_fails_at_the_end_exits_non_zero_and_says_where_the_runs_ar
     assert capsys.readouterr().err.strip() == (
         f"error: mlflow export of {run} failed ([Errno 28] No space left on device); the runs "
         f"are in {run}: run python -m qknorm.tracking.mlflow {run} --uri {uri}")
+
+
+# ---------------------------------------------------------------------------------------------
+# MLflow: every ending, a single run, a topped-up study, a late final.json, the lock (in process)
+
+def study_job(sweep: Path, trial: int, fold: int, status: str | None, race_block: str | None = None,
+              study: str = "s") -> Path:
+    """A job dir of our Optuna sweeper (trial<N>_<fold>): evals at 0 and 10 (and 20 when it
+    completed); status None: no final.json yet (still running, or killed)."""
+    run = sweep / f"trial{trial}_{fold}"
+    cfg = synthetic_runs.config(2.0 + trial, fold, study=(study, "sqlite:///s.db", trial))
+    if race_block is not None:
+        cfg["optuna"]["race"] = {"block": race_block, "rungs": [10], "margin": 0.1, "margins": []}
+    synthetic_runs.write_config(run, cfg)
+    steps = (0, 10, 20) if status == "completed" else (0, 10)
+    for step in steps:
+        rundir.append_metrics(run, {"step": step, "val_loss": 3.0 - step / 10, "lr": 1e-3})
+    if status is not None:
+        extra = {} if status == "completed" else {"error": "pruned at step 10"}
+        rundir.write_final(run, {**synthetic_runs.final(status, 2.0, 1.0, 2.0 + trial, 0, fold,
+                                                        **extra), "steps": steps[-1]})
+    return run
+
+
+def mlflow_paths(uri: str, experiment: str = "synthetic") -> dict:
+    return tree(uri, experiment)[1]
+
+
+def test_mlflow_every_ending_a_late_final_json_and_a_topped_up_study(tmp_path):
+    """Pruned (by the pruner) and race-stopped runs are exported KILLED, their trials too; a run
+    dir that gains final.json later is exported by the next export, under its trial; a second
+    sweep of the same study (topped up) puts its new trials under the study's one parent."""
+    needs("mlflow")
+    from qknorm.tracking.mlflow import export
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = tmp_path / "sweeps" / "first"
+    study_job(first, 0, 0, "completed")
+    study_job(first, 0, 1, "completed")
+    study_job(first, 1, 0, "pruned")  # the pruner's
+    study_job(first, 2, 0, "pruned", race_block="data.fold=0")  # stopped at the race's rung
+    late = study_job(first, 2, 1, None, race_block="data.fold=1")  # still running
+    summary = export(first, uri)
+    assert (summary.exported, summary.present, summary.incomplete) == (4, 0, 1)
+    paths = mlflow_paths(uri)
+    t = {n: f"study s/trial {n}: norm.p={2.0 + n}" for n in range(4)}
+    assert sorted(paths) == sorted(["study s", f"{t[0]}", f"{t[0]}/data.fold=0", f"{t[0]}/data.fold=1",
+                                    t[1], f"{t[1]}/data.fold=0", t[2], f"{t[2]}/data.fold=0"])
+    for name, status, mlflow_status in ((f"{t[0]}/data.fold=0", "completed", "FINISHED"),
+                                        (f"{t[1]}/data.fold=0", "pruned", "KILLED"),
+                                        (f"{t[2]}/data.fold=0", "pruned", "KILLED"),
+                                        (t[0], "completed", "FINISHED"), (t[1], "pruned", "KILLED"),
+                                        (t[2], "pruned", "KILLED")):
+        run = paths[name]
+        assert (run.data.tags["status"], run.info.status) == (status, mlflow_status), name
+    stopped = paths[f"{t[2]}/data.fold=0"]
+    assert stopped.data.tags["error"] == "pruned at step 10"
+    assert stopped.data.params["optuna.race.block"] == "data.fold=0"
+    client = tree(uri, "synthetic")[0]
+    assert [(m.step, m.value) for m in sorted(client.get_metric_history(stopped.info.run_id, "val_loss"),
+                                              key=lambda m: m.step)] == [(0, 3.0), (10, 2.0)]
+    assert paths[t[2]].data.tags["replicates"] == "1"
+
+    # the running job ends: the next export adds it, and only it, under trial 2
+    rundir.write_final(late, {**synthetic_runs.final("completed", 1.9, 1.0, 4.0, 0, 1), "steps": 20})
+    summary = export(first, uri)
+    assert (summary.exported, summary.present, summary.incomplete) == (1, 4, 0)
+    paths = mlflow_paths(uri)
+    assert paths[f"{t[2]}/data.fold=1"].info.status == "FINISHED"
+    assert paths[t[2]].data.tags["replicates"] == "2"
+    assert (paths[t[2]].data.tags["status"], paths[t[2]].info.status) == ("pruned", "KILLED")
+    assert len(paths) == 9
+
+    # the study topped up by a later sweep (its own sweep dir): same parent, new trial under it
+    second = tmp_path / "sweeps" / "second"
+    study_job(second, 3, 0, "completed")
+    (second / "trials.csv").write_text("number,value\n3,2.0\n")
+    summary = export(second, uri)
+    assert (summary.exported, summary.present, summary.incomplete) == (1, 0, 0)
+    paths = mlflow_paths(uri)
+    assert [k for k in paths if "/" not in k] == ["study s"]  # one parent per study
+    # (named by its number alone: an export names trials by the overrides that differ among
+    # the trials it exports, and this one exports one trial)
+    assert paths["study s/trial 3/data.fold=0"].data.tags["qknorm.level"] == "run"
+    assert len(paths) == 11
+    parent = paths["study s"].info.run_id
+    assert {f.path for f in client.list_artifacts(parent, "second")} == {"second/trials.csv"}
+
+
+def test_mlflow_single_run_is_one_top_level_run(tmp_path):
+    needs("mlflow")
+    from qknorm.tracking.mlflow import export
+
+    run = tmp_path / "run"
+    synthetic_runs.write_config(run, synthetic_runs.config(4.0, 0))
+    (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "RUN"}}))
+    synthetic_runs.write_curve(run, 1.5, 10.0, 4.0)
+    rundir.write_final(run, synthetic_runs.final("completed", 1.5, 3.0, 4.0, 0, 0))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    summary = export(run, uri)
+    assert (summary.exported, summary.present, summary.incomplete) == (1, 0, 0)
+    client, paths = tree(uri, "synthetic")
+    assert list(paths) == ["data.fold=0"]  # named by its replicate override
+    single = paths["data.fold=0"]
+    assert "mlflow.parentRunId" not in single.data.tags
+    assert single.data.tags["qknorm.level"] == "run" and single.info.status == "FINISHED"
+    assert single.data.tags["qknorm.key"] == f"run:{run.resolve()}"
+    assert_run_mirrors_run_dir(client, single, run)
+    assert export(run, uri).present == 1 and len(tree(uri, "synthetic")[1]) == 1
+
+
+def test_mlflow_export_holds_the_store_lock_while_it_writes(tmp_path, monkeypatch):
+    """While one export writes, the lock file beside the SQLite store is held (a second export
+    waits for it); checked at a point inside the export, not by timing."""
+    needs("mlflow")
+    import fcntl
+    import threading
+
+    from qknorm.tracking import mlflow as tracking_mlflow
+
+    sweep = synthetic_sweep(tmp_path / "a")
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    inside, release = threading.Event(), threading.Event()
+    original = tracking_mlflow.Exporter.export
+
+    def paused(self, jobs, summary):
+        inside.set()
+        assert release.wait(timeout=120)
+        return original(self, jobs, summary)
+
+    monkeypatch.setattr(tracking_mlflow.Exporter, "export", paused)
+    results = []
+    first = threading.Thread(target=lambda: results.append(tracking_mlflow.export(sweep, uri)))
+    first.start()
+    try:
+        assert inside.wait(timeout=120)
+        with open(tmp_path / "store" / "mlflow.db.lock", "a") as f:
+            with pytest.raises(BlockingIOError):  # held by the export in progress
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        release.set()
+        first.join()
+    with open(tmp_path / "store" / "mlflow.db.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released once it is done
+    assert results[0].exported == 11
