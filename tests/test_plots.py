@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from qknorm.report import Options, build_report, plots, results, write_report
 
@@ -166,19 +167,47 @@ def test_loss_vs_p_with_one_run_per_p_promises_no_interval_and_counts_n_per_p(sw
     one = runs[(runs["data.fold"] == 0) | runs["norm.p"].isna()]  # p = 2, 4, inf: one run each
     (ax,) = plots.loss_vs_p(one, baseline=2.0).axes
     texts = axes_texts(ax)
-    assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, no interval with "
-                              "one run per p (n=1 per p)")
+    assert ax.get_title() == ("best_val_loss vs p (n=1 per p)\n"
+                              "each completed run a dot, no interval with one run per p")
     assert not [t for t in texts if "interval" in t and "no interval" not in t]
     assert not ax.containers  # no error bars
     assert len(run_dots(ax)) == 3
     # The whole sweep: 4, 3 and 3 runs per p, each with an interval.
     (ax,) = plots.loss_vs_p(runs, baseline=2.0).axes
-    assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, mean ± 95% "
-                              "interval (n=3–4 per p)\n(paired t)")
+    assert ax.get_title() == ("best_val_loss vs p (n=3–4 per p)\n"
+                              "each completed run a dot, mean ± 95% interval\n(paired t)")
     assert [c.get_label() for c in ax.containers] == ["mean ± 95% interval (paired t)"]
     # p = 2 with two runs, 4 and inf with one: intervals only where p has 2+ runs.
     mixed = runs[(runs["data.fold"] == 0) | (runs["norm.p"] == 2.0) & (runs["data.fold"] == 1)]
     (ax,) = plots.loss_vs_p(mixed, baseline=2.0).axes
-    assert ax.get_title() == ("best_val_loss vs p: each completed run a dot, mean ± 95% "
-                              "interval where p has 2+ runs (n=1–2 per p)\n(paired t)")
+    assert ax.get_title() == ("best_val_loss vs p (n=1–2 per p)\neach completed run a dot, "
+                              "mean ± 95% interval where p has 2+ runs\n(paired t)")
     assert [c.get_label() for c in ax.containers] == ["mean ± 95% interval (paired t)"]
+
+
+# -- the first figure a new user sees: its title inside the figure ------------------------------
+
+LONG_METRIC = "best_val_loss_of_a_final_json_field_with_a_name_as_long_as_this_one_is"
+
+
+@pytest.mark.parametrize("case", ["one run per p", "n per p", "some p one run", "search",
+                                  "long metric"])
+def test_loss_vs_p_title_lies_inside_the_figure(sweep, tmp_path, case):
+    """make sweep's loss_vs_p (one run per p) had a one-line title that ran off the figure's right
+    edge. Its rendered extent, after the constrained layout, lies inside the figure."""
+    runs = results.collect(make_search(tmp_path / "search") if case == "search" else sweep).runs
+    metric = "best_val_loss"
+    if case == "one run per p":
+        runs = runs[(runs["data.fold"] == 0) | runs["norm.p"].isna()]
+    elif case == "some p one run":
+        runs = runs[(runs["data.fold"] == 0) | (runs["norm.p"] == 2.0) & (runs["data.fold"] == 1)]
+    elif case == "long metric":
+        runs, metric = runs.rename(columns={metric: LONG_METRIC}), LONG_METRIC
+    fig = plots.loss_vs_p(runs, metric=metric, baseline=2.0)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (ax,) = fig.axes
+    title = ax.title.get_window_extent(renderer)
+    assert title.width > 0 and fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1
+    assert fig.bbox.y0 <= title.y0 and title.y1 <= fig.bbox.y1
+    plots.close(fig)

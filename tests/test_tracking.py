@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from qknorm import rundir
-from qknorm.report.results import find_run_dirs, read_config
+from qknorm.rundir import find_run_dirs, read_config
 from tests import synthetic_runs
 from tests.conftest import kill_after_evals
 

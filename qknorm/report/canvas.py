@@ -5,6 +5,8 @@ marks by, the split of runs into --by series and where the legend goes.
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -48,6 +50,21 @@ def new_figure(ncols: int = 1, width: float = 6.4, height: float = 4.2) -> tuple
     fig = Figure(figsize=(width * ncols if ncols > 1 else width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
+
+
+# A character's mean width in DejaVu Sans (matplotlib's default), as a fraction of the font size,
+# rounded up so that a line of wide characters fits too.
+CHAR_EM = 0.62
+
+
+def set_title(ax: Axes, title: str, fontsize: float = 10) -> None:
+    """ax's title, each line broken at spaces to the width of its column of the figure: a long
+    title (loss_vs_p's says what the marks are) ran off the figure's right edge."""
+    columns = ax.get_subplotspec().get_gridspec().ncols if ax.get_subplotspec() else 1
+    width_pt = ax.figure.get_figwidth() * 72 / columns
+    chars = max(20, int(width_pt / (CHAR_EM * fontsize)))
+    ax.set_title("\n".join(textwrap.fill(line, chars) for line in title.split("\n")),
+                 fontsize=fontsize)
 
 
 def series(runs: pd.DataFrame, by) -> list[tuple[str, str | None, pd.DataFrame]]:

@@ -32,6 +32,7 @@ from qknorm.report.canvas import (
     metric_label,
     new_figure,
     series,
+    set_title,
 )
 from qknorm.report.deltaplot import HOLM_GID as HOLM_GID
 from qknorm.report.deltaplot import delta_vs_p as delta_vs_p
@@ -113,7 +114,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     ax.set_ylabel(metric_label(metric))
     ax.grid(True, alpha=0.3, lw=0.6)
     if title:
-        ax.set_title(title, fontsize=10)
+        set_title(ax, title)
 
 
 def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
@@ -205,7 +206,7 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
     fig, (ax,) = new_figure()
     runs = _lp_runs(df, metric)
     if continuous_p(df):
-        what = f"each trial a point, quadratic fit in log p ± 95% (n={len(runs)} runs)"
+        n, what = f"n={len(runs)} runs", "each trial a point, quadratic fit in log p ± 95%"
     else:  # n per p, as the intervals are per p; a p with one run has none
         per_p = runs.groupby("norm.p").size()
         low, high = (int(per_p.min()), int(per_p.max())) if len(per_p) else (0, 0)
@@ -213,9 +214,8 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
         what = ("each completed run a dot, no interval with one run per p" if high <= 1 else
                 "each completed run a dot, mean ± 95% interval" if low > 1 else
                 "each completed run a dot, mean ± 95% interval where p has 2+ runs")
-        what = f"{what} ({n})"
     intervals = not continuous_p(df) and len(runs) and runs.groupby("norm.p").size().max() > 1
-    title = f"{metric} vs p: {what}" + (f"\n({test.short()})" if intervals else "")
+    title = f"{metric} vs p ({n})\n{what}" + (f"\n({test.short()})" if intervals else "")
     metric_vs_p(ax, df, metric, logx, baseline, title=title, by=by, mark_best=True, test=test)
     legend(fig, ax, by)
     return fig

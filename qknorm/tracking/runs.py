@@ -8,12 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from qknorm import rundir
-from qknorm.report.results import read_config, run_dirs_under
-
-REPLICATE_KEYS = ("data.fold", "seed")  # besides the Optuna sweeper's hydra.sweeper.replicates
 
 
 @dataclass
@@ -38,13 +33,6 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-
-
 def _mtime_ms(path: Path, default: int) -> int:
     try:
         return int(path.stat().st_mtime * 1000)
@@ -54,23 +42,20 @@ def _mtime_ms(path: Path, default: int) -> int:
 
 def read_job(run_dir: Path, experiment: str | None) -> Job | None:
     """The run dir's files and its place in MLflow; None while it has no final.json."""
-    try:
-        final = rundir.read_final(run_dir)
-    except (OSError, ValueError):
-        final = None
-    if final is None or final.get("status") not in rundir.STATUSES:
+    final = rundir.read_finished(run_dir)
+    if final is None:
         return None
-    config = read_config(run_dir) or {}
-    hydra = (_read_yaml(run_dir / ".hydra" / "hydra.yaml") or {}).get("hydra", {})
-    overrides = _read_yaml(run_dir / ".hydra" / "overrides.yaml") or []
+    config = rundir.read_config(run_dir) or {}
+    hydra = rundir.read_hydra(run_dir)
+    overrides = rundir.read_overrides(run_dir)
     sweeper_replicates = (hydra.get("sweeper") or {}).get("replicates") or {}
-    replicate_keys = {*REPLICATE_KEYS, *sweeper_replicates}
+    replicate_keys = {*rundir.REPLICATE_KEYS, *sweeper_replicates}
     end_ms = _mtime_ms(run_dir / rundir.FINAL_FILE, 0)
     job = Job(
         run_dir=run_dir, config=config, final=final, metrics=rundir.read_metrics(run_dir),
         experiment=experiment or str(config.get("name") or "qknorm"),
         replicate=[o for o in overrides if _key(o) in replicate_keys],
-        start_ms=_mtime_ms(run_dir / ".hydra" / "config.yaml", end_ms), end_ms=end_ms)
+        start_ms=_mtime_ms(run_dir / rundir.CONFIG_FILE, end_ms), end_ms=end_ms)
     study, storage, trial = (config.get(f"optuna.{k}") for k in ("study_name", "storage", "trial"))
     kept = [o for o in overrides if _key(o) not in replicate_keys and not _key(o).startswith("optuna.")]
     if study is not None and trial is not None:  # a job of our Optuna sweeper
@@ -92,7 +77,7 @@ def _label(job: Job, common: set[str]) -> str:
 
 def read_jobs(root: Path, experiment: str | None) -> tuple[list[Job], int]:
     """The finished run dirs under root (Jobs) and how many are not finished."""
-    run_dirs = run_dirs_under(root)
+    run_dirs = rundir.run_dirs_under(root)
     jobs, incomplete = [], 0
     for run_dir in run_dirs:
         job = read_job(run_dir.resolve(), experiment)
