@@ -528,3 +528,38 @@ def test_mlflow_export_holds_the_store_lock_while_it_writes(tmp_path, monkeypatc
     with open(tmp_path / "store" / "mlflow.db.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released once it is done
     assert results[0].exported == 11
+
+
+@pytest.mark.parametrize("status,extra", [
+    ("pruned", {"error": "pruned at step 10"}),
+    ("diverged", {"error": "loss became nan at step 10", "diverged_step": 10, "val_loss": "nan"}),
+    ("failed", {"error": "RuntimeError: boom"}),
+])
+def test_tensorboard_run_that_did_not_complete_has_its_final_numbers_and_status(tmp_path, status,
+                                                                                extra):
+    """final/<key> at the last step and the status hparam whatever the ending; the hparams
+    leave out where things go (optuna.storage, tracker.*, optuna.race.*), keep what ran."""
+    needs("tensorboard")
+    from qknorm.config import Config, OptunaTrialConfig
+    from qknorm.tracking.tensorboard import TensorBoardRun
+
+    cfg = Config(optuna=OptunaTrialConfig(study_name="s", storage="sqlite:///s.db", trial=3))
+    run = TensorBoardRun(cfg, tmp_path)
+    for step, loss in ((0, 4.0), (10, 3.5)):
+        run.log({"step": step, "val_loss": loss, "lr": 1e-3})
+    final = {"status": status, "val_loss": 3.5, "best_val_loss": 3.5, "steps": 10, "seed": 0,
+             "fold": 9, "p": 4.0, "git_sha": "abc", **extra}
+    run.close(final)
+    got = scalars(tmp_path)
+    finals = {k: v for k, v in got.items() if k.startswith("final/")}
+    want_val = math.nan if status == "diverged" else 3.5
+    assert set(finals) == {"final/val_loss", "final/best_val_loss", "final/steps", "final/p",
+                           *(["final/diverged_step"] if status == "diverged" else [])}
+    assert finals["final/best_val_loss"] == [(10, 3.5)] and finals["final/steps"] == [(10, 10.0)]
+    ((step, value),) = finals["final/val_loss"]
+    assert step == 10 and same(value, want_val)
+    assert got["val_loss"] == [(0, 4.0), (10, 3.5)]
+    hp = session_hparams(tmp_path)
+    assert hp["status"] == status
+    assert (hp["optuna.study_name"], hp["optuna.trial"]) == ("s", 3.0)
+    assert not [k for k in hp if k.startswith(("optuna.storage", "optuna.race.", "tracker."))]
