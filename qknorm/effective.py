@@ -45,6 +45,9 @@ BOOKKEEPING = ("optuna.", "tracker.")
 # model.arch=gpt drops model.arch too: a GPT job's effective config (and so the digest a study
 # keeps of it) stays what it was before the key existed, and studies started then resume.
 UNUSED_BY_ARCH = {"gpt": ("model.arch", *ANGPT_KEYS), "angpt": ("model.bias",)}
+# The data keys of issue 37, dropped at the value every earlier run had (Tiny Shakespeare, char
+# level), for the same reason: studies started before them keep their digests and resume.
+DATA_KEYS_BEFORE = {"data.corpus": "shakespeare", "data.tokenizer": "char", "data.vocab_size": None}
 
 
 def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +55,8 @@ def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
     bookkeeping keys: two runs with equal effective configs compute the same thing (bitwise,
     on CPU)."""
     unused = (*UNUSED_KEYS.get(flat.get("norm.kind"), ()),
-              *UNUSED_BY_ARCH.get(flat.get("model.arch", "gpt"), ()))
+              *UNUSED_BY_ARCH.get(flat.get("model.arch", "gpt"), ()),
+              *(k for k, v in DATA_KEYS_BEFORE.items() if flat.get(k, v) == v))
     return {k: v for k, v in flat.items() if k not in unused and not k.startswith(BOOKKEEPING)}
 
 

@@ -133,7 +133,14 @@ class Run:
     start: float = 0.0  # perf_counter() at step 0 (earlier by a resumed run's elapsed time)
     out_dir: Path | None = None
     on_eval: EvalHook | None = None
+    # {"char": c, "byte": b}: text one val target token covers on average (text_per_token)
+    val_text: dict[str, float] = field(default_factory=lambda: {"char": 1.0, "byte": 1.0})
     tracker: tracking.RunTracker | None = None  # mirrors metrics.jsonl and final.json (tracker=...)
+
+    def in_bits(self, name: str, val_loss: float) -> dict[str, float]:
+        """{name_bpc, name_bpb}: a validation loss in bits per character and per byte."""
+        return {f"{name}_bpc": bits_per(val_loss, self.val_text["char"]),
+                f"{name}_bpb": bits_per(val_loss, self.val_text["byte"])}
 
 
 def setup(cfg: Config, splits: Splits | None = None) -> Run:
@@ -146,8 +153,9 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
     device = resolve_device(cfg.device)
     if splits is None:
         splits = load_splits(cfg.data, cfg.model.block_size)  # user errors surface before any file
-    raw_model = build_model(cfg.model, cfg.norm, len(splits.vocab)).to(device)
+    raw_model = build_model(cfg.model, cfg.norm, len(splits.tokenizer)).to(device)
     o, t = cfg.optimizer, cfg.train
+    val_batches = fixed_batches(splits.val, t.eval_iters, t.batch_size, device)
     return Run(
         cfg=cfg, device=device, splits=splits, raw_model=raw_model,
         compiled=(compile_model(raw_model) if resolve_compile(cfg.compile, device)
@@ -158,9 +166,24 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
                   else nullcontext()),
         batch_rng=torch.Generator().manual_seed(cfg.seed),
         eval_batches={"train": fixed_batches(splits.train, t.eval_iters, t.batch_size, device),
-                      "val": fixed_batches(splits.val, t.eval_iters, t.batch_size, device)},
+                      "val": val_batches},
         bad_step=torch.full((), -1, dtype=torch.long, device=device),
+        val_text=text_per_token(splits.tokenizer, val_batches),
     )
+
+
+def text_per_token(tokenizer, batches) -> dict[str, float]:
+    """The characters and UTF-8 bytes of text one target token of these batches covers, on
+    average: what turns their mean loss into bits per character and per byte (bits_per)."""
+    targets = torch.cat([y.flatten() for _, y in batches]).cpu()
+    return {"char": tokenizer.n_chars[targets].double().mean().item(),
+            "byte": tokenizer.n_bytes[targets].double().mean().item()}
+
+
+def bits_per(loss: float, text_per_token: float) -> float:
+    """Mean loss in nats per token -> bits per character (or byte): every eval batch holds the
+    same number of tokens, so sum(loss) / (ln 2 * sum(covered)) is this ratio of means."""
+    return loss / (math.log(2) * text_per_token)
 
 
 def compile_model(model: LanguageModel) -> torch.nn.Module:
@@ -207,6 +230,7 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
         p = run.progress
         final.update({
             "status": status, "val_loss": p.val_loss, "best_val_loss": p.best_val_loss,
+            **run.in_bits("val", p.val_loss), **run.in_bits("best_val", p.best_val_loss),
             "train_loss": p.train_loss, "steps": p.step,
             "wall_time_s": time.perf_counter() - run.start, "tokens_per_s": p.tokens_per_s,
             "steady_tokens_per_s": p.steady_tokens_per_s, "p": run.raw_model.p_mean(),
@@ -292,7 +316,7 @@ def _evaluate(run: Run, step: int, bar: tqdm) -> None:
         progress.diagnostics = attention_diagnostics(
             run.raw_model, run.eval_batches["val"][:run.cfg.train.diag_batches], run.autocast)
     row = {
-        "step": step, "train_loss": train_loss, "val_loss": val_loss,
+        "step": step, "train_loss": train_loss, "val_loss": val_loss, **run.in_bits("val", val_loss),
         "lr": run.optimizer.param_groups[0]["lr"], "elapsed_s": time.perf_counter() - run.start,
         "tokens_per_s": progress.tokens_per_s,
         "steady_tokens_per_s": progress.steady_tokens_per_s,

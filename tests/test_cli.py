@@ -27,8 +27,11 @@ def test_smoke_run_writes_metrics_and_final(cli):
     assert [row["step"] for row in rows] == [0, 10, 20, 30]
     assert final["best_val_loss"] == min(row["val_loss"] for row in rows)
     assert set(json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])) == {
-        "step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s", "steady_tokens_per_s",
-        "gamma_mean", "p_mean", *DIAGNOSTICS}
+        "step", "train_loss", "val_loss", "val_bpc", "val_bpb", "lr", "elapsed_s", "tokens_per_s",
+        "steady_tokens_per_s", "gamma_mean", "p_mean", *DIAGNOSTICS}
+    # Tiny Shakespeare is ASCII at the character level: a token is a character is a byte
+    assert final["best_val_bpc"] == final["best_val_bpb"] == final["best_val_loss"] / math.log(2)
+    assert rows[-1]["val_bpc"] == rows[-1]["val_loss"] / math.log(2) == final["val_bpc"]
     assert {k: final[k] for k in DIAGNOSTICS} == {k: rows[-1][k] for k in DIAGNOSTICS}
     # steady throughput leaves the first eval interval (warm-up, compilation) out: NaN until the
     # second interval is done

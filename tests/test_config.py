@@ -35,7 +35,8 @@ def test_defaults_are_design_defaults():
 
 @pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes(group, option):
-    cfg = compose_config(f"{group}={option}")
+    needs = {"data=text": ["data.path=any.txt"]}  # the one option with a key of the user's
+    cfg = compose_config(f"{group}={option}", *needs.get(f"{group}={option}", []))
     assert isinstance(cfg, Config)
 
 
@@ -44,6 +45,7 @@ def test_groups_have_the_design_options():
     assert names["model"] == {"tiny", "cpu", "paper"}
     assert names["norm"] == {"none", "l2", "lp", "rms"}
     assert {"smoke"} <= names["experiment"]
+    assert names["data"] == {"shakespeare_char", "kjv_char", "text"}
 
 
 @pytest.mark.parametrize("override,key,value", [

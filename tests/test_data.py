@@ -14,9 +14,9 @@ def test_corpus_and_vocab():
     sha256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
     splits = load_splits(DataConfig(sha256=sha256), 64)
     assert len(load_text(DataConfig())) == N_CHARS
-    assert len(splits.vocab) == 65
-    assert splits.vocab.chars[:2] == "\n "
-    assert splits.vocab.decode(splits.vocab.encode("First Citizen:")) == "First Citizen:"
+    assert len(splits.tokenizer) == 65
+    assert splits.tokenizer.chars[:2] == "\n "
+    assert splits.tokenizer.decode(splits.tokenizer.encode("First Citizen:")) == "First Citizen:"
 
 
 def test_default_fold_is_nanogpt_split():
@@ -57,7 +57,7 @@ def test_validation_windows_come_from_the_held_out_fold():
     splits = load_splits(DataConfig(n_folds=5, fold=2), 64)
     lo, hi = fold_bounds(N_CHARS, 5, 2)
     x, _ = splits.val.sample(256, torch.Generator().manual_seed(1))
-    text_tokens = splits.vocab.encode(load_text(DataConfig())[lo:hi])
+    text_tokens = splits.tokenizer.encode(load_text(DataConfig())[lo:hi])
     # each validation window is a substring of the held-out block
     for row in x[:8]:
         starts = (text_tokens[:-64] == row[0]).nonzero().flatten()

@@ -37,7 +37,7 @@ def probe(model: str, overrides: list[str]) -> dict[str, float]:
         marks.append(_now())
         splits = load_splits(cfg.data, cfg.model.block_size)
         marks.append(_now())
-        gpt = GPT(cfg.model, cfg.norm, len(splits.vocab))
+        gpt = GPT(cfg.model, cfg.norm, len(splits.tokenizer))
         gpt.configure_optimizer(1e-3, 0.1, (0.9, 0.99), "cpu")  # imports torch._dynamo once
         marks.append(_now())
     out = {}
