@@ -139,9 +139,22 @@ def test_arch_variants_are_named_and_compared_with_gpt_in_the_same_round():
         bench.variants(["l2"], ["float32"], [False], ["auto"], ["bert"])
 
 
-def test_bench_steps_times_angpt_as_training_builds_it():
+def test_bench_steps_times_angpt_as_training_builds_it(monkeypatch):
+    from qknorm.angpt import AnGPT
+    from qknorm.model import GPT
+
+    built = []
+
+    def recording(variant, *args):
+        run = build_run(variant, *args)
+        built.append((variant.arch, type(run.raw_model), run.cfg.model.arch))
+        return run
+
+    build_run = bench.build_run
+    monkeypatch.setattr(bench, "build_run", recording)
     vs = bench.variants(["lp_p4"], ["float32"], [False], ["auto"], ["gpt", "angpt"])
     d = bench.bench_steps(vs, "tiny", ["train.batch_size=2"], warmup=1, rounds=2, steps=1)
+    assert built == [("gpt", GPT, "gpt"), ("angpt", AnGPT, "angpt")]  # the model timed is the arch's
     assert [(v["name"], v["arch"]) for v in d["variants"]] == [("lp_p4-fp32-eager", "gpt"),
                                                                ("angpt-lp_p4-fp32-eager", "angpt")]
     ratio = d["ratios"]["angpt-lp_p4-fp32-eager / lp_p4-fp32-eager"]
