@@ -77,8 +77,9 @@ def test_lp_norm_scale_split_undoes_the_host_scale(p, host_scale):
     torch.testing.assert_close(host, gamma * unit(q.float(), p) @ unit(k, p).transpose(-2, -1),
                                rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(side, torch.full_like(side, math.sqrt(gamma / scale)))
-    if host_scale is None:
-        assert math.sqrt(gamma / scale) == pytest.approx(math.sqrt(gamma) * d**0.25)
+    if host_scale is None:  # the default, 1/sqrt(d): each side sqrt(gamma) * d**0.25 = 2 sqrt(5)
+        assert q_norm.host_scale == 0.25
+        torch.testing.assert_close(side, torch.full_like(side, 2 * math.sqrt(5.0)))
 
 
 def test_lp_norm_gamma_learns_and_log_parametrisation_starts_exactly_at_gamma0():
