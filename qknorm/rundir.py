@@ -1,8 +1,11 @@
-"""The files a run writes (docs/design.md, "The run dir"): metrics.jsonl, final.json, ckpt.pt.
+"""The run dir (docs/design.md, "The run dir"): the files a run writes (metrics.jsonl,
+final.json, ckpt.pt) and the ones Hydra writes beside them (.hydra/config.yaml, hydra.yaml,
+overrides.yaml).
 
-Writers live here and nowhere else, so the run-dir format has one definition; qknorm.report.results
-and the sweeper read what these write. `atomic_writer` is the project's one way to write a file
-that someone may read while it is written (run files, reports, sweep results, the corpus).
+The one owner of the format: every writer and every reader of a run dir is here (find them,
+read the config, read final.json), and the report, the status, the trackers and the sweeper call
+these. `atomic_writer` is the project's one way to write a file that someone may read while it
+is written (run files, reports, sweep results, the corpus).
 """
 
 from __future__ import annotations
@@ -17,9 +20,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from qknorm.effective import flatten
+from qknorm.errors import UserError
+
 METRICS_FILE = "metrics.jsonl"
 FINAL_FILE = "final.json"
 CKPT_FILE = "ckpt.pt"
+# Hydra's, in every run dir: what makes a directory a run dir.
+HYDRA_DIR = ".hydra"
+CONFIG_FILE = f"{HYDRA_DIR}/config.yaml"  # the composed config the run trained with
+HYDRA_FILE = f"{HYDRA_DIR}/hydra.yaml"  # Hydra's own node: mode, sweeper settings
+OVERRIDES_FILE = f"{HYDRA_DIR}/overrides.yaml"  # the job's command-line overrides
+# What tells replicates of one configuration apart (besides a sweep's hydra.sweeper.replicates).
+REPLICATE_KEYS = ("seed", "data.fold")
 
 # final.json's `status`: how a run ended, and what that means (the report explains exclusions).
 STATUS_MEANING = {
@@ -88,8 +103,77 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
 
 
 def read_final(run_dir: Path) -> dict[str, Any] | None:
+    """final.json, or None when the run has not written it. The one parser of final.json."""
     path = Path(run_dir) / FINAL_FILE
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_finished(run_dir: Path) -> dict[str, Any] | None:
+    """final.json when it is there, readable and names a known status; None otherwise (running,
+    killed, or a file that is not ours): never raises, for readers that list every run dir."""
+    try:
+        final = read_final(run_dir)
+    except (OSError, ValueError):  # not ours to write half a file, but never crash on one
+        return None
+    return final if isinstance(final, dict) and final.get("status") in STATUSES else None
+
+
+# -- Hydra's files, and finding run dirs ------------------------------------------------------
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())  # YAML's .inf is float('inf'), as in OmegaConf
+    except (OSError, yaml.YAMLError):
+        return None  # Hydra is writing it, or it is not ours
+
+
+def read_config(run_dir: Path) -> dict[str, Any] | None:
+    """The composed config, flattened (norm.p, optuna.study_name, ...); None while Hydra has not
+    finished writing it. The one parser of .hydra/config.yaml."""
+    tree = _read_yaml(Path(run_dir) / CONFIG_FILE)
+    return flatten(tree) if isinstance(tree, dict) else None
+
+
+def read_hydra(run_dir: Path) -> dict[str, Any]:
+    """The `hydra` node of .hydra/hydra.yaml (mode, sweeper, ...); {} when unreadable."""
+    tree = _read_yaml(Path(run_dir) / HYDRA_FILE)
+    node = tree.get("hydra") if isinstance(tree, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def read_overrides(run_dir: Path) -> list[str]:
+    """The job's overrides as Hydra recorded them (norm.p=4, data.fold=1, ...); [] when unreadable."""
+    overrides = _read_yaml(Path(run_dir) / OVERRIDES_FILE)
+    return [str(o) for o in overrides] if isinstance(overrides, list) else []
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """Every directory under root (root included) that holds `.hydra/`, sorted naturally."""
+    found = []
+    # os.walk ignores directories that vanish mid-walk (temp files of a sweep that is writing).
+    for dirpath, dirnames, _ in os.walk(root):
+        if HYDRA_DIR in dirnames:
+            found.append(Path(dirpath))
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "report"]
+    return sorted(found, key=_natural_key)
+
+
+def _natural_key(path: Path) -> list[tuple[int, int | str]]:
+    # job dirs are 0, 1, ..., 10: sort them as numbers, not strings; a numbered and a named dir
+    # side by side (0 and trial3_0) compare by kind first, numbers before names
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in path.parts]
+
+
+def run_dirs_under(root: Path) -> list[Path]:
+    """find_run_dirs, or a UserError when root is not a directory or holds no run."""
+    if not root.is_dir():
+        raise UserError(f"{root} is not a directory; pass a sweep dir (outputs/sweeps/<name>/"
+                        "<stamp>), a run dir, or outputs/")
+    run_dirs = find_run_dirs(root)
+    if not run_dirs:
+        raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
+                        "dir (outputs/sweeps/<name>/<stamp>), a run dir, or outputs/")
+    return run_dirs
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -12,13 +12,13 @@ opens read-only, PostgreSQL in read-only transactions, and no table is created.
 from __future__ import annotations
 
 import argparse
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from qknorm import rundir
 from qknorm.errors import UserError, exit_with, first_line
 
 EXAMPLES = ("sqlite:///outputs/optuna.db, journal:///outputs/optuna.log, "
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> list[str]:
-    from qknorm.sweep.status import status_lines
+    from qknorm.sweep import open_reader, read_study, status_lines
 
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials={args.n_trials} must be >= 1 (the sweep's total trials)")
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> list[str]:
     for target in targets:
         storage = open_reader(target.url)
         name = _study_name(storage, target)
-        study = _load(storage, name, target.url)
+        study = read_study(name, target.url, storage)
         n_trials = args.n_trials if args.n_trials is not None else target.n_trials
         slots = args.slots if args.slots is not None else target.slots
         out.append(f"study {name}:")
@@ -109,16 +109,13 @@ def _targets(storage: str, study: str | None) -> list[Target]:
 
 def _from_jobs(root: Path) -> list[Target]:
     """One target per (study, storage) the run dirs under root name, in the order found."""
-    from qknorm.report.results import find_run_dirs
-
     found: dict[tuple[str, str], Target] = {}
-    for run_dir in find_run_dirs(root):
-        optuna_keys = (_yaml(run_dir / ".hydra" / "config.yaml") or {}).get("optuna") or {}
-        name, url = optuna_keys.get("study_name"), optuna_keys.get("storage")
+    for run_dir in rundir.find_run_dirs(root):
+        config = rundir.read_config(run_dir) or {}
+        name, url = config.get("optuna.study_name"), config.get("optuna.storage")
         if not (isinstance(name, str) and isinstance(url, str)) or (name, url) in found:
             continue
-        sweeper = ((_yaml(run_dir / ".hydra" / "hydra.yaml") or {}).get("hydra") or {}).get(
-            "sweeper") or {}
+        sweeper = rundir.read_hydra(run_dir).get("sweeper") or {}
         n_trials, n_jobs = sweeper.get("n_trials"), sweeper.get("n_jobs")
         found[(name, url)] = Target(url, name, n_trials if isinstance(n_trials, int) else None,
                                     n_jobs if isinstance(n_jobs, int) and n_jobs >= 1 else 1)
@@ -154,39 +151,6 @@ def _yaml(path: Path) -> Any:
         return None  # Hydra is writing it, or it is not ours: the next dir will do
 
 
-# -- opening the storage read-only ------------------------------------------------------------
-
-def open_reader(url: str):
-    """A storage that only reads: a SQLite file opened read-only (SQLite's URI mode=ro), a
-    PostgreSQL session in read-only transactions, a journal file read (Optuna's backend
-    opens it for appending, which writes nothing); no table is ever created."""
-    import optuna
-
-    from qknorm.sweep import specs
-
-    path = specs.storage_file(url)  # UserError for a URL that is not one
-    if path is not None and not path.exists():
-        # SQLAlchemy and the journal would create an empty file, then report no study.
-        raise UserError(f"STORAGE={url!r}: {path} does not exist (relative paths are from "
-                        f"the current directory, {Path.cwd().name}/); fix the path or run "
-                        "from the directory the sweep ran in")
-    if url.startswith("journal:"):
-        return specs.reader(url)
-    engine_kwargs: dict[str, Any] = {}
-    if path is not None:  # SQLite
-        url = f"sqlite:///file:{path.resolve()}?mode=ro&uri=true"
-    elif url.startswith("postgresql"):
-        engine_kwargs = {"connect_args": {"options": "-c default_transaction_read_only=on"}}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                              skip_table_creation=True)
-    except Exception as e:  # SQLAlchemy/driver errors vary by backend
-        raise UserError(f"STORAGE={url!r} cannot be opened ({first_line(e)}); check the URL, "
-                        "the server and its driver") from None
-
-
 def _study_name(storage, target: Target) -> str:
     try:
         names = [s.study_name for s in storage.get_all_studies()]
@@ -203,16 +167,6 @@ def _study_name(storage, target: Target) -> str:
                         f"({', '.join(names) or 'none'}); pick one with --study NAME"
                         if names else f"{target.url} holds no study; check the storage URL")
     return names[0]
-
-
-def _load(storage, name: str, url: str):
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except Exception as e:
-        raise UserError(f"study {name!r} in {url} cannot be loaded ({first_line(e)})") from None
 
 
 if __name__ == "__main__":

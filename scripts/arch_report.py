@@ -42,7 +42,7 @@ def main() -> None:
     runs = collection.runs
     test = stats.replicate_test(runs, args.test, args.n_folds)
     saved = args.dir / "comparison.csv"
-    if not results.find_run_dirs(args.dir) and saved.is_file():
+    if not rundir.find_run_dirs(args.dir) and saved.is_file():
         folds = archcompare.read_folds(saved)  # rebuilt: its per-fold table as written
     else:
         curves = results.collect_curves(runs, args.dir)

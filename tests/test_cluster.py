@@ -44,7 +44,7 @@ SLOW_JOB = [*FAST, "train.max_iters=60", "train.eval_interval=30"]
 
 
 def load(url: str, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=_specs.reader(url))
+    return _specs.read_study(name, url)
 
 
 def sweeper_cmd(kind: str, url: str, name: str, sweep_dir: str) -> list[str]:

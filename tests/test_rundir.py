@@ -37,7 +37,7 @@ def test_jsonable_writes_non_finite_floats_as_strings_anywhere_in_a_tree():
 
 
 def test_run_dirs_sort_numbered_before_named_and_numbers_as_numbers(tmp_path):
-    from qknorm.report.results import find_run_dirs
+    from qknorm.rundir import find_run_dirs
     for name in ("10", "trial3_0", "2", "trial3_1"):  # a grid's jobs beside a study's
         (tmp_path / "sweep" / name / ".hydra").mkdir(parents=True)
     assert [d.name for d in find_run_dirs(tmp_path)] == ["2", "10", "trial3_0", "trial3_1"]

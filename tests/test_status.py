@@ -16,8 +16,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm import rundir
-from qknorm.status import open_reader
-from qknorm.sweep import status_lines
+from qknorm.sweep import open_reader, status_lines
 from qknorm.sweep.specs import JOURNAL_PREFIX
 from qknorm.sweep.status import duration
 from qknorm.sweep.study import (

@@ -27,7 +27,6 @@ import numpy as np
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.report import results
 
 # The paper protocol's model and batch (conf/experiment/paper.yaml), as single runs.
 PAPER_RUN = ("model=paper", "dtype=bfloat16", "device=cuda", "train.batch_size=64",
@@ -75,7 +74,7 @@ def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
 def flops_per_token(run_dir: Path) -> float:
     """Training FLOPs per token of a run, nanoGPT's (PaLM's) estimate: 6N + 12 L d T, with N the
     parameters less the position embedding (final.json's n_params)."""
-    config, final = results.read_config(run_dir), rundir.read_final(run_dir)
+    config, final = rundir.read_config(run_dir), rundir.read_final(run_dir)
     return 6 * final["n_params"] + 12 * math.prod(
         config[f"model.{k}"] for k in ("n_layer", "n_embd", "block_size"))
 
@@ -120,7 +119,7 @@ def run_config(config: JobsConfig, ps: list[str], steps: int, interval: int, wor
 
 
 def _tokens_per_step(run_dir: Path) -> int:
-    config = results.read_config(run_dir)
+    config = rundir.read_config(run_dir)
     return config["train.batch_size"] * config["model.block_size"]
 
 

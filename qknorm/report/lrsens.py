@@ -32,10 +32,10 @@ from qknorm.effective import UNUSED_KEYS
 from qknorm.multitest import PAIRED_T, ReplicateTest, holm
 from qknorm.report import results, stats
 from qknorm.report.paxis import format_p
-from qknorm.rundir import COMPLETED, DIVERGED
+from qknorm.rundir import COMPLETED, DIVERGED, REPLICATE_KEYS
 
 LR = "optimizer.lr"
-REPLICATE = ["seed", "data.fold"]
+REPLICATE = list(REPLICATE_KEYS)
 READINGS = {"val_loss": "sensitivity", "best_val_loss": "sensitivity_best"}  # ℓ -> its column
 COUNTED = (COMPLETED, DIVERGED)
 

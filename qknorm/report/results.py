@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from qknorm import rundir
 from qknorm.config import P_KINDS
-from qknorm.effective import effective_key, flatten
+from qknorm.effective import BOOKKEEPING, effective_key
 from qknorm.errors import UserError
 from qknorm.report.paxis import format_p
 
@@ -50,7 +47,6 @@ DIAGNOSTICS = ["attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_st
                "attn_logit_max", "out_logit_mean", "out_logit_max", "out_z"]
 LAYER_DIAGNOSTIC = re.compile(rf"^({'|'.join([*DIAGNOSTICS, 'gamma', 'p'])})_l(\d+)(?:_h(\d+))?$")
 TAIL = ["run_dir", "trial", "trial_state", "duplicate_of"]
-NOT_COMPARED = ("optuna.", "tracker.")  # per-job bookkeeping, not an experimental factor
 LABEL_KEYS = ("name",)  # the sweep folder's name: the same run under two names is one run
 
 
@@ -78,46 +74,13 @@ def to_float(value: Any) -> float:
         return math.nan
 
 
-def find_run_dirs(root: Path) -> list[Path]:
-    """Every directory under root (root included) that holds `.hydra/`, sorted naturally."""
-    found = []
-    # os.walk ignores directories that vanish mid-walk (temp files of a sweep that is writing).
-    for dirpath, dirnames, _ in os.walk(root):
-        if ".hydra" in dirnames:
-            found.append(Path(dirpath))
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "report"]
-    return sorted(found, key=_natural_key)
-
-
-def _natural_key(path: Path) -> list[tuple[int, int | str]]:
-    # job dirs are 0, 1, ..., 10: sort them as numbers, not strings; a numbered and a named dir
-    # side by side (0 and trial3_0) compare by kind first, numbers before names
-    return [(0, int(part)) if part.isdigit() else (1, part) for part in path.parts]
-
-
-def read_config(run_dir: Path) -> dict[str, Any] | None:
-    """The composed config, flattened; None while Hydra has not finished writing it."""
-    path = run_dir / ".hydra" / "config.yaml"
-    try:
-        tree = yaml.safe_load(path.read_text())  # YAML's .inf is float('inf'), as in OmegaConf
-    except (OSError, yaml.YAMLError):
-        return None
-    return flatten(tree) if isinstance(tree, dict) else None
-
-
 def read_run(run_dir: Path, root: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """One results row: flattened config (read here unless given), then final.json's fields
     (or status incomplete)."""
-    row: dict[str, Any] = dict((read_config(run_dir) if config is None else config) or {})
+    row: dict[str, Any] = dict((rundir.read_config(run_dir) if config is None else config) or {})
     if "norm.kind" in row and row["norm.kind"] not in P_KINDS:
         row["norm.p"] = math.nan  # the config still carries a p; it means nothing there
-    try:
-        final = rundir.read_final(run_dir)
-    except (OSError, ValueError):  # not ours to write half a file, but never crash on one
-        final = None
-    if final is None or final.get("status") not in rundir.STATUSES:
-        final = {"status": INCOMPLETE}
-    final = dict(final)
+    final = dict(rundir.read_finished(run_dir) or {"status": INCOMPLETE})
     final["p_final"] = final.pop("p", None)
     for key in FINAL_FIELDS:
         value = final.get(key)
@@ -158,18 +121,6 @@ def _varying_keys(rows: list[dict[str, Any]], config_keys: list[str]) -> list[st
     return varying
 
 
-def run_dirs_under(root: Path) -> list[Path]:
-    """find_run_dirs, or a UserError when root is not a directory or holds no run."""
-    if not root.is_dir():
-        raise UserError(f"{root} is not a directory; pass a sweep dir (outputs/sweeps/<name>/"
-                        "<stamp>), a run dir, or outputs/")
-    run_dirs = find_run_dirs(root)
-    if not run_dirs:
-        raise UserError(f"no runs under {root} (no directory with a .hydra/ inside); pass a sweep "
-                        "dir (outputs/sweeps/<name>/<stamp>), a run dir, or outputs/")
-    return run_dirs
-
-
 RESULTS_CSV, CURVES_CSV_NAME = "results.csv", "curves.csv"
 INT_FIELDS = ("steps", "n_params", "diverged_step", "threads", "seed", "data.fold", "data.n_folds")
 
@@ -179,15 +130,15 @@ def collect(root: Path | str) -> Collection:
     A directory with no run dir but a results.csv (a shared sweep, or a committed one whose run
     dirs are gone) is read back from it: `read_results`."""
     root = Path(root)
-    if root.is_dir() and (root / RESULTS_CSV).is_file() and not find_run_dirs(root):
+    if root.is_dir() and (root / RESULTS_CSV).is_file() and not rundir.find_run_dirs(root):
         return read_results(root)
-    run_dirs = run_dirs_under(root)
-    configs = [read_config(d) or {} for d in run_dirs]
+    run_dirs = rundir.run_dirs_under(root)
+    configs = [rundir.read_config(d) or {} for d in run_dirs]
     rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
     config_keys = list(dict.fromkeys(k for c in configs for k in c))
     # threads, device, dtype: final.json's column holds what the run really used
     compared = [k for k in config_keys if k not in ALWAYS and k not in FINAL_FIELDS
-                and not k.startswith(NOT_COMPARED)]
+                and not k.startswith(BOOKKEEPING)]
     varying = _varying_keys(configs, compared)
 
     collection = Collection(root, pd.DataFrame(), configs=configs)
@@ -299,32 +250,19 @@ def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
 
 
 def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[int, str]]:
-    """The optuna.Study and {trial number: state name}, or (None, {}) with a note when the
-    study cannot be opened."""
-    from qknorm.sweep import specs as optuna_specs
+    """The optuna.Study (opened only to read) and {trial number: state name}, or (None, {}) with
+    a note when the study cannot be opened."""
+    from qknorm.sweep import read_study
 
     try:
-        path = optuna_specs.storage_file(storage)
-    except Exception:
-        path = None  # not a URL we know: opening it below says why
-    if path is not None:
-        # SQLAlchemy (and the journal) create a missing file on open: check, never create one.
-        if not path.exists():
-            notes.append(f"study {name!r}: storage {storage} not found from {Path.cwd()}; trial "
-                         "states are empty (run the report from the directory the sweep ran in)")
-            return None, {}
-    try:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            study = optuna.load_study(study_name=name, storage=optuna_specs.reader(storage))
+        study = read_study(name, storage)
         return study, {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+    except UserError as e:
+        notes.append(f"study {name!r}: {e}; trial states are empty")
     except Exception as e:  # any storage error: the table still stands without trial states
         notes.append(f"study {name!r} at {storage} could not be opened ({type(e).__name__}: {e}); "
                      "trial states are empty")
-        return None, {}
+    return None, {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,7 +282,7 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     """One row per (run, eval): run_dir, norm.kind, norm.p, status and metrics.jsonl's keys."""
     root = Path(root)
     saved = root / CURVES_CSV_NAME
-    if saved.is_file() and not any((root / d / ".hydra").is_dir() for d in runs["run_dir"]):
+    if saved.is_file() and not any((root / d / rundir.HYDRA_DIR).is_dir() for d in runs["run_dir"]):
         # A report rebuilt from results.csv: the evals as its curves.csv kept them.
         curves = pd.read_csv(saved, dtype={"run_dir": str}).reindex(columns=["run_dir",
                                                                                *CURVE_KEYS])

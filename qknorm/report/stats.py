@@ -34,10 +34,10 @@ from qknorm.report.baseline import resolve_baseline as resolve_baseline
 from qknorm.report.baseline import run_ps as run_ps
 from qknorm.report.paxis import format_p
 from qknorm.report.paxis import p_labels as p_labels
-from qknorm.rundir import COMPLETED, INCOMPLETE, STATUSES
+from qknorm.rundir import COMPLETED, INCOMPLETE, REPLICATE_KEYS, STATUSES
 
 CONFIDENCE = 0.95
-PAIR_KEYS = ["seed", "data.fold"]  # a replicate under the plain paired t
+PAIR_KEYS = list(REPLICATE_KEYS)  # a replicate under the plain paired t: (seed, data.fold)
 FOLD_KEYS = ["data.fold"]  # a replicate under the corrected t: a fold, its seeds averaged
 # The equivalence verdict: TOST at 5%, i.e. the 90% t-interval of the replicate test inside ±δ.
 TOST_ALPHA = 0.05

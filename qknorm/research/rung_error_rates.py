@@ -36,7 +36,6 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from qknorm import rundir
 from qknorm.errors import UserError, run_main
@@ -57,10 +56,10 @@ def load_folds(sweep: Path) -> dict[int, dict[float, dict]]:
         final = rundir.read_final(d)
         if final.get("status") != rundir.COMPLETED:
             continue
-        cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
+        cfg = rundir.read_config(d)
         curve = {r["step"]: r["val_loss"] for r in rundir.read_metrics(d)}
-        p = float(cfg["norm"]["p"])
-        folds.setdefault(int(cfg["data"]["fold"]), {})[p] = {
+        p = float(cfg["norm.p"])
+        folds.setdefault(int(cfg["data.fold"]), {})[p] = {
             "curve": curve, "final": final["best_val_loss"], "steps": final["steps"]}
     grid = set().union(*folds.values()) if folds else set()
     return {f: runs for f, runs in folds.items() if set(runs) == grid}

@@ -28,6 +28,8 @@ _FACE = {
     "eval_hook": "qknorm.sweep.job",
     "EvalHook": "qknorm.sweep.job",
     "open_storage": "qknorm.sweep.specs",
+    "open_reader": "qknorm.sweep.specs",
+    "read_study": "qknorm.sweep.specs",
     "elimination": "qknorm.sweep.race",
     "status_lines": "qknorm.sweep.status",
 }

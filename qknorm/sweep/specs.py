@@ -269,13 +269,45 @@ def _open_journal(url: str, path: Path, heartbeat_interval: int | None,
                         "path and its permissions") from None
 
 
-def reader(url: str):
-    """What optuna.load_study takes for `url` (journal URLs are not SQLAlchemy URLs)."""
-    path = storage_file(url)
-    if url.startswith("journal:") and path is not None:
+def open_reader(url: str) -> optuna.storages.BaseStorage:
+    """The one read-only open of a study's storage (the status, the report): a SQLite file
+    opened read-only (SQLite's URI mode=ro), a PostgreSQL session in read-only transactions, a
+    journal file read (Optuna's backend opens it for appending, which writes nothing); no table
+    is ever created, and a missing file is a UserError, never a new empty one."""
+    path = storage_file(url)  # UserError for a URL that is not one
+    if path is not None and not path.exists():
+        # SQLAlchemy and the journal would create an empty file, then report no study.
+        raise UserError(f"STORAGE={url!r}: {path} does not exist (relative paths are from "
+                        f"the current directory, {Path.cwd().name}/); fix the path or run "
+                        "from the directory the sweep ran in")
+    if url.startswith("journal:"):
         return optuna.storages.JournalStorage(
             optuna.storages.journal.JournalFileBackend(str(path)))
-    return url
+    engine_kwargs: dict[str, Any] = {}
+    if path is not None:  # SQLite
+        url = f"sqlite:///file:{path.resolve()}?mode=ro&uri=true"
+    elif url.startswith("postgresql"):
+        engine_kwargs = {"connect_args": {"options": "-c default_transaction_read_only=on"}}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                              skip_table_creation=True)
+    except Exception as e:  # SQLAlchemy/driver errors vary by backend
+        raise UserError(f"STORAGE={url!r} cannot be opened ({first_line(e)}); check the URL, "
+                        "the server and its driver") from None
+
+
+def read_study(name: str, url: str, storage: optuna.storages.BaseStorage | None = None
+               ) -> optuna.Study:
+    """Study `name` at `url`, opened only to read (open_reader, unless `storage` is one it
+    opened already); a UserError in one line when it cannot be loaded."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_reader(url) if storage is None else storage
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except Exception as e:
+        raise UserError(f"study {name!r} in {url} cannot be loaded ({first_line(e)})") from None
 
 
 def open_storage(url: str, heartbeat_interval: int | None = None,

@@ -36,7 +36,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from qknorm.rundir import COMPLETED, FAILED, PRUNED, read_final
+from qknorm.rundir import COMPLETED, FAILED, FINAL_FILE, PRUNED, read_final
 from qknorm.sweep import racestats
 from qknorm.sweep.study import (
     DUPLICATE_ATTR,
@@ -256,7 +256,7 @@ def _num(x: Any) -> float:
 
 
 def _final(run_dir: str) -> dict[str, Any] | None:
-    path = Path(run_dir) / "final.json"
+    path = Path(run_dir) / FINAL_FILE
     try:
         st = os.stat(path)
     except OSError:

@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 DEFAULT_URI = TrackerConfig.uri
 KEY_TAG = "qknorm.key"  # what an MLflow run stands for: how an export knows it has it already
 LEVEL_TAG = "qknorm.level"  # sweep | trial | run
-ARTIFACTS = (rundir.FINAL_FILE, rundir.METRICS_FILE, "train.log", ".hydra/config.yaml",
-             ".hydra/overrides.yaml")
+ARTIFACTS = (rundir.FINAL_FILE, rundir.METRICS_FILE, "train.log", rundir.CONFIG_FILE,
+             rundir.OVERRIDES_FILE)
 SWEEP_ARTIFACTS = ("optimization_results.yaml", "trials.csv", "multirun.yaml")
 # final.json's status -> the MLflow run status it shows as (the `status` tag keeps ours)
 RUN_STATUS = {rundir.COMPLETED: "FINISHED", rundir.PRUNED: "KILLED", rundir.DIVERGED: "FAILED",
