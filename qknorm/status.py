@@ -43,8 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog="python -m qknorm.status", description=__doc__.split("\n\n")[0])
     p.add_argument("storage", metavar="STORAGE", help=f"a storage URL or a sweep dir ({EXAMPLES})")
     p.add_argument("--study", help="the study (needed when the storage holds several)")
-    p.add_argument("--n-trials", type=int, help="the sweep's total, for the ETA (a sweep dir "
-                   "knows it; a URL does not, unless the study is a grid or a race)")
+    p.add_argument("--n-trials", type=int, help="the sweep's total, for the ETA (default: the "
+                   "total the sweeper recorded in the study; a study from before it records "
+                   "none: then a sweep dir's jobs or a grid's size)")
     p.add_argument("--slots", type=int, help="trials run at once, the sweeper's n_jobs (a sweep "
                    "dir knows it; default 1)")
     return p.parse_args(argv)

@@ -21,6 +21,7 @@ from qknorm.sweep.specs import JOURNAL_PREFIX
 from qknorm.sweep.status import duration
 from qknorm.sweep.study import (
     N_ATTR,
+    N_TRIALS_ATTR,
     PARAMS_ATTR,
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
@@ -29,6 +30,7 @@ from qknorm.sweep.study import (
     RETRIED_ATTR,
     STATUS_ATTR,
     STD_ATTR,
+    record_total,
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -112,10 +114,15 @@ def test_a_plain_study_counts_as_the_sweeper_does_and_bounds_its_eta(tmp_path):
         # steps 30+30+30+30+10+30; core-s 20+20+28+28+5+7 = 108 = 0.03 core-h
         "spent: 6 jobs, 160 training steps, 0.03 core-h",
     ]
-    # Without n_trials a TPE study's total is unknown: the count so far, no ETA.
+    # Without n_trials, and none recorded (a study from before record_total): the count so
+    # far, no ETA.
     assert status_lines(study, now=NOW)[0] == (
         "trials 4 so far: 2 complete, 1 pruned, 1 failed, 1 running; elapsed 10m00s, "
         "ETA unknown (the total is not known: give n_trials)")
+    # The total its sweeper recorded in the study is enough: the same lines as n_trials=8.
+    record_total(study, 8)
+    assert status_lines(study, slots=2, now=NOW) == status_lines(study, n_trials=8, slots=2,
+                                                                 now=NOW)
 
 
 def test_the_eta_is_the_median_job_time_times_the_jobs_left_over_the_slots(tmp_path):
@@ -302,8 +309,8 @@ def test_a_real_sweep_shows_two_of_two_complete(cli):
     r = cli("-m", "qknorm.train", "search=p_tpe", *fast, "hydra.sweeper.study_name=st",
             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1")
     assert r.returncode == 0, r.stderr[-3000:]
-    # The URL does not know n_trials (a TPE study): given. The sweep dir's jobs know it.
-    r = cli("-m", "qknorm.status", "sqlite:///outputs/optuna.db", "--n-trials", "2")
+    # The URL alone knows the total of a TPE study (the sweeper recorded it); so do the jobs.
+    r = cli("-m", "qknorm.status", "sqlite:///outputs/optuna.db")
     (sweep_dir,) = (cli.cwd / "outputs" / "sweeps" / "p_tpe").iterdir()
     by_dir = cli("-m", "qknorm.status", str(sweep_dir))
     assert r.returncode == 0 and by_dir.returncode == 0, r.stderr + by_dir.stderr
@@ -313,6 +320,7 @@ def test_a_real_sweep_shows_two_of_two_complete(cli):
     assert lines[1].startswith("  trials 2/2: 2 complete, 0 pruned, 0 failed, 0 running; "
                                "elapsed ") and lines[1].endswith(", done")
     study = optuna.load_study(study_name="st", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    assert study.user_attrs[N_TRIALS_ATTR] == 2
     best = study.best_trial
     assert lines[2].startswith(f"  best: trial {best.number} (norm.p=") and (
         f") {best.value:.4f} ± {best.user_attrs[STD_ATTR]:.4f} (n=2)") in lines[2]

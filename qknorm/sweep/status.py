@@ -51,6 +51,7 @@ from qknorm.sweep.study import (
     STD_ATTR,
     SURPLUS,
     holds_slot,
+    recorded_total,
     retried_numbers,
 )
 
@@ -66,9 +67,9 @@ _finals: dict[str, tuple[tuple[int, int], dict[str, Any] | None]] = {}
 def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 1,
                  now: float | None = None) -> list[str]:
     """The study's status (see the module doc): progress and time, the best so far, the compute
-    spent. `n_trials`: the sweep's total (None: the grid's size when the study was sampled on
-    a grid or raced, else the trials so far); `slots`: trials run at once (the sweeper's
-    n_jobs); `now`: Unix time (tests fix it)."""
+    spent. `n_trials`: the sweep's total (None: a race's candidates, else the total the
+    sweeper recorded in the study, else the grid's size for a grid, else unknown); `slots`:
+    trials run at once (the sweeper's n_jobs); `now`: Unix time (tests fix it)."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)  # the one read of the study
     retried = retried_numbers(trials)
@@ -76,7 +77,8 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
     elim = _elimination(settings, trials, retried) if isinstance(settings, dict) else None
     total = n_trials if n_trials is not None else (
-        len(settings["candidates"]) if elim is not None else _grid_size(trials))
+        len(settings["candidates"]) if elim is not None
+        else recorded_total(study.user_attrs) or _grid_size(trials))
     lines = [_progress(trials, counted, total, slots, now, elim),
              _best(study, counted)]
     lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))

@@ -46,6 +46,8 @@ RETRIED_ATTR = "failed_trial"  # on a retry: the number of the trial it retries 
 HEARTBEAT_ATTR = "heartbeat"  # last heartbeat (Unix time), in a journal storage
 # A race (qknorm/sweep/race.py). The study and its trials both say "race", kept for studies
 # raced before these names existed; the constants tell them apart.
+# Study, set by every sweeper when it opens the study:
+N_TRIALS_ATTR = "n_trials"  # the total its latest sweeper was given (the status's ETA from a URL)
 RACE_SETTINGS_ATTR = "race"  # study: the race's settings, which a rerun must match
 RACE_OUTCOME_ATTR = "race"  # trial: how its race ended and the look that decided it
 RACE_CANDIDATE_ATTR = "race_candidate"  # trial: the candidate as overrides, norm.p=2.0
@@ -191,3 +193,16 @@ class Heartbeat:
                     self._storage.record_heartbeat(trial_id)
                 except Exception as e:  # a busy database must not end the sweep; retry next beat
                     log.warning("heartbeat for trial id %d failed: %s", trial_id, e)
+
+
+def record_total(study: optuna.Study, n_trials: int) -> None:
+    """Keep the sweep's total in the study (N_TRIALS_ATTR), so that a reader with only the
+    storage URL knows it: a rerun that tops the study up records its larger total."""
+    if study.user_attrs.get(N_TRIALS_ATTR) != n_trials:
+        study.set_user_attr(N_TRIALS_ATTR, n_trials)
+
+
+def recorded_total(study_attrs: dict) -> int | None:
+    """The total a sweeper recorded (record_total), or None for a study from before it."""
+    n = study_attrs.get(N_TRIALS_ATTR)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None

@@ -93,6 +93,7 @@ class OptunaSweep:
             check_replicates(study, plan, s.study_name)
             # a scancelled job's trial, failed by the sweep that saw it end: run it again
             slurm.retry_interrupted(study)
+        record.record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
         plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
         return study
