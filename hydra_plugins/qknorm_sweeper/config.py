@@ -26,7 +26,8 @@ class QknormOptunaSweeperConf:
     n_trials: Optional[int] = 20
     # Trials asked and launched per batch; the launcher decides where they run.
     n_jobs: int = 1
-    # {name: tpe|gp|random|grid|cmaes|qmc|nsgaii, seed: int|null, ...sampler options}
+    # {name: tpe|gp|random|grid|cmaes|qmc|nsgaii, seed: int|null, ...sampler options}; options left
+    # out whose Optuna default moved between releases are qknorm/sweep/specs.py's PINNED
     sampler: Dict[str, Any] = field(default_factory=lambda: {"name": "tpe", "seed": None})
     # {name: none|median|hyperband|successive_halving|percentile|threshold, ...pruner options}
     pruner: Dict[str, Any] = field(default_factory=lambda: {"name": "none"})
