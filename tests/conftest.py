@@ -32,6 +32,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """BPE tokenizers the tests train (and the CLI runs they start) go to a tmp dir, not
+    ~/.cache/qknorm: $QKNORM_CACHE_DIR, qknorm/tokenizer.py."""
+    os.environ["QKNORM_CACHE_DIR"] = str(tmp_path_factory.mktemp("qknorm-cache"))
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None):
     """Run `python <args>` in cwd (a tmp dir): the real command line, not an import."""
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,

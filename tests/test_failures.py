@@ -44,12 +44,27 @@ BAD_INPUTS = [
     ("non_utf8", ["data.path=latin1.txt", "data.sha256=null"],
      ["latin1.txt is not UTF-8", "give a UTF-8 text file"], False),
     ("sweep_without_m", ["norm.p=1,2"], ["norm.p=1,2", "add -m"], True),
+    # the data group (issue 37)
+    ("text_without_path", ["data=text"], ["data=text", "add data.path=<a UTF-8 file>"], False),
+    ("text_missing", ["data=text", "data.path=nope.txt"],
+     ["data.path=nope.txt does not exist", "give the path of a UTF-8 text file"], False),
+    ("text_too_short", ["data=text", "data.path=short.txt"],
+     ["model.block_size=32", "validation split of 4 tokens", "use a longer text"], False),
+    ("tokenizer_name", ["data.tokenizer=word"], ["data.tokenizer='word'", "char, byte, bpe"], False),
+    ("bpe_vocab_below_bytes", ["data.tokenizer=bpe", "data.vocab_size=100"],
+     ["data.vocab_size=100 does not fit", "data.vocab_size > 256"], False),
+    ("bpe_vocab_beyond_text", ["data=text", "data.path=tiny.txt", "data.tokenizer=bpe",
+                               "data.vocab_size=5000"],
+     ["data.vocab_size=5000 does not fit", "gives a BPE of", "lower data.vocab_size"], False),
+    ("vocab_without_bpe", ["data.vocab_size=512"], ["data.vocab_size=512 is only read by "
+                                                    "data.tokenizer=bpe", "drop data.vocab_size"], False),
 ]
 
 
 def _write_corpora(cwd: Path) -> None:
     (cwd / "tiny.txt").write_text(TINY)
     (cwd / "empty.txt").write_text("")
+    (cwd / "short.txt").write_text("a few words\n" * 3)  # 36 characters: 4 in the last fold
     (cwd / "latin1.txt").write_bytes("caf\xe9 na\xefve\n".encode("latin-1") * 50)
 
 

@@ -31,11 +31,13 @@ ALWAYS = ["norm.kind", "norm.p", "seed", "data.fold", "data.n_folds"]
 # final.json fields in results.csv's order. seed and fold are the config's seed and data.fold
 # (one name per idea); final.json's `p` is the model's p at the end, which differs from norm.p
 # only when it is learned, so it is `p_final` here.
-FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "train_loss", "steps", "wall_time_s",
+FINAL_FIELDS = ["status", "val_loss", "best_val_loss", "val_bpc", "best_val_bpc", "val_bpb",
+                "best_val_bpb", "train_loss", "steps", "wall_time_s",
                 "tokens_per_s", "steady_tokens_per_s", "n_params", "p_final", "gamma",
                 "diverged_step", "error", "git_sha", "torch_version", "device", "dtype", "compiled",
                 "threads"]
-FLOAT_FIELDS = {"val_loss", "best_val_loss", "train_loss", "wall_time_s", "tokens_per_s",
+FLOAT_FIELDS = {"val_loss", "best_val_loss", "val_bpc", "best_val_bpc", "val_bpb", "best_val_bpb",
+                "train_loss", "wall_time_s", "tokens_per_s",
                 "steady_tokens_per_s", "p_final", "gamma", "norm.p"}
 # Attention diagnostics (issue 14, qknorm.diagnostics), in metrics.jsonl at every eval and in
 # final.json at the last: means over layers (attn_logit_max: the largest over layers), per
