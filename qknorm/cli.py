@@ -28,7 +28,7 @@ from qknorm.config import CONF_DIR, register_configs, to_config
 from qknorm.data import load_splits
 from qknorm.effective import task_tree, unique_jobs
 from qknorm.errors import RunDiverged, UserError, exit_with, one_line
-from qknorm.sweep import job as pruning
+from qknorm.sweep import eval_hook
 from qknorm.train import train
 
 # The basic sweepers, by their _target_'s class: Hydra's, and ours minus repeats (the plugin's
@@ -52,7 +52,7 @@ def task(cfg: DictConfig) -> float:
     single_run = HydraConfig.get().mode == RunMode.RUN
     try:
         config = to_config(cfg)
-        final = train(config, out_dir, pruning.eval_hook(config.optuna))
+        final = train(config, out_dir, eval_hook(config.optuna))
     except (UserError, RunDiverged) as e:
         if not single_run:
             e.sweep_dir = HydraConfig.get().sweep.dir  # for main()'s summary of the multirun

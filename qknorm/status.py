@@ -1,4 +1,4 @@
-"""`python -m qknorm.status STORAGE [--study NAME]`: a sweep's status (qknorm/sweep/status.py)
+"""`python -m qknorm.status STORAGE [--study NAME]`: a sweep's status (qknorm/sweep/progress.py)
 from any terminal or machine, while it runs or after. docs/status.md explains the lines.
 
 STORAGE is the sweeper's storage URL (sqlite:///outputs/optuna.db, journal:///outputs/optuna.log,
@@ -127,7 +127,7 @@ def _from_results(root: Path) -> list[Target]:
     """From optimization_results.yaml files (written when a sweep ends). Their storage is as
     the sweep was given it, relative to the directory it ran in: tried against the sweep dir's
     ancestors (outputs/sweeps/NAME/DATE sits in that directory)."""
-    from qknorm.sweep import specs
+    from qknorm.sweep import absolute_url, storage_file
 
     targets = []
     for results in sorted(root.rglob("optimization_results.yaml")):
@@ -135,11 +135,11 @@ def _from_results(root: Path) -> list[Target]:
         name, url = summary.get("study_name"), summary.get("storage")
         if not (isinstance(name, str) and isinstance(url, str)):
             continue
-        path = specs.storage_file(url)
+        path = storage_file(url)
         if path is not None and not path.is_absolute():
             base = next((d for d in results.parents if (d / path).exists()), None)
             if base is not None:
-                url = specs.absolute_url(url, base.resolve())
+                url = absolute_url(url, base.resolve())
         n = summary.get("n_trials")
         targets.append(Target(url, name, n if isinstance(n, int) else None))
     return targets

@@ -18,13 +18,13 @@ if str(REPO) not in sys.path:
 from qknorm import rundir  # noqa: E402
 from qknorm.errors import UserError  # noqa: E402
 from qknorm.report import (  # noqa: E402
+    AUTO,
+    DEFAULT_EQUIVALENCE,
     DEFAULT_METRIC,
     Options,
     parse_p,
-    plots,  # noqa: E402
+    plots,
 )
-from qknorm.report.baseline import AUTO  # noqa: E402
-from qknorm.report.computed import DEFAULT_EQUIVALENCE  # noqa: E402
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import _cli
 
 from qknorm.errors import run_main
-from qknorm.report.paxis import format_p
+from qknorm.report import format_p
 from qknorm.research.looks import completed_by_fold, replicate_test
 from qknorm.sweep import racestats
 

@@ -172,15 +172,15 @@ def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     assert [lk.n for lk in r.looks] == [2, 3] and r.over  # 3 blocks: the last look
     assert r.level() == {(2.0,): r.looks[1]}
     half = t90(2) * 0.01 / math.sqrt(3)
-    assert _race.record(spec, r, (2.0,), 3) == {
+    assert _race.outcome_attr(spec, r, (2.0,), 3) == {
         "outcome": "level", "n": 3, "after": folds[2], "look": 3, "leader": "norm.p=1.0",
         "delta": pytest.approx(0.01), "p": pytest.approx(r.looks[1].tests[(2.0,)].p),
         "p_adjusted": pytest.approx(r.looks[1].tests[(2.0,)].p_adjusted),
         "low": pytest.approx(0.01 - half), "high": pytest.approx(0.01 + half),
         "answer": "level"}
-    assert _race.record(spec, r, (math.inf,), 3)["answer"] == "undecided"
-    assert _race.record(spec, r, (1.0,), 3)["answer"] == "best"
-    assert "low" not in _race.record(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
+    assert _race.outcome_attr(spec, r, (math.inf,), 3)["answer"] == "undecided"
+    assert _race.outcome_attr(spec, r, (1.0,), 3)["answer"] == "best"
+    assert "low" not in _race.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
 
 
 # -- a real race through the command line --------------------------------------------------------
@@ -274,7 +274,7 @@ def test_a_killed_level_race_resumed_by_two_sweepers_decides_as_one_sweeper(cli,
 
 
 def test_the_status_line_counts_a_level_candidate_as_decided():
-    from qknorm.sweep.status import _race_line
+    from qknorm.sweep.progress import _race_line
     from tests.test_race_rungs import frozen, run
 
     folds = [f"data.fold={f}" for f in range(3)]

@@ -1,4 +1,4 @@
-"""A sweep's status (qknorm/sweep/status.py, python -m qknorm.status) on studies built here with
+"""A sweep's status (qknorm/sweep/progress.py, python -m qknorm.status) on studies built here with
 Optuna in tmp storages, with known durations and run dirs, and once on a real small sweep."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from qknorm import rundir
 from qknorm.sweep import open_reader, status_lines
+from qknorm.sweep.progress import duration
 from qknorm.sweep.specs import JOURNAL_PREFIX
-from qknorm.sweep.status import duration
 from qknorm.sweep.study import (
     N_ATTR,
     N_TRIALS_ATTR,

@@ -535,7 +535,7 @@ def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_pat
     # trial as stale, and telling it raised UpdateFinishedTrialError, ending this whole sweep.
     from optuna.storages.journal import JournalFileBackend
 
-    from qknorm.sweep import jobs as trial_jobs
+    from qknorm.sweep import launcher as trial_jobs
     from qknorm.sweep.plan import Plan
     from qknorm.sweep.space import parse_space
     from qknorm.sweep.study import STATUS_ATTR

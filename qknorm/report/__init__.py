@@ -20,7 +20,9 @@
   paper      the paper's table beside ours
   archcompare  two architectures on the same folds: arms, paired Δ, interaction
 
-Names load lazily (PEP 562), so `from qknorm.report import results` does not import matplotlib.
+The face: the names in _FACE and the modules in _MODULES (`__all__`); the other modules are the
+wing's own. Names load lazily (PEP 562), so `from qknorm.report import results` does not import
+matplotlib.
 """
 
 from __future__ import annotations
@@ -29,13 +31,18 @@ import importlib
 from typing import Any
 
 _FACE = {
-    **dict.fromkeys(["DEFAULT_METRIC", "Options", "Statistics", "compute"], "qknorm.report.computed"),
+    **dict.fromkeys(["DEFAULT_EQUIVALENCE", "DEFAULT_METRIC", "Options", "Statistics", "compute"],
+                    "qknorm.report.computed"),
+    "AUTO": "qknorm.report.baseline",  # --baseline's default
     **dict.fromkeys(["markdown_table", "summarize"], "qknorm.report.summary"),
     **dict.fromkeys(["format_p", "p_labels"], "qknorm.report.paxis"),
     **dict.fromkeys(["Report", "build_report", "check_columns", "check_logged", "figures", "load",
                      "parse_p", "write_report"], "qknorm.report.build"),
 }
-__all__ = sorted(_FACE)
+# Modules the rest may import whole (the scripts' commands): run dirs to a DataFrame, the
+# statistics, the figures, the paper's table, the architecture comparison.
+_MODULES = ["archcompare", "paper", "plots", "results", "stats"]
+__all__ = sorted([*_FACE, *_MODULES])
 
 
 def __getattr__(name: str) -> Any:

@@ -26,14 +26,18 @@ from typing import Any
 _FACE = {
     "OptunaSweep": "qknorm.sweep.sweep",
     "eval_hook": "qknorm.sweep.job",
-    "EvalHook": "qknorm.sweep.job",
     "open_storage": "qknorm.sweep.specs",
+    "storage_file": "qknorm.sweep.specs",
+    "absolute_url": "qknorm.sweep.specs",
     "open_reader": "qknorm.sweep.specs",
     "read_study": "qknorm.sweep.specs",
     "elimination": "qknorm.sweep.race",
-    "status_lines": "qknorm.sweep.status",
+    "status_lines": "qknorm.sweep.progress",
 }
-__all__ = sorted(_FACE)
+# Modules the rest may import whole: the race's statistics are pure functions of recorded
+# values, which the report, the research tools and scripts/race_replay.py replay.
+_MODULES = ["racestats"]
+__all__ = sorted([*_FACE, *_MODULES])
 
 
 def __getattr__(name: str) -> Any:

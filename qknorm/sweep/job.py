@@ -16,7 +16,7 @@ the values the other candidates' runs of the same block recorded at that rung, a
 (RunPruned, final.json status `pruned`) when it is above the best of them by more than
 optuna.race.margin (or that rung's entry of optuna.race.margins, when the race gave each rung
 its own), leaving `race_stop:<block>` for the sweeper, which takes the candidate out
-of the race. The rule itself is racestats.stop_at_rung.
+of the racestats. The rule itself is racestats.stop_at_rung.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep import racestats as race
+from qknorm.hooks import EvalHook  # its home; train.py still imports it from here
+from qknorm.sweep import racestats
 from qknorm.sweep.study import (
     PRUNED_STEP_ATTR,
     PRUNER_ATTR,
@@ -38,8 +39,6 @@ from qknorm.sweep.study import (
 )
 
 log = logging.getLogger(__name__)
-
-EvalHook = Callable[[int, dict[str, Any]], None]
 
 
 def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
@@ -149,7 +148,7 @@ def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judg
             if not others:
                 continue
             unjudged.remove(rung)
-            stop = race.stop_at_rung(recorded[str(rung)], others, margins[rung])
+            stop = racestats.stop_at_rung(recorded[str(rung)], others, margins[rung])
             if stop is not None:
                 storage.set_trial_user_attr(trial_id, RACE_STOP_ATTR + block, {
                     "step": rung, "value": recorded[str(rung)], "best": stop.best,

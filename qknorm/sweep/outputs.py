@@ -13,8 +13,17 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.rundir import COMPLETED, atomic_write_text
-from qknorm.sweep import study as record
-from qknorm.sweep.study import PARAMS_ATTR, STATUS_ATTR, SURPLUS
+from qknorm.sweep.study import (
+    DUPLICATE_ATTR,
+    ERROR_ATTR,
+    JOBS_ATTR,
+    N_ATTR,
+    PARAMS_ATTR,
+    RACE_OUTCOME_ATTR,
+    STATUS_ATTR,
+    STD_ATTR,
+    SURPLUS,
+)
 
 RESULTS_FILE = "optimization_results.yaml"
 TRIALS_FILE = "trials.csv"
@@ -82,19 +91,19 @@ def trials_frame(study: optuna.Study, objectives: Sequence[str]) -> pd.DataFrame
         # intermediate value and a penalised failure's fail_value, which are not results.
         done = t.values is not None and attrs.get(STATUS_ATTR) == COMPLETED
         values = t.values if done else [math.nan] * len(objectives)
-        std = attrs.get(record.STD_ATTR)
+        std = attrs.get(STD_ATTR)
         std = std if isinstance(std, list) else [std] * len(objectives)
         for name, value, s in zip(objectives, values, std, strict=True):
             row[name] = value
             row[f"{name}_std"] = s
-        row["n"] = attrs.get(record.N_ATTR)
+        row["n"] = attrs.get(N_ATTR)
         row["duration_s"] = t.duration.total_seconds() if t.duration else math.nan
-        row["jobs"] = ";".join(attrs.get(record.JOBS_ATTR, []))
-        row["error"] = attrs.get(record.ERROR_ATTR, "")
-        row["duplicate_of"] = attrs.get(record.DUPLICATE_ATTR, "")  # a repeat: it ran no job
-        if record.RACE_OUTCOME_ATTR in attrs:  # a race's decision: dropped after which fold
-            row["race"] = attrs[record.RACE_OUTCOME_ATTR].get("outcome", "")
-            row["race_after"] = attrs[record.RACE_OUTCOME_ATTR].get("after", "")
+        row["jobs"] = ";".join(attrs.get(JOBS_ATTR, []))
+        row["error"] = attrs.get(ERROR_ATTR, "")
+        row["duplicate_of"] = attrs.get(DUPLICATE_ATTR, "")  # a repeat: it ran no job
+        if RACE_OUTCOME_ATTR in attrs:  # a race's decision: dropped after which fold
+            row["race"] = attrs[RACE_OUTCOME_ATTR].get("outcome", "")
+            row["race_after"] = attrs[RACE_OUTCOME_ATTR].get("after", "")
         rows.append(row)
     return pd.DataFrame(rows)
 

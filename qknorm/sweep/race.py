@@ -22,9 +22,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import jobs as trial_jobs
-from qknorm.sweep import racestats as racing
-from qknorm.sweep.jobs import Job, JobResult
+from qknorm.sweep import launcher as trial_jobs
+from qknorm.sweep import racestats
+from qknorm.sweep.launcher import Job, JobResult
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race_plan import RaceSpec
 from qknorm.sweep.schedule import room
@@ -82,7 +82,7 @@ def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashab
 
 def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
     """Block index -> sign * objective, for the blocks the trial completed."""
-    runs = racing.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
+    runs = racestats.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
     return {i: race.sign * runs[b]["value"] for i, b in enumerate(race.blocks) if b in runs}
 
 
@@ -92,7 +92,7 @@ def stopped_block(trial: FrozenTrial | optuna.Trial) -> str | None:
     return next((b for b, r in runs.items() if r.get("stopped_at") is not None), None)
 
 
-def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racing.Race:
+def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racestats.Race:
     """The race replayed from the study: looks so far, who is in, what the next look needs."""
     current = current_trials(trials, space)
     values = {c: block_values(t, race) for c, t in current.items()}
@@ -101,7 +101,7 @@ def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> raci
     live = {c for c in race.candidates
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
                                     and stopped_block(current[c]) is None)}
-    return racing.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
+    return racestats.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
                          race.alpha, race.baseline, _budget_spent(race, current.values()),
                          race.equivalence, race.test)
 
@@ -117,15 +117,15 @@ def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
     return spent >= race.budget_steps
 
 
-def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
-           failed: bool = False) -> dict[str, Any]:
+def outcome_attr(race: RaceSpec, result: racestats.Race, c: Hashable, n_run: int,
+                 failed: bool = False) -> dict[str, Any]:
     """The trial user attr `race`: how the candidate's race ended, with the look that decided
     it (Δ in the objective's units: candidate - leader). With equivalence, also the look's
     (1 - 2 alpha) interval of Δ (`low`, `high`) and the candidate's `answer` (worse, level,
     best, undecided: racestats.answer)."""
     dropped, level = result.dropped(), result.level()
-    outcome = (racing.FAILED if failed else racing.DROPPED if c in dropped
-               else racing.LEVEL if c in level else racing.SURVIVED)
+    outcome = (racestats.FAILED if failed else racestats.DROPPED if c in dropped
+               else racestats.LEVEL if c in level else racestats.SURVIVED)
     out: dict[str, Any] = {"outcome": outcome, "n": n_run,
                            "after": race.blocks[n_run - 1] if n_run else None}
     lk = (dropped.get(c) or level.get(c)
@@ -139,24 +139,24 @@ def record(race: RaceSpec, result: racing.Race, c: Hashable, n_run: int,
     if race.equivalence is not None:
         low, high = ((None, None) if test is None or test.low is None else
                      sorted((race.sign * test.low, race.sign * test.high)))
-        out.update(low=low, high=high, answer=racing.answer(
+        out.update(low=low, high=high, answer=racestats.answer(
             outcome, out.get("leader"), race.labels[c], out.get("p_adjusted"), low, high,
             race.alpha, race.equivalence, alone=len(result.alive) == 1))
     return out
 
 
-def launch_order(race: RaceSpec, result: racing.Race) -> list[Hashable]:
+def launch_order(race: RaceSpec, result: racestats.Race) -> list[Hashable]:
     """The candidates in the race, best first (racestats.standing): the order in which their
     runs of a block launch, so that a run is judged at its rungs against the leader's."""
-    return racing.standing(result.values, result.alive, race.baseline)
+    return racestats.standing(result.values, result.alive, race.baseline)
 
 
-def stop_record(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
-                n_run: int) -> dict[str, Any]:
+def stop_attr(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
+              n_run: int) -> dict[str, Any]:
     """The trial user attr `race` of a candidate stopped at a rung: the block, the step, its
     val loss there minus the best other run's (Δ > margin) and which candidate that was."""
     stop = trial.user_attrs[RACE_RUNS_ATTR][block]
-    return {"outcome": racing.STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
+    return {"outcome": racestats.STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
             "leader": stop.get("best"), "delta": stop.get("delta"), "p": None,
             "p_adjusted": None}
 
@@ -186,12 +186,12 @@ def race_trials(study: optuna.Study) -> dict[str, FrozenTrial]:
             if RACE_CANDIDATE_ATTR in t.user_attrs}
 
 
-def elimination(study: optuna.Study) -> racing.Elimination | None:
+def elimination(study: optuna.Study) -> racestats.Elimination | None:
     """The race a study holds (for the console line and the report), or None: no race."""
     settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
     if not isinstance(settings, dict):
         return None
-    return racing.elimination(settings, race_trials(study))
+    return racestats.elimination(settings, race_trials(study))
 
 
 class RaceSchedule:
@@ -205,7 +205,7 @@ class RaceSchedule:
         self.plan, self.spec, self.objectives = plan, plan.race, objectives
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.mine: dict[int, optuna.Trial] = {}  # this sweeper's candidates still racing
-        self.race = racing.Race()
+        self.race = racestats.Race()
 
     def settle(self, study: optuna.Study) -> bool:
         """Tell my candidates the race is done with: dropped ones PRUNED, and once it is over,
@@ -225,11 +225,11 @@ class RaceSchedule:
                 continue
             jobs = self._completed_jobs(trial)
             if stopped is not None:  # stopped at a rung: out, whatever the looks say
-                trial.set_user_attr(RACE_OUTCOME_ATTR, stop_record(self.spec, trial, stopped,
+                trial.set_user_attr(RACE_OUTCOME_ATTR, stop_attr(self.spec, trial, stopped,
                                                                    len(jobs) + 1))
                 self._tell_stopped(study, trial, jobs, stopped)
             else:
-                trial.set_user_attr(RACE_OUTCOME_ATTR, record(self.spec, self.race, c, len(jobs)))
+                trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(self.spec, self.race, c, len(jobs)))
                 if c in dropped:
                     self._tell_dropped(study, trial, jobs, dropped[c])
                 elif c in level:
@@ -295,7 +295,7 @@ class RaceSchedule:
     def _completed_jobs(self, trial: optuna.Trial) -> list[JobResult]:
         """The trial's completed blocks as job results, in block order; not one stopped at a
         rung."""
-        runs = racing.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
+        runs = racestats.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
         dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
         return [JobResult(COMPLETED, dirs.get(b, "?"), {self.objectives[0]: runs[b]["value"]})
                 for b in self.spec.blocks if b in runs]
@@ -303,7 +303,7 @@ class RaceSchedule:
     def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, job: JobResult) -> None:
         race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
         jobs = self._completed_jobs(trial)
-        trial.set_user_attr(RACE_OUTCOME_ATTR, record(
+        trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(
             self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
         trial_jobs.tell(study, trial, [*jobs, job], self.plan, self.objectives)
         self._forget(trial)
@@ -321,7 +321,7 @@ class RaceSchedule:
                  self.spec.margin_at(stop["stopped_at"]))
 
     def _tell_level(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
-                    look: racing.Look) -> None:
+                    look: racestats.Look) -> None:
         """Level with the leader: told PRUNED with its mean over the blocks it ran, as a
         dropped candidate is (its runs are results; the race needs no more of them)."""
         trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
@@ -336,7 +336,7 @@ class RaceSchedule:
                  plan.race.equivalence, look.n, plan.race.alpha, plan.race.test.short())
 
     def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
-                      look: racing.Look) -> None:
+                      look: racestats.Look) -> None:
         trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]

@@ -18,8 +18,8 @@ from optuna.trial import TrialState
 
 from qknorm.effective import effective_key, flatten, task_tree
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import jobs as trial_jobs
-from qknorm.sweep.jobs import Job, JobResult, Launcher
+from qknorm.sweep import launcher as trial_jobs
+from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.study import (
     CONFIG_KEY_ATTR,

@@ -18,7 +18,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
-from qknorm.sweep import study as record
+from qknorm.sweep.study import ERROR_ATTR, retried_numbers, retry
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,9 @@ class JobEnded(Exception):
     """What a job that ended without a result returns: its SLURM state and its log."""
 
     def __init__(self, job_id: str, state: str, log_path: str):
-        retry = "; rerun the sweep to retry it" if state in INTERRUPTED else ""
+        rerun = "; rerun the sweep to retry it" if state in INTERRUPTED else ""
         super().__init__(f"SLURM job {job_id} ended {state} before writing its result "
-                         f"(log: {log_path}){retry}")
+                         f"(log: {log_path}){rerun}")
 
 
 @contextlib.contextmanager
@@ -159,14 +159,14 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
     retry runs first. Called when a sweep starts, so the sweep that saw the job end does not
     start it again: the rerun does. Returns the numbers of the trials retried."""
     trials = study.get_trials(deepcopy=False)
-    retried = record.retried_numbers(trials)
+    retried = retried_numbers(trials)
     numbers = []
     for t in trials:
-        ended = ENDED.search(str(t.user_attrs.get(record.ERROR_ATTR, "")))
+        ended = ENDED.search(str(t.user_attrs.get(ERROR_ATTR, "")))
         if t.state != TrialState.FAIL or t.number in retried or not ended \
                 or ended.group(2) not in INTERRUPTED:
             continue
-        record.retry(study, t)  # its job dirs come along: completed replicates are read back
+        retry(study, t)  # its job dirs come along: completed replicates are read back
         log.info("trial %d: SLURM job %s ended %s; its params run again", t.number,
                  ended.group(1), ended.group(2))
         numbers.append(t.number)

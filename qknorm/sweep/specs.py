@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from qknorm.errors import UserError, first_line
-from qknorm.sweep import study as record
+from qknorm.sweep.study import HEARTBEAT_ATTR, holds_slot, retried_numbers, retry
 
 # Heartbeats and stale-trial retries are what make kill-and-rerun work; Optuna labels them
 # experimental and expects them inside Study.optimize. We use them on purpose: keep logs clean.
@@ -45,11 +45,11 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         # concurrent sweeper re-ran a finished point instead. Taken here: the points of trials
         # that hold a slot toward n_trials, and of retries waiting to run.
         trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
-        retried = record.retried_numbers(trials)
+        retried = retried_numbers(trials)
         taken = {t.system_attrs["grid_id"] for t in trials
                  if "grid_id" in t.system_attrs
                  and self._same_search_space(t.system_attrs["search_space"])
-                 and (t.state == TrialState.WAITING or record.holds_slot(t, retried))}
+                 and (t.state == TrialState.WAITING or holds_slot(t, retried))}
         return sorted(set(range(self._n_min_trials)) - taken)
 
 
@@ -239,7 +239,7 @@ class JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
 
     def record_heartbeat(self, trial_id: int) -> None:
         try:
-            self.set_trial_system_attr(trial_id, record.HEARTBEAT_ATTR, time.time())
+            self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # told between the heartbeat thread's copy of ids and this beat
 
@@ -248,7 +248,7 @@ class JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
         now = time.time()
         running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
         return [t._trial_id for t in running
-                if now - t.system_attrs.get(record.HEARTBEAT_ATTR, now) > self._grace]
+                if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > self._grace]
 
     def get_heartbeat_interval(self) -> int | None:
         return self._interval
@@ -316,7 +316,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
     path = storage_file(url)
     if path is not None:
         _make_folder(url, path)
-    callback = record.retry if heartbeat_interval else None  # a stale trial's params run again
+    callback = retry if heartbeat_interval else None  # a stale trial's params run again
     if url.startswith("journal:"):
         return _open_journal(url, path, heartbeat_interval, grace_period, callback)
     engine_kwargs = {}

@@ -22,22 +22,26 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
-from qknorm.sweep import outputs, racestats, slurm
-from qknorm.sweep import race as racing
+from qknorm.sweep import outputs, race, racestats, slurm
 from qknorm.sweep import specs as optuna_specs
-from qknorm.sweep import study as record
-from qknorm.sweep.jobs import Launcher
+from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
+from qknorm.sweep.progress import status_lines
 from qknorm.sweep.schedule import EveryReplicate, Schedule
-from qknorm.sweep.status import status_lines
 from qknorm.sweep.study import (
+    COUNTED,
     JOB_DIRS_ATTR,
     PARAMS_ATTR,
     PRUNER_ATTR,
     SAMPLER_SEED_ATTR,
     STATUS_ATTR,
+    SURPLUS,
     Heartbeat,
     Tally,
+    block_label,
+    record_total,
+    replicates_option,
+    surplus,
 )
 
 log = logging.getLogger(__name__)
@@ -68,7 +72,7 @@ class OptunaSweep:
                             s.study_name, url, plan)
         with Heartbeat(storage, s.heartbeat_interval) as heartbeat:
             schedule: Schedule = (
-                racing.RaceSchedule(plan, s.objectives, s.n_jobs, heartbeat)
+                race.RaceSchedule(plan, s.objectives, s.n_jobs, heartbeat)
                 if plan.race is not None else
                 EveryReplicate(plan, launcher, s.objectives, s.n_jobs, heartbeat))
             stop_message = self._run(study, plan, schedule, launcher, heartbeat)
@@ -87,13 +91,13 @@ class OptunaSweep:
                             f"direction {have}, not {plan.directions}; use another "
                             "hydra.sweeper.study_name")
         if plan.race is not None:
-            racing.check_study(study, plan.race, s.study_name)
-            racing.record_settings(study, plan.race)
+            race.check_study(study, plan.race, s.study_name)
+            race.record_settings(study, plan.race)
         else:
             check_replicates(study, plan, s.study_name)
             # a scancelled job's trial, failed by the sweep that saw it end: run it again
             slurm.retry_interrupted(study)
-        record.record_total(study, plan.n_trials)  # the status's total, read from the URL alone
+        record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
         plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
         return study
@@ -115,7 +119,7 @@ class OptunaSweep:
         return stop
 
     def _log_status(self, study: optuna.Study, plan: Plan) -> None:
-        """After every launch's tells: done/total, best so far, ETA, compute (sweep/status.py;
+        """After every launch's tells: done/total, best so far, ETA, compute (sweep/progress.py;
         `python -m qknorm.status` prints the same from any terminal)."""
         for line in status_lines(study, plan.n_trials, slots=self.settings.n_jobs):
             log.info("%s", line)
@@ -149,10 +153,10 @@ class OptunaSweep:
             trial.set_user_attr(SAMPLER_SEED_ATTR, plan.sampler_spec.get("seed"))
             trial.set_user_attr(PARAMS_ATTR, plan.space.values(trial.params))
             batch.append(trial)
-        extra = record.surplus(study, [t.number for t in batch], plan.n_trials)
+        extra = surplus(study, [t.number for t in batch], plan.n_trials)
         for trial in [t for t in batch if t.number in extra]:
             # Another sweeper took the last slots first: give this one up before it runs.
-            trial.set_user_attr(STATUS_ATTR, record.SURPLUS)
+            trial.set_user_attr(STATUS_ATTR, SURPLUS)
             study.tell(trial, state=TrialState.FAIL)
             heartbeat.discard(trial._trial_id)
             log.info("trial %d not run: another sweeper filled the study's n_trials=%d",
@@ -168,7 +172,7 @@ class OptunaSweep:
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
         if plan.race is not None:
-            print(racestats.summary_line(racing.elimination(study)))
+            print(racestats.summary_line(race.elimination(study)))
 
 
 def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> dict[str, Any]:
@@ -211,16 +215,16 @@ def check_replicates(study: optuna.Study, plan: Plan, study_name: str) -> None:
     """A trial's value is the mean over its replicates: a study holds one replicate set. A rerun
     with another set (data.fold=0,1,2 after 0,1) would find its trials done and end without a
     word, or mix means over different folds; refused, naming what the study holds."""
-    want = [record.block_label(c) for c in plan.combinations]
+    want = [block_label(c) for c in plan.combinations]
     held: dict[tuple[str, ...], int] = {}
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(STATUS_ATTR) in record.COUNTED and JOB_DIRS_ATTR in t.user_attrs:
+        if t.user_attrs.get(STATUS_ATTR) in COUNTED and JOB_DIRS_ATTR in t.user_attrs:
             labels = tuple(t.user_attrs[JOB_DIRS_ATTR])
             held[labels] = held.get(labels, 0) + 1
     other = [labels for labels in held if sorted(labels) != sorted(want)]
     if not other:
         return
-    have, option = other[0], record.replicates_option
+    have, option = other[0], replicates_option
     raise UserError(
         f"study {study_name!r} holds {held[have]} trial(s) run on the replicates "
         f"{option(have)}, not {option(want)}; a trial's value is the mean over its "
@@ -233,21 +237,21 @@ def _log_plan(s: Settings, plan: Plan) -> None:
     log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", s.study_name,
              s.storage, plan.n_trials, len(plan.combinations),
              optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
-    race = plan.race
-    if race is None:
+    spec = plan.race
+    if spec is None:
         return
     log.info("race over %d replicates: every candidate runs the first %d, then those "
              "significantly worse than the leader stop (alpha=%g, baseline %s)",
-             len(race.blocks), race.min_replicates, race.alpha,
-             race.labels.get(race.baseline, "none"))
-    if race.rungs:
+             len(spec.blocks), spec.min_replicates, spec.alpha,
+             spec.labels.get(spec.baseline, "none"))
+    if spec.rungs:
         log.info("in-fold stopping: a run more than its margin above the best other run of "
                  "its replicate at a rung stops there, and its candidate leaves the race; "
-                 "rungs: %s", race.rung_words())
-    if race.equivalence is not None:
+                 "rungs: %s", spec.rung_words())
+    if spec.equivalence is not None:
         log.info("equivalence: a candidate whose %g%% paired t-interval of its difference to "
                  "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
-                 100 * (1 - 2 * race.alpha), race.equivalence, race.alpha)
-    if race.budget_steps is not None:
+                 100 * (1 - 2 * spec.alpha), spec.equivalence, spec.alpha)
+    if spec.budget_steps is not None:
         log.info("budget: no replicate launches once the race's runs took %d training steps",
-                 race.budget_steps)
+                 spec.budget_steps)

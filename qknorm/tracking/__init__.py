@@ -4,6 +4,10 @@
 `tracker=mlflow` exports finished run dirs after the fact (qknorm.tracking.mlflow). Either way the
 run dir stays the record and the tracker mirrors it. Whether a tracker's library is installed
 is config.missing_package's question (asked at validation, before any job starts).
+
+The face: `RunTracker` and `open_run` (what the training loop uses); `mlflow` (its command,
+`python -m qknorm.tracking.mlflow`, and `ExportCallback`, which conf/tracker/mlflow.yaml names)
+and `tensorboard`. `runs` (run dirs placed in a tracker's tree) is the wing's own.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from qknorm.config import Config
+
+__all__ = ["RunTracker", "mlflow", "open_run", "tensorboard"]
 
 class RunTracker(Protocol):
     """What the training loop calls: `log` after each metrics.jsonl row, `close` after final.json."""
