@@ -16,7 +16,7 @@ import sys
 import _cli
 
 from qknorm.errors import UserError, run_main
-from qknorm.report import check_logged, load, plots, results
+from qknorm.report import check_logged, load, plots, results, stepplots
 
 # kind -> (what it draws, option defaults that differ from the report's)
 KINDS = {
@@ -61,7 +61,7 @@ def figure(kind: str, args: argparse.Namespace):
         return plots.time_vs_p(runs, options.logx)
     curves = results.collect_curves(runs, collection.root)
     if kind == "curves":
-        return plots.curves(curves, y=args.metric)
+        return stepplots.curves(curves, y=args.metric)
     return plots.gamma_vs_p(runs, curves, options.logx)
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from qknorm.report import Options, build_report, lrsens, plots, results, write_report
+from qknorm.report import Options, build_report, lrplots, lrsens, plots, results, write_report
 from qknorm.report.lrplots import DIVERGED_GID
 
 from .synthetic_runs import (
@@ -155,19 +155,19 @@ def test_no_reading_without_an_lr_grid(tmp_path):
 
 
 def test_figures_mark_the_diverged_run_at_its_l0_and_draw_the_two_largest_lr(reading, sweep):
-    fig = plots.lr_sensitivity(reading)
+    fig = lrplots.lr_sensitivity(reading)
     final = fig.axes[0]
     (cross,) = [c for c in final.collections if c.get_gid() == DIVERGED_GID]
     assert cross.get_offsets().tolist() == [[0.1, LR_L0["none"][1]]]
     assert final.get_xscale() == "log"
     plots.close(fig)
     curves = results.collect_curves(results.collect(sweep).runs, sweep)
-    fig = plots.attn_logit_curves(reading, curves)
+    fig = lrplots.attn_logit_curves(reading, curves)
     assert [ax.get_title() for ax in fig.axes] == ["lr = 0.1", "lr = 0.01"]
     (mark,) = [line for line in fig.axes[0].get_lines() if line.get_gid() == DIVERGED_GID]
     assert (mark.get_xdata()[0], mark.get_ydata()[0]) == (10, 10.0)  # its last eval, step 10
     plots.close(fig)
-    assert plots.attn_logit_curves(reading, curves.drop(columns="attn_logit_max")) is None
+    assert lrplots.attn_logit_curves(reading, curves.drop(columns="attn_logit_max")) is None
 
 
 def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp_path):

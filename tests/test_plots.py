@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from qknorm.report import Options, build_report, plots, results, write_report
+from qknorm.report import Options, build_report, paxis, plots, results, stepplots, write_report
 
 from .synthetic_runs import BEST, SEARCH_P, add_runs_without_p, make_search, make_sweep, search_loss
 
@@ -56,7 +56,7 @@ def test_logx_and_another_metric(sweep):
 
 def test_curves_one_mean_line_per_group(sweep):
     runs = results.collect(sweep).runs
-    (ax,) = plots.curves(results.collect_curves(runs, sweep)).axes
+    (ax,) = stepplots.curves(results.collect_curves(runs, sweep)).axes
     means = [line for line in ax.get_lines() if line.get_gid() != "best"]  # ▼ marks: test_readings
     assert [line.get_label() for line in means] == ["p=2 (n=4)", "p=4 (n=3)", "p=inf (n=3)",
                                                      "norm=none (n=2)"]
@@ -132,10 +132,10 @@ def test_continuous_search_figure_one_series_per_by_value(tmp_path):
 
 
 def test_nice_p_ticks_are_round_and_few():
-    assert plots.nice_p_ticks([1.2, 3.1]) == [1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
-    assert plots.nice_p_ticks([1.0, 60.0]) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
-    assert plots.nice_p_ticks([1.0, 1000.0]) == [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0]
-    assert plots.nice_p_ticks([1.8, 1.84]) == [1.75, 1.875, 2.0]  # eighths: the finest level
+    assert paxis.nice_p_ticks([1.2, 3.1]) == [1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
+    assert paxis.nice_p_ticks([1.0, 60.0]) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    assert paxis.nice_p_ticks([1.0, 1000.0]) == [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0]
+    assert paxis.nice_p_ticks([1.8, 1.84]) == [1.75, 1.875, 2.0]  # eighths: the finest level
 
 
 def test_grid_figure_draws_one_mean_line_per_by_value(sweep):

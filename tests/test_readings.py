@@ -79,11 +79,11 @@ def test_readings_that_agree_say_so(tmp_path):
 
 
 def test_curves_mark_where_each_mean_val_loss_is_lowest(tmp_path):
-    from qknorm.report import plots, results
+    from qknorm.report import plots, results, stepplots
 
     root = _sweep(tmp_path)
     runs = results.collect(root).runs
-    fig = plots.curves(results.collect_curves(runs, root))
+    fig = stepplots.curves(results.collect_curves(runs, root))
     marks = sorted((line.get_xdata()[0], round(line.get_ydata()[0], 4))
                    for line in fig.axes[0].lines if line.get_gid() == "best")
     assert marks == [(10.0, 1.31), (20.0, 1.42)]  # p=2 at its best eval, p=4 at the end

@@ -219,13 +219,13 @@ def test_the_cli_takes_test_and_rebuilds_from_results_csv_alone(cli, tmp_path):
 
 
 def test_the_delta_figure_draws_the_band_and_each_verdict(tmp_path):
-    from qknorm.report import compute, plots, results
+    from qknorm.report import compute, deltaplot, plots, results
 
     root = make_runs(tmp_path / "sweep")
     options = Options()
     collection = load(root, options)
     paired = compute(collection, options, results.collect_curves(collection.runs, root)).paired
-    fig = plots.delta_vs_p(paired, "best_val_loss", 2.0, equivalence=0.02,
+    fig = deltaplot.delta_vs_p(paired, "best_val_loss", 2.0, equivalence=0.02,
                            test=options.replicate_test)
     (ax,) = fig.axes
     band = next(p for p in ax.patches if p.get_gid() == "equivalence")

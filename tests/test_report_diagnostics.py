@@ -16,11 +16,13 @@ from qknorm.report import (
     Options,
     check_columns,
     compute,
+    deltaplot,
     figures,
     load,
     plots,
     results,
     stats,
+    stepplots,
     summarize,
 )
 
@@ -184,9 +186,9 @@ def test_delta_vs_p_draws_each_delta_and_fills_those_holm_keeps():
         "norm.p": [1.0, 4.0, math.inf], "n_pairs": [3, 3, 3], "delta_mean": [0.05, 0.01, 0.2],
         "delta_ci_low": [0.03, -0.02, 0.1], "delta_ci_high": [0.07, 0.04, 0.3],
         "holm_pvalue": [0.01, 0.5, math.nan]})
-    (ax,) = plots.delta_vs_p(paired, "best_val_loss", 2.0).axes
+    (ax,) = deltaplot.delta_vs_p(paired, "best_val_loss", 2.0).axes
     axis = plots.PAxis.of([1.0, 2.0, 4.0, math.inf])
-    filled = [c for c in ax.collections if c.get_gid() == plots.HOLM_GID]
+    filled = [c for c in ax.collections if c.get_gid() == deltaplot.HOLM_GID]
     assert len(filled) == 1 and filled[0].get_offsets().tolist() == [[1.0, 0.05]]
     hollow = [c for c in ax.collections if c.get_label().endswith("mean Δ ± 95% t-interval")]
     assert hollow[0].get_offsets().tolist() == [[4.0, 0.01], [axis.x(math.inf), 0.2]]
@@ -204,7 +206,7 @@ def test_entropy_vs_p_shows_step_0_and_the_last_eval(new):
         expected = sorted((axis.x(p), level[p] + f / 100) for p, folds in BEST.items()
                           for f in folds)
         assert np.allclose(dots, expected)
-    curves = plots.entropy_curves(results.collect_curves(runs, new)).axes[0]
+    curves = stepplots.entropy_curves(results.collect_curves(runs, new)).axes[0]
     p2 = next(line for line in curves.get_lines() if line.get_label() == "p=2 (n=4)")
     assert p2.get_ydata() == pytest.approx([0.915, 0.765, 0.615])  # folds 0..3 add 0.015
 
@@ -212,7 +214,7 @@ def test_entropy_vs_p_shows_step_0_and_the_last_eval(new):
 def test_entropy_curves_by_a_key_draw_one_panel_per_value(new):
     runs = results.collect(new).runs
     runs["norm.gamma_init"] = np.where(runs["data.fold"] < 2, "qknorm", "calibrated")
-    fig = plots.entropy_curves(results.collect_curves(runs, new), runs, by=["norm.gamma_init"])
+    fig = stepplots.entropy_curves(results.collect_curves(runs, new), runs, by=["norm.gamma_init"])
     assert [ax.get_title() for ax in fig.axes] == ["norm.gamma_init=calibrated",
                                                    "norm.gamma_init=qknorm"]
     p2 = next(line for line in fig.axes[0].get_lines() if line.get_label() == "p=2 (n=2)")

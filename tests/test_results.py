@@ -12,7 +12,7 @@ from scipy import stats as sps
 from qknorm import rundir
 from qknorm.effective import effective_config, effective_key, flatten
 from qknorm.errors import UserError
-from qknorm.report import Options, load, results, stats, summarize
+from qknorm.report import Options, baseline, load, paxis, results, stats, summarize
 
 from .synthetic_runs import (
     BEST,
@@ -149,8 +149,8 @@ def test_best_p_and_excluded_counts(sweep):
 def test_unknown_baseline_names_the_p_values_run(sweep):
     runs = results.collect(sweep).runs
     with pytest.raises(UserError, match=r"--baseline 3: no run used norm.p=3 .*2, 4, inf"):
-        stats.check_baseline(runs, 3.0)
-    stats.check_baseline(runs, math.inf)
+        baseline.check_baseline(runs, 3.0)
+    baseline.check_baseline(runs, math.inf)
 
 
 def test_no_runs_is_a_user_error(tmp_path):
@@ -204,37 +204,37 @@ def test_ranking_by_step_needs_two_p_values(sweep):
 def test_baseline_as_printed_names_the_run_p(tmp_path):
     runs = results.collect(make_search(tmp_path)).runs
     exact = 1.835255759775752
-    assert stats.check_baseline(runs, 1.83526) == exact  # as the tables print it
-    assert stats.check_baseline(runs, exact) == exact
-    assert stats.check_baseline(runs, math.inf) == math.inf
+    assert baseline.check_baseline(runs, 1.83526) == exact  # as the tables print it
+    assert baseline.check_baseline(runs, exact) == exact
+    assert baseline.check_baseline(runs, math.inf) == math.inf
     with pytest.raises(UserError) as e:
-        stats.check_baseline(runs, 1.8353)  # 5 digits: not how any p prints
+        baseline.check_baseline(runs, 1.8353)  # 5 digits: not how any p prints
     listed = str(e.value).split("accepted as written: ")[1].split(")")[0].split(", ")
     assert listed[:3] == ["1.09485", "1.19045", "1.27198"] and listed[-1] == "inf"
     assert len(listed) == 13  # every p run, each accepted as written:
-    assert sorted(stats.check_baseline(runs, float(text)) for text in listed) == stats.run_ps(runs)
+    assert sorted(baseline.check_baseline(runs, float(text)) for text in listed) == baseline.run_ps(runs)
 
 
 def test_p_labels_add_digits_only_where_two_p_would_print_alike():
-    assert stats.p_labels([2.0, 2.0000001, math.inf]) == {2.0: "2", 2.0000001: "2.0000001",
+    assert paxis.p_labels([2.0, 2.0000001, math.inf]) == {2.0: "2", 2.0000001: "2.0000001",
                                                           math.inf: "inf"}
-    assert stats.p_labels([1.835255759775752, 4.0]) == {1.835255759775752: "1.83526", 4.0: "4"}
+    assert paxis.p_labels([1.835255759775752, 4.0]) == {1.835255759775752: "1.83526", 4.0: "4"}
 
 
 def test_default_baseline_when_p2_was_not_run(tmp_path, sweep):
     runs = results.collect(sweep).runs
-    assert stats.resolve_baseline(runs, stats.AUTO) == (2.0, "")
+    assert baseline.resolve_baseline(runs, baseline.AUTO) == (2.0, "")
     grid = runs[runs["norm.p"] != 2.0]  # p in {4, inf}: a grid, the nearest p to 2 is 4
-    p, note = stats.resolve_baseline(grid, stats.AUTO)
+    p, note = baseline.resolve_baseline(grid, baseline.AUTO)
     assert p == 4.0 and note.startswith("p=2 was not run, so the baseline is the run p "
                                         "nearest to 2, p=4;")
     search = results.collect(make_search(tmp_path / "search")).runs
-    assert stats.continuous_p(search) and not stats.continuous_p(runs)
-    p, note = stats.resolve_baseline(search, stats.AUTO)
+    assert baseline.continuous_p(search) and not baseline.continuous_p(runs)
+    p, note = baseline.resolve_baseline(search, baseline.AUTO)
     assert p is None and "continuous search" in note and "no paired Δ table" in note
     none_only = runs.assign(**{"norm.kind": "none", "norm.p": math.nan})
-    assert stats.resolve_baseline(none_only, stats.AUTO)[0] is None
-    assert stats.resolve_baseline(runs, None) == (None, "")
+    assert baseline.resolve_baseline(none_only, baseline.AUTO)[0] is None
+    assert baseline.resolve_baseline(runs, None) == (None, "")
 
 
 def test_quadratic_fit_equals_the_textbook_least_squares_band():

@@ -41,7 +41,7 @@ _FACE = {
 }
 # Modules the rest may import whole (the scripts' commands): run dirs to a DataFrame, the
 # statistics, the figures, the paper's table, the architecture comparison.
-_MODULES = ["archcompare", "paper", "plots", "results", "stats"]
+_MODULES = ["archcompare", "paper", "plots", "results", "stats", "stepplots"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

@@ -17,8 +17,18 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.report import baseline, lrsens, plots, results, stats
-from qknorm.report.computed import DEFAULT_METRIC, Options, Statistics, compute  # noqa: F401
+from qknorm.report import (
+    baseline,
+    deltaplot,
+    lrplots,
+    lrsens,
+    plots,
+    results,
+    stats,
+    stepplots,
+    studyplots,
+)
+from qknorm.report.computed import Options, compute
 from qknorm.report.summary import summarize
 
 
@@ -134,27 +144,27 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
         "time_vs_p": plots.time_vs_p(runs, options.logx, options.replicate_test),
     }
     if with_curves:
-        figs["curves"] = plots.curves(curves)
+        figs["curves"] = stepplots.curves(curves)
         figs["gamma_vs_p"] = plots.gamma_vs_p(runs, curves, options.logx, options.replicate_test)
     if paired is not None and len(paired):
-        figs["delta_vs_p"] = plots.delta_vs_p(paired, options.metric, options.baseline,
+        figs["delta_vs_p"] = deltaplot.delta_vs_p(paired, options.metric, options.baseline,
                                               options.logx, options.by, baseline.continuous_p(runs),
                                               options.equivalence, options.replicate_test)
     if plots.logged(runs, plots.ENTROPY) and with_curves:
         figs["entropy_vs_p"] = plots.entropy_vs_p(runs, curves, options.logx, options.by,
                                                   options.replicate_test)
-        figs["entropy_curves"] = plots.entropy_curves(curves, runs, options.by)
+        figs["entropy_curves"] = stepplots.entropy_curves(curves, runs, options.by)
     if plots.learned_p_columns(runs):
         figs["learned_p"] = plots.learned_p(runs)
     if lr is not None:
-        figs["lr_sensitivity"] = plots.lr_sensitivity(lr)
-        logits = plots.attn_logit_curves(lr, curves)
+        figs["lr_sensitivity"] = lrplots.lr_sensitivity(lr)
+        logits = lrplots.attn_logit_curves(lr, curves)
         if logits is not None:
             figs["attn_logit_curves"] = logits
     for (name, _), study in collection.studies.items():
         if study is None:
             continue  # results.collect noted why
-        study_figs, notes = plots.optuna_figures(study)
+        study_figs, notes = studyplots.optuna_figures(study)
         collection.warnings.extend(notes)
         for kind, fig in study_figs.items():
             figs[f"optuna_{_safe(name)}_{kind}"] = fig

@@ -34,12 +34,7 @@ from qknorm.report.canvas import (
     series,
     set_title,
 )
-from qknorm.report.deltaplot import HOLM_GID as HOLM_GID
-from qknorm.report.deltaplot import delta_vs_p as delta_vs_p
-from qknorm.report.lrplots import attn_logit_curves as attn_logit_curves
-from qknorm.report.lrplots import lr_sensitivity as lr_sensitivity
 from qknorm.report.paxis import PAxis, format_p
-from qknorm.report.paxis import nice_p_ticks as nice_p_ticks
 from qknorm.report.results import LAYER_DIAGNOSTIC
 from qknorm.report.stats import (
     MIN_FIT_POINTS,
@@ -51,9 +46,6 @@ from qknorm.report.stats import (
     trial_means,
 )
 from qknorm.report.stepplots import curve_groups, mean_band
-from qknorm.report.stepplots import curves as curves
-from qknorm.report.stepplots import entropy_curves as entropy_curves
-from qknorm.report.studyplots import optuna_figures as optuna_figures
 
 
 def render(fig: Figure, fmt: str) -> bytes:
@@ -91,7 +83,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
                 test: ReplicateTest = PAIRED_T) -> None:
     """Each completed run a dot, one series (colour) per value of the `by` keys; inf at the
     right; no-p kinds as lines. A grid's p get their mean with a 95% t-band; a continuous
-    search's (qknorm.report.stats.continuous_p) get one point per trial, a fit in log p and, with
+    search's (qknorm.report.baseline.continuous_p) get one point per trial, a fit in log p and, with
     mark_best (a loss: lower is better), a star on each series' best trial."""
     runs = _lp_runs(df, metric)
     continuous = continuous_p(df)

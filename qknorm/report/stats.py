@@ -27,13 +27,7 @@ from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest, holm
 
 # Re-exported: callers reach the run p, the baseline and p's labels as stats.<name>; they live
 # in qknorm.report.baseline and qknorm.report.paxis.
-from qknorm.report.baseline import AUTO as AUTO
-from qknorm.report.baseline import check_baseline as check_baseline
-from qknorm.report.baseline import continuous_p as continuous_p
-from qknorm.report.baseline import resolve_baseline as resolve_baseline
-from qknorm.report.baseline import run_ps as run_ps
 from qknorm.report.paxis import format_p
-from qknorm.report.paxis import p_labels as p_labels
 from qknorm.rundir import COMPLETED, INCOMPLETE, REPLICATE_KEYS, STATUSES
 
 CONFIDENCE = 0.95
