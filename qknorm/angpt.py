@@ -9,25 +9,24 @@ What changes against qknorm/model.py's GPT, as docs/angpt.md reads the public de
   - every weight row has norm <= 1 after every optimizer step (`project_weights_`), embedding
     rows exactly 1; weights start with unit rows;
   - SwiGLU MLP, RoPE instead of learned positions, untied head scaled by a learned s_z.
-The q/k norm (norm.*) is the project's, as in GPT; `build_angpt_qk_norm` gives each kind anGPT's
-temperature at p = 2. Every choice the sources leave open is a model.angpt_* key or is named in
-docs/angpt.md.
+The q/k norm (norm.*) is the project's, as in GPT, built by norms.build_qk_norm with anGPT's
+temperature at p = 2 (`logit_scale`). Every choice the sources leave open is a model.angpt_*
+key or is named in docs/angpt.md.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from qknorm.config import P_KINDS, ModelConfig, NormConfig
+from qknorm.config import ModelConfig, NormConfig
 from qknorm.model import GPT, LanguageModel, attend
-from qknorm.nn import calibration_factor, initial_gamma
-from qknorm.norms import NoQKNorm, build_qk_norm
+from qknorm.nn import initial_gamma
+from qknorm.norms import build_qk_norm
 
 ROPE_BASE = 10000.0
 MLP_RATIO = 4  # SwiGLU's hidden width F = 4 d, two up-projections of F each (the spec's nu_uz)
@@ -102,26 +101,6 @@ def logit_scale(cfg: ModelConfig, head_dim: int) -> float:
     return initial_gamma(cfg.angpt_logit_scale, 2.0, head_dim, cfg.block_size)
 
 
-def build_angpt_qk_norm(cfg: ModelConfig, norm: NormConfig, head_dim: int) -> nn.Module:
-    """The project's q/k norm, with anGPT's temperature where the norm leaves it open:
-      - none: q, k as nu_qkv leaves them (about unit L2 per head, the spec's "pure approximate"
-        variant), softmax scale = the logit scale (sqrt(hs) by default), not 1/sqrt(hs), which
-        would leave attention almost uniform;
-      - lp / l2 with gamma_init=calibrated: the logit scale times calibration_factor(p), so p = 2
-        starts at anGPT's own temperature and every p at p = 2's logit spread (GPT's calibrated
-        scales qknorm's log2(T^2 - T) instead); every other gamma_init is the same number as in GPT;
-      - rms: unchanged (||q|| = sqrt(hs) and 1/sqrt(hs): sqrt(hs) * cos at init, the sqrt_d scale).
-    """
-    scale0 = logit_scale(cfg, head_dim)
-    if norm.kind == "none":
-        qk_norm = NoQKNorm()
-        qk_norm.scale = scale0  # the instance's, read by the attention and the diagnostics
-        return qk_norm
-    if norm.kind in P_KINDS and norm.gamma_init == "calibrated":
-        norm = dataclasses.replace(norm, gamma_init=scale0 * calibration_factor(norm.p, head_dim))
-    return build_qk_norm(norm, cfg.n_head, head_dim, cfg.block_size)
-
-
 # ---------------------------------------------------------------------------------------------
 # the model
 
@@ -139,7 +118,8 @@ class AnAttention(nn.Module):
         # d rows of a d-wide input give ||W h||^2 = 1 over all heads, 1/nh per head: sqrt(nh)
         # makes each head unit. The output sees nh unit heads (||y||^2 = nh): 1/sqrt(nh).
         self.nu_qkv, self.nu_p = math.sqrt(cfg.n_head), 1.0 / math.sqrt(cfg.n_head)
-        self.qk_norm = build_angpt_qk_norm(cfg, norm, head_dim)
+        self.qk_norm = build_qk_norm(norm, cfg.n_head, head_dim, cfg.block_size,
+                                     logit_scale=logit_scale(cfg, head_dim))
         self.attention = cfg.attention
         cos, sin = rope_tables(cfg.block_size, head_dim)
         self.register_buffer("rope_cos", cos, persistent=False)
