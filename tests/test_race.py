@@ -22,7 +22,7 @@ from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report.summary import race_section
 from qknorm.sweep import race as _race
-from qknorm.sweep import racestats as race
+from qknorm.sweep import racestats
 from qknorm.sweep.conf import race_conf
 from qknorm.sweep.race_plan import plan_race
 from qknorm.sweep.space import parse_space, replicate_combinations
@@ -38,10 +38,10 @@ def test_one_sided_paired_t_is_scipys_and_ties_never_drop():
     for n in (2, 3, 5):
         x, y = rng.normal(size=n), rng.normal(size=n)
         want = stats.ttest_rel(x, y, alternative="greater").pvalue
-        assert race.paired_t_greater(list(x - y)) == pytest.approx(want, rel=1e-12)
-    assert race.paired_t_greater([0.0, 0.0, 0.0]) == 1.0  # identical runs: a tie
-    assert race.paired_t_greater([0.5, 0.5, 0.5]) == 0.0  # the same gap on every fold
-    assert race.paired_t_greater([-0.5, -0.5]) == 1.0
+        assert racestats.paired_t_greater(list(x - y)) == pytest.approx(want, rel=1e-12)
+    assert racestats.paired_t_greater([0.0, 0.0, 0.0]) == 1.0  # identical runs: a tie
+    assert racestats.paired_t_greater([0.5, 0.5, 0.5]) == 0.0  # the same gap on every fold
+    assert racestats.paired_t_greater([-0.5, -0.5]) == 1.0
 
 
 # -- the race on synthetic objectives ------------------------------------------------------------
@@ -58,7 +58,7 @@ def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
     means = {"a": 0.0, "b": 0.0, "c": 0.3, "d": 0.6, "e": 1.0}
     values = synthetic(means, n_blocks=6, noise=0.02)
     values["a2"] = dict(values["a"])  # the same runs again: an exact tie with a
-    r = race.replay(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
+    r = racestats.replay(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
     assert [lk.n for lk in r.looks] == [3, 4, 5, 6] and r.over
     assert r.looks[0].dropped == ("c", "d", "e")  # dropped after the minimum 3 blocks
     assert all(not lk.dropped for lk in r.looks[1:])
@@ -76,9 +76,9 @@ def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
 
 def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
     values = synthetic({"best": 0.0, "base": 0.5, "bad": 1.0}, n_blocks=5, noise=0.02)
-    without = race.replay(list(values), values, set(), 5, 3, 0.05)
+    without = racestats.replay(list(values), values, set(), 5, 3, 0.05)
     assert without.alive == ["best"] and [lk.n for lk in without.looks] == [3]
-    kept = race.replay(list(values), values, set(), 5, 3, 0.05, baseline="base")
+    kept = racestats.replay(list(values), values, set(), 5, 3, 0.05, baseline="base")
     assert kept.alive == ["best", "base"] and [lk.n for lk in kept.looks] == [3, 4, 5]
     assert kept.looks[0].dropped == ("bad",)
     assert all(lk.tests["base"].p_adjusted <= 0.05 for lk in kept.looks)  # worse, but kept
@@ -87,9 +87,9 @@ def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
 def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test():
     values = synthetic({"a": 0.0, "b": 1.0, "c": 0.0}, n_blocks=4, noise=0.02)
     partial = {"a": values["a"], "b": values["b"], "c": {0: values["c"][0]}}
-    waiting = race.replay(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
+    waiting = racestats.replay(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
     assert waiting.need == 3 and not waiting.looks and waiting.alive == ["a", "b", "c"]
-    failed = race.replay(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
+    failed = racestats.replay(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
     assert failed.gone == {"c": 3} and "c" not in failed.looks[0].tests
     assert failed.looks[0].dropped == ("b",) and failed.alive == ["a"] and failed.over
 
@@ -97,14 +97,14 @@ def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test
 def test_a_spent_budget_ends_the_race_where_it_stands_instead_of_waiting_for_a_block():
     values = synthetic({"a": 0.0, "b": 0.02, "c": 1.0}, n_blocks=5, noise=0.02)
     partial = {c: {b: v[b] for b in range(4)} for c, v in values.items()}  # 4 of 5 blocks run
-    going = race.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
+    going = racestats.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
     assert going.need == 5 and not going.over
-    spent = race.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
+    spent = racestats.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
                         budget_spent=True)
     assert spent.over and spent.need is None
     assert [lk.n for lk in spent.looks] == [lk.n for lk in going.looks] == [3, 4]  # same looks
     assert spent.alive == going.alive and "c" not in spent.alive
-    whole = race.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
+    whole = racestats.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
     assert [lk.n for lk in whole.looks] == [3, 4, 5]  # every block in: the budget changes nothing
 
 
@@ -126,7 +126,7 @@ def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropp
     values = {p: dict(zip(g["data.fold"], g["best_val_loss"], strict=True))
               for p, g in df.groupby("norm.p")}
     assert sorted(values) == P_GRID
-    r = race.replay(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
+    r = racestats.replay(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
     assert {p: lk.n for p, lk in r.dropped().items()} == dropped
     assert sum(dropped.get(p, 5) for p in P_GRID) == runs
     assert r.looks[-1].leader == (2.0 if gamma_init == "qknorm" else 4.0)

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.errors import UserError
-from qknorm.sweep import racestats as race
+from qknorm.sweep import racestats
 
 # Four candidates over 4 blocks; the block effect (1, 2, 3, 4) is shared, pairing removes it.
 VALUES = {"a": [1.0, 2.0, 3.0, 4.0],
@@ -32,7 +32,7 @@ def t90(df: int) -> float:
 
 
 def test_a_candidate_whose_90_percent_interval_lies_inside_delta_leaves_level():
-    r = race.replay(list(BLOCKS), BLOCKS, set(), n_blocks=4, min_blocks=3, alpha=0.05,
+    r = racestats.replay(list(BLOCKS), BLOCKS, set(), n_blocks=4, min_blocks=3, alpha=0.05,
                     equivalence=0.03)
     first = r.looks[0]
     assert (first.n, first.leader, first.dropped, first.level, first.decided) == (
@@ -60,16 +60,16 @@ def test_a_candidate_whose_90_percent_interval_lies_inside_delta_leaves_level():
 
 def test_the_race_ends_once_no_comparison_is_open():
     values = {c: BLOCKS[c] for c in "abc"}  # without d, the first look decides everyone
-    r = race.replay(list(values), values, set(), n_blocks=4, min_blocks=3, alpha=0.05,
+    r = racestats.replay(list(values), values, set(), n_blocks=4, min_blocks=3, alpha=0.05,
                     equivalence=0.03)
     assert [lk.n for lk in r.looks] == [3] and r.looks[0].decided and r.over
     assert r.alive == ["a"] and r.need is None
     # The baseline never leaves, but a decided baseline leaves no comparison open either.
-    kept = race.replay(list(values), values, set(), 4, 3, 0.05, baseline="b", equivalence=0.03)
+    kept = racestats.replay(list(values), values, set(), 4, 3, 0.05, baseline="b", equivalence=0.03)
     assert [lk.n for lk in kept.looks] == [3] and kept.looks[0].level == ()
     assert kept.alive == ["a", "b"] and kept.over
     # The same baseline shown worse (c as the baseline) is decided too.
-    worse = race.replay(list(values), values, set(), 4, 3, 0.05, baseline="c", equivalence=0.03)
+    worse = racestats.replay(list(values), values, set(), 4, 3, 0.05, baseline="c", equivalence=0.03)
     assert [lk.n for lk in worse.looks] == [3] and worse.alive == ["a", "c"]
 
 
@@ -77,12 +77,12 @@ def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
     # b behind a by 0.02 on every block but 0.0005: certainly worse, and certainly within ±0.05:
     # level (the user called 0.05 negligible); with δ = 0.01 it is outside: dropped.
     values = {"a": {0: 1.0, 1: 2.0, 2: 3.0}, "b": {0: 1.02, 1: 2.0205, 2: 3.02}}
-    r = race.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
+    r = racestats.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
     assert r.looks[0].level == ("b",) and r.looks[0].dropped == ()
     assert r.looks[0].tests["b"].p_adjusted <= 0.05  # significantly behind as well
-    narrow = race.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
+    narrow = racestats.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
     assert narrow.looks[0].dropped == ("b",) and narrow.looks[0].level == ()
-    off = race.replay(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
+    off = racestats.replay(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
     assert all(lk.level == () and not lk.decided for lk in off.looks)
     assert all(t.low is None and t.high is None for lk in off.looks for t in lk.tests.values())
     assert [lk.n for lk in off.looks] == [3, 4] and off.alive == ["a", "b", "d"]
@@ -90,11 +90,11 @@ def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
 
 def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside():
     values = {"a": {0: 1.0, 1: 2.0}, "a2": {0: 1.0, 1: 2.0}}
-    r = race.replay(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
+    r = racestats.replay(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
     assert r.level() == {"a2": r.looks[0]} and r.looks[0].tests["a2"].low == 0.0
-    test = race.Test(0.0, 0.5, 0.5, -0.03, 0.03)
-    assert race.is_level(test, 0.03) and not race.is_level(test, 0.0299)
-    assert not race.is_level(test, None)
+    test = racestats.Test(0.0, 0.5, 0.5, -0.03, 0.03)
+    assert racestats.is_level(test, 0.03) and not racestats.is_level(test, 0.0299)
+    assert not racestats.is_level(test, None)
 
 
 @pytest.mark.parametrize("outcome, leader, p_adj, interval, alone, want", [
@@ -111,7 +111,7 @@ def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside(
     ("failed", None, None, (None, None), False, "failed"),
 ])
 def test_each_candidate_gets_one_answer(outcome, leader, p_adj, interval, alone, want):
-    assert race.answer(outcome, leader, "me", p_adj, *interval, alpha=0.05, equivalence=0.02,
+    assert racestats.answer(outcome, leader, "me", p_adj, *interval, alpha=0.05, equivalence=0.02,
                        alone=alone) == want
 
 
@@ -286,12 +286,12 @@ def test_the_status_line_counts_a_level_candidate_as_decided():
               "norm.p=2.0": frozen(2.0, {f: run(1.0) for f in folds[:2]}, TrialState.PRUNED,
                                    level),
               "norm.p=inf": frozen(math.inf, {f: run(1.2) for f in folds[:2]})}
-    e = race.elimination(settings, trials)
+    e = racestats.elimination(settings, trials)
     assert [r["answer"] for r in e.rows] == ["racing", "level", "racing"]
     assert _race_line(e) == ("race: 1 of 3 candidates decided (1 level), 2 racing; ran 6 of 9 "
                              "runs (67% of the grid), 180 training steps (67%), 0.005 core-h "
                              "(67% of the grid's estimate); looks by the paired t")
-    folds = race.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
+    folds = racestats.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
     assert _race_line(folds).endswith("; looks by the corrected t, n_test/n_train = 1/4")
 
 

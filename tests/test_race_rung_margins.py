@@ -8,7 +8,7 @@ import pytest
 
 from qknorm.config import Config, OptunaTrialConfig, RaceRungsConfig, validate
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep import job as pruning
+from qknorm.sweep import eval_hook
 from qknorm.sweep import race as _race
 from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.test_race_rungs import BLOCK, attrs, race_plan, race_study
@@ -74,7 +74,7 @@ def hook(url: str, trial: int, margins: list[float]):
     cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
                             race=RaceRungsConfig(block=BLOCK, rungs=[250, 500], margin=None,
                                                  margins=margins))
-    return pruning.eval_hook(cfg)
+    return eval_hook(cfg)
 
 
 def test_a_job_judges_each_rung_with_its_own_margin(study):

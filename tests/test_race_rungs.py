@@ -14,8 +14,7 @@ import pytest
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
 from qknorm.errors import RunPruned
 from qknorm.report.summary import race_section
-from qknorm.sweep import job as pruning
-from qknorm.sweep import racestats as race
+from qknorm.sweep import eval_hook, racestats
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
@@ -29,29 +28,29 @@ from qknorm.sweep.study import (
 
 def test_a_run_stops_only_when_above_the_best_other_by_more_than_the_margin():
     others = {"p=2": 2.20, "p=4": 2.26}
-    stop = race.stop_at_rung(2.30, others, margin=0.05)
-    assert stop == race.Stop("p=2", 2.20, pytest.approx(0.10))  # judged against the best
-    assert race.stop_at_rung(2.25, others, 0.05) is None  # Δ = 0.05: not more than the margin
-    assert race.stop_at_rung(2.2501, others, 0.05).delta == pytest.approx(0.0501)
-    assert race.stop_at_rung(2.10, others, 0.05) is None  # ahead of everyone
-    assert race.stop_at_rung(9.0, {}, 0.05) is None  # nobody reached the rung yet: go on
-    assert race.stop_at_rung(2.30, {"p=4": 2.26}, 0.05) is None  # only a close one is there
+    stop = racestats.stop_at_rung(2.30, others, margin=0.05)
+    assert stop == racestats.Stop("p=2", 2.20, pytest.approx(0.10))  # judged against the best
+    assert racestats.stop_at_rung(2.25, others, 0.05) is None  # Δ = 0.05: not more than the margin
+    assert racestats.stop_at_rung(2.2501, others, 0.05).delta == pytest.approx(0.0501)
+    assert racestats.stop_at_rung(2.10, others, 0.05) is None  # ahead of everyone
+    assert racestats.stop_at_rung(9.0, {}, 0.05) is None  # nobody reached the rung yet: go on
+    assert racestats.stop_at_rung(2.30, {"p=4": 2.26}, 0.05) is None  # only a close one is there
 
 
 def test_runs_of_a_block_launch_best_first_and_the_baseline_first_before_any_result():
-    assert race.standing({}, ["p=1", "p=2", "p=4"], baseline="p=2") == ["p=2", "p=1", "p=4"]
-    assert race.standing({}, ["p=1", "p=2"]) == ["p=1", "p=2"]  # no baseline: grid order
+    assert racestats.standing({}, ["p=1", "p=2", "p=4"], baseline="p=2") == ["p=2", "p=1", "p=4"]
+    assert racestats.standing({}, ["p=1", "p=2"]) == ["p=1", "p=2"]  # no baseline: grid order
     values = {"p=1": {0: 2.0, 1: 2.2}, "p=2": {0: 1.8, 1: 1.9}, "p=4": {0: 1.9, 1: 1.7, 2: 9.0}}
     # By mean over the blocks all three completed (0 and 1): p=4 1.80, p=2 1.85, p=1 2.10.
-    assert race.standing(values, ["p=1", "p=2", "p=4"], "p=2") == ["p=4", "p=2", "p=1"]
+    assert racestats.standing(values, ["p=1", "p=2", "p=4"], "p=2") == ["p=4", "p=2", "p=1"]
     values["p=3"] = {}  # a candidate with no result yet: no common block, baseline first
-    assert race.standing(values, ["p=1", "p=2", "p=3"], "p=2") == ["p=2", "p=1", "p=3"]
+    assert racestats.standing(values, ["p=1", "p=2", "p=3"], "p=2") == ["p=2", "p=1", "p=3"]
 
 
 def test_completed_leaves_out_the_runs_stopped_at_a_rung():
     runs = {"f=0": {"value": 1.0, "steps": 20}, "f=1": {"value": None, "steps": 10,
                                                          "stopped_at": 10}}
-    assert race.completed(runs) == {"f=0": runs["f=0"]}
+    assert racestats.completed(runs) == {"f=0": runs["f=0"]}
 
 
 @pytest.mark.parametrize("rungs, message", [
@@ -98,7 +97,7 @@ def race_study(tmp_path) -> str:
 def hook(url: str, trial: int, margin: float | None, rungs=(250, 500), block=BLOCK):
     cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
                             race=RaceRungsConfig(block=block, rungs=list(rungs), margin=margin))
-    return pruning.eval_hook(cfg)
+    return eval_hook(cfg)
 
 
 def attrs(url: str, trial: int) -> dict:
@@ -231,7 +230,7 @@ def frozen(p: float, runs: dict, state=None, record=None):
     if record:
         attrs[RACE_OUTCOME_ATTR] = record
     state = state or TrialState.RUNNING
-    done = [r["value"] for r in race.completed(runs).values()]
+    done = [r["value"] for r in racestats.completed(runs).values()]
     return create_trial(params={"norm.p": p}, state=state,
                         distributions={"norm.p": CategoricalDistribution([1.0, 2.0, math.inf])},
                         user_attrs=attrs,
@@ -271,7 +270,7 @@ def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
 def test_the_race_ends_when_every_other_candidate_was_stopped():
     """p=2 (the baseline) would otherwise run folds 1 and 2 alone, paired with nobody."""
     values = {"p=2": {0: 1.9}, "p=4": {}, "p=inf": {}}  # both stopped in fold 0
-    r = race.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
+    r = racestats.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
                     alpha=0.05, baseline="p=2")
     assert r.over and r.alive == ["p=2"] and not r.looks
     assert r.gone == {"p=4": 2, "p=inf": 2}
@@ -298,7 +297,7 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
                                                  "step": 10, "leader": "norm.p=2.0",
                                                  "delta": 0.25, "p": None, "p_adjusted": None}),
     }
-    e = race.elimination(settings, trials)
+    e = racestats.elimination(settings, trials)
     assert e.spent == {"runs": 8, "stopped": 1, "steps": 220, "core_s": 25.0}
     # Every candidate's mean completed run x 3 folds: 90 steps each; core_s 9 + 9 + 18.
     assert e.grid == {"runs": 9, "steps": 270.0, "core_s": 36.0}
@@ -311,19 +310,19 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
             "(a rule, not a test): norm.p=inf; in the race at its end: norm.p=1.0, norm.p=2.0 "
             "(lowest mean: norm.p=2.0).") in lines
     # A race over folds records its test (issue 34); the section names it
-    folds = race.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
+    folds = racestats.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
     assert any("(one-sided corrected t, n_test/n_train = 1/4, Holm): none;" in ln
                for ln in race_section(folds, "r"))
     assert any(ln.startswith("Compute: 8 of the full grid's 9 runs (89%; 1 of them stopped at a "
                              "rung, counted with their partial steps), 220 of ≈270 training "
                              "steps (81%), 25 of ≈36 core-seconds (69%;") for ln in lines)
-    assert race.summary_line(e) == (
+    assert racestats.summary_line(e) == (
         "race: 0 of 3 candidates dropped, 1 stopped inside a replicate (norm.p=inf: "
         "data.fold=1 at step 10, Δ +0.2500), 2 left (norm.p=1.0, norm.p=2.0); ran 8 (1 stopped "
         "early) of 9 runs (89% of the grid), 25 core-seconds (69% of the grid's estimate), 220 "
         "training steps (81%)")
     del trials["norm.p=inf"].user_attrs[RACE_RUNS_ATTR][F[0]]  # stopped in its first fold
-    assert race.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
+    assert racestats.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
 
 
 # -- the measurement on recorded curves (qknorm.research.rung_error_rates) ---------------------------

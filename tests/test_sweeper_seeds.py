@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from qknorm.errors import UserError
 from qknorm.sweep import specs
-from qknorm.sweep import study as record
+from qknorm.sweep import study as study_record
 from qknorm.sweep.space import parse_space
 from qknorm.sweep.sweep import OptunaSweep, shared_seed
 
@@ -48,7 +48,7 @@ def ask(study: optuna.Study, spec: dict, n_trials: int, n: int = 1) -> list[optu
 def test_a_grid_study_refuses_a_sweeper_with_another_seed():
     study = optuna.create_study(sampler=optuna.samplers.GridSampler({"x": [0.0, 1.0]}, seed=0))
     trial = study.ask()
-    trial.set_user_attr(record.SAMPLER_SEED_ATTR, 0)
+    trial.set_user_attr(study_record.SAMPLER_SEED_ATTR, 0)
     study.tell(trial, 1.0)
     assert shared_seed(study, GRID, "g") == GRID  # the same seed: a rerun, or a second sweeper
     with pytest.raises(UserError) as e:
@@ -63,10 +63,10 @@ def test_a_tpe_sweeper_whose_seed_another_running_sweeper_has_takes_the_next_fre
     study = optuna.create_study()
     ask(study, TPE, n_trials=10)  # finished: a rerun with the same seed keeps it
     study.tell(study.trials[0].number, 1.0)
-    assert study.trials[0].user_attrs[record.SAMPLER_SEED_ATTR] == 0
+    assert study.trials[0].user_attrs[study_record.SAMPLER_SEED_ATTR] == 0
     assert shared_seed(study, TPE, "t") == TPE
     running = [ask(study, {**TPE, "seed": s}, n_trials=10)[0] for s in (0, 1)]  # live sweepers
-    assert [t.user_attrs[record.SAMPLER_SEED_ATTR] for t in running] == [0, 1]
+    assert [t.user_attrs[study_record.SAMPLER_SEED_ATTR] for t in running] == [0, 1]
     with caplog.at_level(logging.WARNING):
         assert shared_seed(study, TPE, "t") == {**TPE, "seed": 2}
     assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.sweep"] == [
@@ -81,15 +81,15 @@ def test_ask_gives_up_a_trial_when_another_sweeper_took_the_last_slot_in_between
     trial number). This one's ask gives its trial up before any job: surplus, FAIL, not counted."""
     study = optuna.create_study()
     for t in ask(study, TPE, n_trials=3, n=2):
-        t.set_user_attr(record.STATUS_ATTR, "completed")
+        t.set_user_attr(study_record.STATUS_ATTR, "completed")
         study.tell(t, 1.0)
     theirs = study.ask(SPACE)  # the other sweeper's trial, running
     with caplog.at_level(logging.INFO):
         assert ask(study, TPE, n_trials=3) == []
     mine = study.trials[-1]
     assert mine.number == theirs.number + 1
-    assert mine.state == TrialState.FAIL and mine.user_attrs[record.STATUS_ATTR] == record.SURPLUS
-    assert record.Tally.of(study) == record.Tally(finished=2, running=1, failed=0)
+    assert mine.state == TrialState.FAIL and mine.user_attrs[study_record.STATUS_ATTR] == study_record.SURPLUS
+    assert study_record.Tally.of(study) == study_record.Tally(finished=2, running=1, failed=0)
     assert f"trial {mine.number} not run: another sweeper filled the study's n_trials=3" \
         in caplog.messages
     (kept,) = ask(study, TPE, n_trials=5)  # room again: asked and kept
