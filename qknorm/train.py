@@ -27,7 +27,7 @@ from tqdm import tqdm
 from qknorm import rundir, tracking
 from qknorm.angpt import build_model
 from qknorm.config import Config, OptimizerConfig
-from qknorm.data import Splits, WindowSampler, load_splits
+from qknorm.data import Splits, Tokenizer, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import BOOKKEEPING, flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
@@ -129,12 +129,12 @@ class Run:
     eval_batches: dict[str, list]
     # First non-finite training step (-1: none yet), on the device: the loop never waits for it.
     bad_step: torch.Tensor
+    # {"char": c, "byte": b}: the text one val target token covers on average (text_per_token)
+    val_text: dict[str, float]
     progress: Progress = field(default_factory=Progress)
     start: float = 0.0  # perf_counter() at step 0 (earlier by a resumed run's elapsed time)
     out_dir: Path | None = None
     on_eval: EvalHook | None = None
-    # {"char": c, "byte": b}: text one val target token covers on average (text_per_token)
-    val_text: dict[str, float] = field(default_factory=lambda: {"char": 1.0, "byte": 1.0})
     tracker: tracking.RunTracker | None = None  # mirrors metrics.jsonl and final.json (tracker=...)
 
     def in_bits(self, name: str, val_loss: float) -> dict[str, float]:
@@ -172,7 +172,7 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
     )
 
 
-def text_per_token(tokenizer, batches) -> dict[str, float]:
+def text_per_token(tokenizer: Tokenizer, batches) -> dict[str, float]:
     """The characters and UTF-8 bytes of text one target token of these batches covers, on
     average: what turns their mean loss into bits per character and per byte (bits_per)."""
     targets = torch.cat([y.flatten() for _, y in batches]).cpu()
