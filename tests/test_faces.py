@@ -1,7 +1,8 @@
-"""The layout's rules (docs/design.md, "Layout"), checked on the source by reading its imports:
-each wing is used through its face, no underscored module of ours is used across packages, the
-run does not import the sweep wing, and no docstring or comment names a module that is not
-there. `python -m pytest tests/test_faces.py` runs them; `make test` (CI) runs them with the rest.
+"""The layout's rules (docs/design.md, "Layout"), checked on the source by reading it: each wing
+is used through its face, no underscored module of ours is used across packages, the run does
+not import the sweep wing, no docstring or comment names a module that is not there, no import
+cycle between files, no function over 60 lines nor class over 250. `python -m pytest
+tests/test_faces.py` runs them; `make test` (CI) runs them with the rest.
 """
 
 from __future__ import annotations
@@ -158,3 +159,47 @@ def test_docstrings_and_comments_name_modules_that_exist():
 
 def _has_name(module: list[str], name: str) -> bool:
     return hasattr(importlib.import_module(".".join(module)), name)
+
+
+def test_no_import_cycle_between_files():
+    """Module-level imports between qknorm's files form no cycle (an import inside a function,
+    made when it runs, is how a module reaches one that imports it)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((REPO / "qknorm").rglob("*.py")):
+        deps = set()
+        for node in ast.parse(path.read_text()).body:
+            names = ([(a.name, None) for a in node.names] if isinstance(node, ast.Import) else
+                     [(node.module or "", a.name) for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for module, name in names:
+                if module.split(".")[0] == "qknorm":
+                    deps.add(f"{module}.{name}" if name and is_module(f"{module}.{name}") else module)
+        graph[module_name(path)] = deps
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node):] + [node]))
+        if node in done or node not in graph:
+            return
+        for dep in sorted(graph[node]):
+            visit(dep, [*path, node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+
+
+MAX_FUNCTION, MAX_CLASS = 60, 250  # lines, decorators and docstring included
+
+
+def test_no_function_over_60_lines_nor_class_over_250():
+    bad = []
+    for path in sorted(p for top in ("qknorm", "hydra_plugins") for p in (REPO / top).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = (MAX_CLASS if isinstance(node, ast.ClassDef) else MAX_FUNCTION
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None)
+            if limit is not None and node.end_lineno - node.lineno + 1 > limit:
+                bad.append(f"{where(path, node.lineno)}: {node.name}, "
+                           f"{node.end_lineno - node.lineno + 1} lines (at most {limit})")
+    assert not bad, "too long:\n" + "\n".join(bad)

@@ -235,7 +235,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="*", metavar="NAME=RESULTS_CSV",
                         help="grids to measure σ on (NAME= optional: the csv's folder name)")
@@ -265,14 +265,21 @@ def main() -> None:
         raise _user_error("--folds must be >= 3 and --seed-share in [0, 1]")
     if not args.results and not args.sigma:
         raise _user_error("give a results.csv to measure σ on or --sigma")
+    return args
 
+
+def measure_grids(args: argparse.Namespace) -> list[dict]:
     grids = []
     for item in args.results:
         name, sep, path = item.partition("=")
         if not sep:
             name, path = Path(item).parent.name, item
         grids.append(measure(name, Path(path), args.metric, args.baseline, args.near))
-    measured_folds = grids[0]["n_folds"] if grids else 5
+    return grids
+
+
+def sigma_list(args: argparse.Namespace, grids: list[dict]) -> tuple[list[dict], dict]:
+    """The σ values tabulated, and the one that decides (the largest near-p median)."""
     sigmas = [{"label": f"{g['name']}, near-p median", "sigma": g["near"]["median"]} for g in grids]
     decide = max(sigmas, key=lambda s: s["sigma"]) if grids else None
     if grids:  # the spread's upper end near p = 2: how fragile the decision is
@@ -280,21 +287,25 @@ def main() -> None:
         sigmas.append({"label": f"{worst['name']}, near-p max", "sigma": worst["near"]["max"]})
     sigmas += [{"label": f"{g['name']}, all-p median", "sigma": g["all"]["median"]} for g in grids]
     sigmas += [{"label": "given", "sigma": s} for s in args.sigma]
-    decide = decide or sigmas[0]
+    return sigmas, decide or sigmas[0]
 
-    print(f"δ = {args.delta:g}; corrected t over all K folds of a K-fold layout (df K − 1); "
-          f"worse: two-sided at α = {args.alpha:g}, Holm worst case α/{args.comparisons} = "
-          f"{args.alpha / args.comparisons:.4f}; level: 90% interval inside ±δ; hold = {args.hold}\n")
-    if grids:
-        print("| grid | p | sd of per-fold Δ vs p = 2 | median (range) |\n|---|---|---|---|")
-        for g in grids:
-            for key in ("all", "near"):
-                s = g[key]
-                print(f"| {g['name']} ({g['folds']} folds of {g['n_folds']}) | {key}: "
-                      f"{', '.join(s['p'])} | "
-                      + ", ".join(f"{g['sd_by_p'][p]:.4f}" for p in s["p"])
-                      + f" | {s['median']:.4f} ({s['min']:.4f}–{s['max']:.4f}) |")
-        print()
+
+def print_spread(grids: list[dict]) -> None:
+    if not grids:
+        return
+    print("| grid | p | sd of per-fold Δ vs p = 2 | median (range) |\n|---|---|---|---|")
+    for g in grids:
+        for key in ("all", "near"):
+            s = g[key]
+            print(f"| {g['name']} ({g['folds']} folds of {g['n_folds']}) | {key}: "
+                  f"{', '.join(s['p'])} | "
+                  + ", ".join(f"{g['sd_by_p'][p]:.4f}" for p in s["p"])
+                  + f" | {s['median']:.4f} ({s['min']:.4f}–{s['max']:.4f}) |")
+    print()
+
+
+def power_tables(args: argparse.Namespace, sigmas: list[dict], measured_folds: int) -> None:
+    """Per σ, the power rows over K and the smallest K reaching the target (into `sigmas`)."""
     for s in sigmas:
         s["rows"] = [row(K, held(s["sigma"], K, measured_folds, args.hold), args.delta, args.alpha,
                          args.comparisons) for K in args.folds]
@@ -314,6 +325,8 @@ def main() -> None:
               f"{s['smallest_K_other_hold']['worse_and_level']}, "
               f"{s['smallest_K_other_hold']['worse_holm_worst_and_level']}\n")
 
+
+def decide_k(args: argparse.Namespace, decide: dict) -> dict:
     decision = {"sigma_label": decide["label"], "sigma": decide["sigma"],
                 "K": decide["smallest_K"]["worse_and_level"],
                 "K_holm_worst": decide["smallest_K"]["worse_holm_worst_and_level"],
@@ -323,35 +336,61 @@ def main() -> None:
           f"the smallest K with power >= {args.target:g} for both worse at Δ = δ and level at Δ = 0: "
           f"{decision['K']} per comparison (α = {args.alpha:g}), {decision['K_holm_worst']} with "
           f"Holm's worst case (α/{args.comparisons})")
-    cost = []
-    if grids:
-        ks = sorted({measured_folds, *args.folds,
-                     *(k for k in (decision["K"], decision["K_holm_worst"]) if k)})
-        print("\n| K | runs | " + " | ".join(f"{g['name']}: hours" for g in grids) + " |\n|---|---|"
-              + "---|" * len(grids))
-        for K in ks:
-            entry = {"K": K, "runs": grids[0]["n_p"] * K}
-            for g in grids:
-                entry[g["name"]] = hours(g["mean_wall_time_s"], g["n_p"], K, args.jobs)
-            cost.append(entry)
-            print(f"| {K} | {entry['runs']} | "
-                  + " | ".join(f"{entry[g['name']]:.2f}" for g in grids) + " |")
-        print("\nhours = mean wall_time_s of a completed run ("
-              + ", ".join(f"{g['name']} {g['mean_wall_time_s']:.1f} s" for g in grids)
-              + f") × {grids[0]['n_p']} p × K / {args.jobs} jobs / 3600")
+    return decision
 
+
+def grid_cost(args: argparse.Namespace, grids: list[dict], measured_folds: int,
+              decision: dict) -> list[dict]:
+    cost: list[dict] = []
+    if not grids:
+        return cost
+    ks = sorted({measured_folds, *args.folds,
+                 *(k for k in (decision["K"], decision["K_holm_worst"]) if k)})
+    print("\n| K | runs | " + " | ".join(f"{g['name']}: hours" for g in grids) + " |\n|---|---|"
+          + "---|" * len(grids))
+    for K in ks:
+        entry = {"K": K, "runs": grids[0]["n_p"] * K}
+        for g in grids:
+            entry[g["name"]] = hours(g["mean_wall_time_s"], g["n_p"], K, args.jobs)
+        cost.append(entry)
+        print(f"| {K} | {entry['runs']} | "
+              + " | ".join(f"{entry[g['name']]:.2f}" for g in grids) + " |")
+    print("\nhours = mean wall_time_s of a completed run ("
+          + ", ".join(f"{g['name']} {g['mean_wall_time_s']:.1f} s" for g in grids)
+          + f") × {grids[0]['n_p']} p × K / {args.jobs} jobs / 3600")
+    return cost
+
+
+def seed_table(args: argparse.Namespace, decide: dict, measured_folds: int) -> dict:
     seeds = {"formula": "σ(m) = σ sqrt(1 − φ + φ/m), φ = the seed share of a fold's Δ variance",
              "measured": False, "note": "the committed grids have one seed: φ is not measured"}
-    if args.seed_share is not None:
-        seeds["assumed_seed_share"] = args.seed_share
-        seeds["rows"] = seed_rows(decide["sigma"], args.delta, args.alpha, args.comparisons,
-                                  args.seed_share, measured_folds, (1, 2, 3))
-        print(f"\nASSUMED seed share φ = {args.seed_share:g} (not measured), σ = "
-              f"{decide['sigma']:.4f}, K = {measured_folds}:\n\n| K | seeds | runs per p | σ(m) | "
-              "worse | worse, Holm worst case | level |\n|---|---|---|---|---|---|---|")
-        for r in seeds["rows"]:
-            print(f"| {r['K']} | {r['seeds']} | {r['runs_per_p']} | {r['sigma']:.4f} | "
-                  f"{r['worse']:.2f} | {r['worse_holm_worst']:.2f} | {r['level']:.2f} |")
+    if args.seed_share is None:
+        return seeds
+    seeds["assumed_seed_share"] = args.seed_share
+    seeds["rows"] = seed_rows(decide["sigma"], args.delta, args.alpha, args.comparisons,
+                              args.seed_share, measured_folds, (1, 2, 3))
+    print(f"\nASSUMED seed share φ = {args.seed_share:g} (not measured), σ = "
+          f"{decide['sigma']:.4f}, K = {measured_folds}:\n\n| K | seeds | runs per p | σ(m) | "
+          "worse | worse, Holm worst case | level |\n|---|---|---|---|---|---|---|")
+    for r in seeds["rows"]:
+        print(f"| {r['K']} | {r['seeds']} | {r['runs_per_p']} | {r['sigma']:.4f} | "
+              f"{r['worse']:.2f} | {r['worse_holm_worst']:.2f} | {r['level']:.2f} |")
+    return seeds
+
+
+def main() -> None:
+    args = parse_args()
+    grids = measure_grids(args)
+    measured_folds = grids[0]["n_folds"] if grids else 5
+    sigmas, decide = sigma_list(args, grids)
+    print(f"δ = {args.delta:g}; corrected t over all K folds of a K-fold layout (df K − 1); "
+          f"worse: two-sided at α = {args.alpha:g}, Holm worst case α/{args.comparisons} = "
+          f"{args.alpha / args.comparisons:.4f}; level: 90% interval inside ±δ; hold = {args.hold}\n")
+    print_spread(grids)
+    power_tables(args, sigmas, measured_folds)
+    decision = decide_k(args, decide)
+    cost = grid_cost(args, grids, measured_folds, decision)
+    seeds = seed_table(args, decide, measured_folds)
     if args.out:
         command = "python -m qknorm.research.fold_power " + shlex.join(sys.argv[1:])
         args.out.write_text(json.dumps(

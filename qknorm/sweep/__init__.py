@@ -1,21 +1,22 @@
 """The sweep wing: everything Optuna (asking trials, launching their jobs, racing, the study's
 record). The Hydra plugin (qknorm_sweeper) is a thin adapter over OptunaSweep.
 
-What the rest of qknorm may use is named here; the modules below are the wing's rooms:
+What the rest of qknorm may use is named here (`__all__`: the names of _FACE and the modules of
+_MODULES; tests/test_faces.py fails an import past it); the modules below are the wing's rooms:
 
   study       the study's record: every attribute name, replicate labels, counting, retries
   specs       samplers, pruners and storages from plain specs
   space       Hydra's sweep grammar -> Optuna distributions
   plan        every check, before a study is touched (race_plan: the race's settings)
-  jobs        a trial's jobs: overrides, run dirs, outcomes, tell
+  launcher    a trial's jobs: overrides, run dirs, outcomes, tell
   schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
   race        the race schedule; racestats, its pure statistics
   sweep       OptunaSweep: one loop over a schedule
   job         a training job's side of its trial (pruning, rungs)
-  slurm, outputs, status
+  slurm, outputs, progress (the status lines)
 
-Names load lazily (PEP 562): a training job imports qknorm.sweep.job without paying for the
-sweeper's imports.
+Names load lazily (PEP 562): a training job's eval_hook loads qknorm.sweep.job without paying
+for the sweeper's imports.
 """
 
 from __future__ import annotations
