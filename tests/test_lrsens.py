@@ -183,6 +183,13 @@ def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp
     assert section == again.summary.split("## Learning-rate sensitivity")[1].split("\n## ")[0]
     assert "report/lr_sensitivity.png" in again.files
     assert "report/attn_logit_curves.png" not in again.files  # curves.csv keeps no diagnostics
+    # from results.csv alone there is no ℓ₀: no reading, and the rest of the report is drawn
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "results.csv").write_bytes(report.files["results.csv"])
+    bare = build_report(alone, Options(formats=("png",)))
+    assert "## Learning-rate sensitivity" not in bare.summary
+    assert "report/lr_sensitivity.png" not in bare.files and "report/loss_vs_p.png" in bare.files
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ def compute(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str] | tuple[str,
     keys = group_keys(runs, by)
     notes: list[str] = []
     points = counted_runs(runs, curves, keys, notes)
+    points = points[points["l0"].notna()]  # no eval at step 0 (no curves.csv): nothing to read
     points = points[points.groupby(keys, dropna=False)[LR].transform("nunique") > 1]
     if not len(points):
         return None
