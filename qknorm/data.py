@@ -174,14 +174,13 @@ class Splits:
 
 def load_splits(cfg: DataConfig, block_size: int) -> Splits:
     """The fold's training and validation windows; every user error before any training."""
-    text = load_text(cfg)
-    before, held_out, after = fold_pieces(text, cfg)
-    tok = build_tokenizer(cfg, text, [before, after])
-    pieces = [tok.encode(piece) for piece in (before, held_out, after)]
+    texts, tok = _fold(cfg)
+    pieces = [tok.encode(piece) for piece in texts]  # before, held out, after
     n_before, n_val = len(pieces[0]), len(pieces[1])
     if n_val <= block_size:
         raise UserError(f"model.block_size={block_size} does not fit the validation split of "
-                        f"{n_val} tokens (data.n_folds={cfg.n_folds}, {len(text)} characters); "
+                        f"{n_val} tokens (data.n_folds={cfg.n_folds}, {sum(map(len, texts))} "
+                        "characters); "
                         "lower model.block_size or data.n_folds, or use a longer text")
     tokens = torch.cat(pieces)
     n = len(tokens)
@@ -198,9 +197,14 @@ def fold_pieces(text: str, cfg: DataConfig) -> tuple[str, str, str]:
 
 def fold_tokenizer(cfg: DataConfig) -> Tokenizer:
     """The tokenizer a run with this data config trains with (qknorm/sample.py reads it)."""
+    return _fold(cfg)[1]
+
+
+def _fold(cfg: DataConfig) -> tuple[tuple[str, str, str], Tokenizer]:
+    """The fold's three pieces of text and the tokenizer built for them."""
     text = load_text(cfg)
-    before, _, after = fold_pieces(text, cfg)
-    return build_tokenizer(cfg, text, [before, after])
+    before, held_out, after = fold_pieces(text, cfg)
+    return (before, held_out, after), build_tokenizer(cfg, text, [before, after])
 
 
 def build_tokenizer(cfg: DataConfig, text: str, train_texts: list[str]) -> Tokenizer:
