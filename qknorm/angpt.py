@@ -24,19 +24,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from qknorm.config import ModelConfig, NormConfig
-from qknorm.model import GPT, LanguageModel, attend
+from qknorm.model import LanguageModel, attend
 from qknorm.nn import initial_gamma
 from qknorm.norms import build_qk_norm
 
 ROPE_BASE = 10000.0
 MLP_RATIO = 4  # SwiGLU's hidden width F = 4 d, two up-projections of F each (the spec's nu_uz)
-
-
-def build_model(cfg: ModelConfig, norm: NormConfig, vocab_size: int) -> LanguageModel:
-    """The table from model.arch to a model."""
-    if cfg.arch == "angpt":
-        return AnGPT(cfg, norm, vocab_size)
-    return GPT(cfg, norm, vocab_size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from qknorm import rundir
-from qknorm.angpt import build_model
+from qknorm.arch import build_model
 from qknorm.config import Config
 from qknorm.data import Tokenizer, fold_tokenizer
 from qknorm.errors import UserError

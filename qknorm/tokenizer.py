@@ -25,6 +25,7 @@ it into place; the others wait and read it. Nothing is ever downloaded.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -188,3 +189,17 @@ def cached_bpe(key: str, texts: list[str], vocab_size: int) -> tuple[BpeTokenize
             Path(tmp).unlink(missing_ok=True)
     return BpeTokenizer(hf), True
 
+
+
+def text_per_token(tok: CharTokenizer | ByteTokenizer | BpeTokenizer, batches) -> dict[str, float]:
+    """The characters and UTF-8 bytes of text one target token of these (x, y) batches covers,
+    on average: what turns their mean loss into bits per character and per byte (bits_per)."""
+    targets = torch.cat([y.flatten() for _, y in batches]).cpu()
+    return {"char": tok.n_chars[targets].double().mean().item(),
+            "byte": tok.n_bytes[targets].double().mean().item()}
+
+
+def bits_per(loss: float, text_per_token: float) -> float:
+    """Mean loss in nats per token -> bits per character (or byte): every eval batch holds the
+    same number of tokens, so sum(loss) / (ln 2 * sum(covered)) is this ratio of means."""
+    return loss / (math.log(2) * text_per_token)

@@ -25,14 +25,15 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from qknorm import rundir, tracking
-from qknorm.angpt import build_model
+from qknorm.arch import build_model
 from qknorm.config import Config, OptimizerConfig
-from qknorm.data import Splits, Tokenizer, WindowSampler, load_splits
+from qknorm.data import Splits, WindowSampler, load_splits
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import BOOKKEEPING, flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
+from qknorm.hooks import EvalHook
 from qknorm.model import LanguageModel
-from qknorm.sweep.job import EvalHook
+from qknorm.tokenizer import bits_per, text_per_token
 
 log = logging.getLogger(__name__)
 
@@ -170,20 +171,6 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
         bad_step=torch.full((), -1, dtype=torch.long, device=device),
         val_text=text_per_token(splits.tokenizer, val_batches),
     )
-
-
-def text_per_token(tokenizer: Tokenizer, batches) -> dict[str, float]:
-    """The characters and UTF-8 bytes of text one target token of these batches covers, on
-    average: what turns their mean loss into bits per character and per byte (bits_per)."""
-    targets = torch.cat([y.flatten() for _, y in batches]).cpu()
-    return {"char": tokenizer.n_chars[targets].double().mean().item(),
-            "byte": tokenizer.n_bytes[targets].double().mean().item()}
-
-
-def bits_per(loss: float, text_per_token: float) -> float:
-    """Mean loss in nats per token -> bits per character (or byte): every eval batch holds the
-    same number of tokens, so sum(loss) / (ln 2 * sum(covered)) is this ratio of means."""
-    return loss / (math.log(2) * text_per_token)
 
 
 def compile_model(model: LanguageModel) -> torch.nn.Module:

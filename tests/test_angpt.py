@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from qknorm import rundir
-from qknorm.angpt import AnBlock, AnGPT, bound_rows_, build_model, fold_constants, lerp_norm, nu_lerp
+from qknorm.angpt import AnBlock, AnGPT, bound_rows_, fold_constants, lerp_norm, nu_lerp
+from qknorm.arch import build_model
 from qknorm.config import ModelConfig, NormConfig, register_configs, to_config
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import effective_config, flatten

@@ -224,7 +224,7 @@ GOLDEN_GPT = {
 
 @pytest.mark.parametrize("name", GOLDEN_GPT)
 def test_gpt_logits_match_the_golden_values(name):
-    from qknorm.angpt import build_model
+    from qknorm.arch import build_model
 
     torch.manual_seed(0)
     model = build_model(TINY, NORMS[name], 65)

@@ -17,7 +17,8 @@ from qknorm import rundir, tokenizer
 from qknorm.config import DataConfig
 from qknorm.data import fold_pieces, load_splits, load_text
 from qknorm.errors import UserError
-from qknorm.train import bits_per, fixed_batches, text_per_token
+from qknorm.tokenizer import bits_per, text_per_token
+from qknorm.train import fixed_batches
 from tests.test_failures import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from typing import Any
 
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig
 from qknorm.errors import RunPruned, UserError
-from qknorm.hooks import EvalHook  # its home; train.py still imports it from here
+from qknorm.hooks import EvalHook
 from qknorm.sweep import racestats
 from qknorm.sweep.study import (
     PRUNED_STEP_ATTR,
