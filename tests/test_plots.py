@@ -44,7 +44,7 @@ def test_loss_vs_p_has_one_dot_per_completed_lp_run(sweep):
     assert "p=2 mean (baseline)" in labels and "norm=none mean (no p, n=2)" in labels
     none_line = next(ln for ln in ax.get_lines() if ln.get_label().startswith("norm=none"))
     assert none_line.get_ydata()[0] == pytest.approx(2.0)  # mean of 1.9 and 2.1
-    assert ax.get_ylabel() == "best validation loss (nats/char)"
+    assert ax.get_ylabel() == "best validation loss (nats/token)"
 
 
 def test_logx_and_another_metric(sweep):

@@ -11,10 +11,15 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-LABELS = {  # axis labels with units; losses are mean cross-entropy per character
-    "best_val_loss": "best validation loss (nats/char)",
-    "val_loss": "final validation loss (nats/char)",
-    "train_loss": "final training loss (nats/char)",
+LABELS = {  # axis labels with units; losses are mean cross-entropy per token (a character
+    # at data.tokenizer=char), bpc/bpb the same per character / byte of text (docs/data.md)
+    "best_val_loss": "best validation loss (nats/token)",
+    "val_loss": "final validation loss (nats/token)",
+    "train_loss": "final training loss (nats/token)",
+    "best_val_bpc": "best validation loss (bits/char)",
+    "val_bpc": "final validation loss (bits/char)",
+    "best_val_bpb": "best validation loss (bits/byte)",
+    "val_bpb": "final validation loss (bits/byte)",
     "wall_time_s": "wall time per run (s)",
     "tokens_per_s": "training throughput (tokens/s)",
     "gamma": r"learned $\gamma$ at the end (mean over layers)",

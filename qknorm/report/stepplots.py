@@ -62,8 +62,8 @@ def curves(curves_df: pd.DataFrame, y: str = "val_loss") -> Figure:
             i = int(np.nanargmin(mean))
             ax.plot(steps[i], mean[i], marker="v", ms=6, color=color, ls="none", gid="best")
     ax.set_xlabel("training step")
-    ax.set_ylabel({"val_loss": "validation loss (nats/char)",
-                   "train_loss": "training loss (nats/char)",
+    ax.set_ylabel({"val_loss": "validation loss (nats/token)",
+                   "train_loss": "training loss (nats/token)",
                    "gamma_mean": r"learned $\gamma$ (mean over layers)"}.get(y, metric_label(y)))
     ax.set_title(f"{y} during training: mean over completed runs ± 95% t-interval"
                  + (" (▼ lowest)" if y == "val_loss" else ""), fontsize=10)
