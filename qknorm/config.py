@@ -87,7 +87,7 @@ class DataConfig:
     n_folds: int = 10
     fold: int = 9
     tokenizer: str = "char"  # char | byte | bpe (qknorm/tokenizer.py)
-    vocab_size: int | None = None  # bpe only: the vocabulary it trains, > 256
+    vocab_size: int = 512  # bpe: the vocabulary it trains, > 256 (char and byte do not read it)
 
 
 @dataclass
@@ -300,14 +300,10 @@ def _check_data(d: DataConfig) -> None:
            "data=text reads a file of yours but data.path is not set; add data.path=<a UTF-8 file>")
     _choice("data.tokenizer", d.tokenizer, TOKENIZERS)
     if d.tokenizer == "bpe":
-        _check(d.vocab_size is not None and d.vocab_size > BYTE_SYMBOLS,
+        _check(d.vocab_size > BYTE_SYMBOLS,
                f"data.vocab_size={d.vocab_size} does not fit data.tokenizer=bpe: a byte-level BPE "
                f"starts from the {BYTE_SYMBOLS} bytes, so give data.vocab_size > {BYTE_SYMBOLS} "
                "(e.g. data.vocab_size=512)")
-    else:
-        _check(d.vocab_size is None,
-               f"data.vocab_size={d.vocab_size} is only read by data.tokenizer=bpe (here "
-               f"data.tokenizer={d.tokenizer}); drop data.vocab_size or add data.tokenizer=bpe")
 
 
 def _check_arch(m: ModelConfig) -> None:

@@ -56,8 +56,6 @@ BAD_INPUTS = [
     ("bpe_vocab_beyond_text", ["data=text", "data.path=tiny.txt", "data.tokenizer=bpe",
                                "data.vocab_size=5000"],
      ["data.vocab_size=5000 does not fit", "gives a BPE of", "lower data.vocab_size"], False),
-    ("vocab_without_bpe", ["data.vocab_size=512"], ["data.vocab_size=512 is only read by "
-                                                    "data.tokenizer=bpe", "drop data.vocab_size"], False),
 ]
 
 

@@ -270,6 +270,20 @@ def test_effective_config_drops_the_keys_a_norm_kind_does_not_use():
         flatten(config(2.0, 9, kind="none")))  # another fold is another run
 
 
+def test_effective_config_keeps_the_data_keys_only_where_they_change_the_run():
+    flat = flatten(config(2.0, 8))
+    with_data = {**flat, "data.corpus": "shakespeare", "data.tokenizer": "char", "data.vocab_size": 512}
+    # a run from before issue 37 (no data.corpus, tokenizer, vocab_size) is the same run
+    assert effective_key(with_data) == effective_key(flat)
+    assert effective_key({**with_data, "data.vocab_size": 1024}) == effective_key(flat)  # char
+    assert effective_key({**with_data, "data.tokenizer": "byte", "data.vocab_size": 1024}) == \
+        effective_key({**with_data, "data.tokenizer": "byte"})  # byte reads no vocab_size either
+    bpe = {**with_data, "data.tokenizer": "bpe"}
+    assert effective_key(bpe) != effective_key(flat)
+    assert effective_key({**bpe, "data.vocab_size": 1024}) != effective_key(bpe)
+    assert effective_key({**with_data, "data.corpus": "kjv"}) != effective_key(flat)
+
+
 def test_runs_that_repeat_an_effective_config_count_once(tmp_path):
     add_repeats(tmp_path, "none", [2.0, 4.0], [8, 9], loss=1.9)  # 4 dirs, 2 distinct runs
     add_repeats(tmp_path, "rms", [2.0, 4.0, 1.5], [8], loss=1.7)  # 3 dirs, 1 distinct run

@@ -171,7 +171,7 @@ def test_kjv_char_smoke_run_reports_bits_per_character(cli):
 def test_a_bpe_sweep_on_a_text_file_ranks_on_bits_per_character(cli):
     (cli.cwd / "mine.txt").write_text(load_text(DataConfig())[:100_000], encoding="utf-8")
     r = cli("-m", "qknorm.train", "-m", "experiment=smoke", "threads=1", "data=text",
-            "data.path=mine.txt", "data.tokenizer=bpe", "data.vocab_size=320", "norm.p=2,4")
+            "data.path=mine.txt", "data.tokenizer=bpe", "norm.p=2,4")  # data.vocab_size: 512
     assert r.returncode == 0, r.stderr
     (sweep,) = (cli.cwd / "outputs" / "sweeps" / "smoke").iterdir()
     finals = [rundir.read_final(d) for d in sorted(p for p in sweep.iterdir() if p.name.isdigit())]
