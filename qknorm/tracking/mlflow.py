@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
-import fcntl
 import logging
 import math
-import os
 import re
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +36,7 @@ from qknorm import rundir
 from qknorm.config import P_KINDS, TrackerConfig, missing_package
 from qknorm.errors import UserError, exit_with, first_line
 from qknorm.tracking.runs import Job, read_jobs
+from qknorm.tracking.store import artifact_root, check_store, quiet_mlflow, store_lock
 from qknorm.tracking.tensorboard import FINAL_PREFIX, scalar
 
 log = logging.getLogger(__name__)
@@ -78,83 +75,6 @@ def _param(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def _lock_path(uri: str) -> Path | None:
-    """The file exports to this store lock (SQLite and file stores), None for a server."""
-    if uri.startswith("sqlite:"):
-        database = uri.split(":///", 1)[1] if ":///" in uri else ""
-        return Path(database + ".lock") if database and database != ":memory:" else None
-    if "://" not in uri or uri.startswith("file:"):
-        path = Path(uri.removeprefix("file://"))
-        return path / ".qknorm-export.lock"
-    return None
-
-
-def _artifact_root(uri: str) -> Path | None:
-    """Where artifacts go for a SQLite store: beside the database, not in the working dir."""
-    lock = _lock_path(uri)
-    if lock is None or not uri.startswith("sqlite:"):
-        return None
-    return lock.parent.resolve() / "mlflow-artifacts"
-
-
-@contextlib.contextmanager
-def store_lock(uri: str) -> Iterator[None]:
-    path = _lock_path(uri)
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes, and when a process dies
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _quiet_mlflow() -> None:
-    """No telemetry (offline: nothing leaves the machine), no INFO lines on creating tables."""
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow  # noqa: F401  (it sets its loggers' levels when imported: set ours after)
-
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def check_store(uri: str) -> None:
-    """Open the store as the export will, before any training: a store that cannot be opened
-    (an unknown scheme, an unreachable server, a path that cannot be written) is one UserError
-    line now, not a failed export after hours of runs. A server gets one try of 10 s."""
-    import os
-
-    _quiet_mlflow()
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-                                            "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-    try:
-        from mlflow import MlflowClient
-
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-    except Exception as e:
-        raise UserError(f"tracker.uri={uri} cannot be opened as an MLflow store "
-                        f"({_reason(uri, e)}); use e.g. sqlite:///outputs/mlflow.db, a local "
-                        "directory, or a running server's http(s):// URL") from None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _reason(uri: str, e: Exception) -> str:
-    """MLflow's reason, short: its messages run to hundreds of characters."""
-    text = first_line(e)
-    if "unsupported URI" in text:
-        return f"unsupported scheme {uri.split(':', 1)[0]!r}"
-    return re.split(r"(?<=[.;])\s", text, maxsplit=1)[0][:200]
-
-
 class Exporter:
     """One export: the store's qknorm runs are read once per experiment, then what is missing
     is created."""
@@ -170,7 +90,7 @@ class Exporter:
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return found.experiment_id
-        root = _artifact_root(self.uri)
+        root = artifact_root(self.uri)
         location = None
         if root is not None:
             location = (root / re.sub(r"[^A-Za-z0-9._-]", "_", name)).as_uri()
@@ -312,7 +232,7 @@ def export(root: Path | str, uri: str = DEFAULT_URI, experiment: str | None = No
         raise UserError(missing.replace("tracker=mlflow needs", "the MLflow export needs"))
     jobs, incomplete = read_jobs(Path(root), experiment)
     summary = Summary(incomplete=incomplete)
-    _quiet_mlflow()
+    quiet_mlflow()
     with store_lock(uri):
         try:
             exporter = Exporter(uri)
@@ -393,7 +313,7 @@ def tree(uri: str, experiment: str) -> list[str]:
     """The experiment's qknorm runs as an indented tree: name, level, status and key numbers."""
     from mlflow import MlflowClient
 
-    _quiet_mlflow()
+    quiet_mlflow()
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
