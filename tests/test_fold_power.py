@@ -12,7 +12,7 @@ from scipy import integrate
 from scipy.stats import chi2, nct, norm, t
 
 from qknorm import multitest
-from qknorm.research import fold_power
+from qknorm.research import fold_power, power
 
 
 def worse_by_hand(df: int, nc: float, crit: float) -> float:
@@ -24,7 +24,7 @@ def worse_by_hand(df: int, nc: float, crit: float) -> float:
 @pytest.mark.parametrize("k", [3, 5, 10])
 def test_without_the_correction_it_is_the_one_sample_t_power(k):
     sigma, delta = 0.01, 0.012
-    got = fold_power.power_worse(k, fold_power.factor(k, k, corrected=False), sigma, delta, 0.05)
+    got = power.power_worse(k, power.factor(k, k, corrected=False), sigma, delta, 0.05)
     crit, nc = t.ppf(0.975, k - 1), delta * math.sqrt(k) / sigma
     assert got == pytest.approx(nct.sf(crit, k - 1, nc), rel=1e-9)
     assert got == pytest.approx(worse_by_hand(k - 1, nc, crit), abs=1e-6)
@@ -32,12 +32,12 @@ def test_without_the_correction_it_is_the_one_sample_t_power(k):
 
 def test_ten_folds_at_sigma_001_and_delta_002_by_an_independent_formula():
     c = 1 / 10 + 1 / 9  # multitest.for_folds(10).factor(10)
-    assert fold_power.factor(10, 10) == pytest.approx(multitest.for_folds(10).factor(10))
+    assert power.factor(10, 10) == pytest.approx(multitest.for_folds(10).factor(10))
     nc = 0.02 / (0.01 * math.sqrt(c))
-    worse = fold_power.power_worse(10, c, 0.01, 0.02, 0.05)
+    worse = power.power_worse(10, c, 0.01, 0.02, 0.05)
     assert worse == pytest.approx(worse_by_hand(9, nc, t.ppf(0.975, 9)), abs=1e-6)
     assert worse == pytest.approx(0.9709, abs=1e-4)
-    holm = fold_power.power_worse(10, c, 0.01, 0.02, 0.05 / 7)
+    holm = power.power_worse(10, c, 0.01, 0.02, 0.05 / 7)
     assert holm == pytest.approx(worse_by_hand(9, nc, t.ppf(1 - 0.05 / 14, 9)), abs=1e-6)
     assert holm < worse
     # level: |mean| + t_.95 sqrt(c) s <= δ, mean ~ N(0, c σ²), s² ~ σ² chi²_9 / 9; by a 2-D
@@ -50,7 +50,7 @@ def test_ten_folds_at_sigma_001_and_delta_002_by_an_independent_formula():
     by_hand = integrate.dblquad(  # z = mean / (σ√c), u = s/σ with density chi2_9(9u²) 18u
         lambda z, u: math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * chi2_9(9 * u * u) * 18 * u,
         0, nc / q, lambda u: -(nc - q * u), lambda u: nc - q * u, epsabs=1e-8)[0]
-    assert fold_power.power_level(10, c, 0.01, 0.02) == pytest.approx(by_hand, abs=1e-6)
+    assert power.power_level(10, c, 0.01, 0.02) == pytest.approx(by_hand, abs=1e-6)
     assert by_hand == pytest.approx(0.9814, abs=1e-4)
 
 
@@ -82,17 +82,17 @@ def test_a_simulation_of_correlated_folds_through_multitests_test_agrees():
 
     d = delta + noise  # a p truly worse by δ
     worse = np.mean(d.mean(axis=1) / (np.sqrt(c) * s) > t.ppf(0.975, K - 1))
-    assert worse == pytest.approx(fold_power.power_worse(K, c, sigma, delta, 0.05), abs=0.01)
+    assert worse == pytest.approx(power.power_worse(K, c, sigma, delta, 0.05), abs=0.01)
 
     mean = noise.mean(axis=1)  # a p truly level: the 90% interval inside ±δ
     half = t.ppf(0.95, K - 1) * np.sqrt(c) * s
     level = np.mean((mean - half >= -delta) & (mean + half <= delta))
-    assert level == pytest.approx(fold_power.power_level(K, c, sigma, delta), abs=0.01)
+    assert level == pytest.approx(power.power_level(K, c, sigma, delta), abs=0.01)
     one = noise[0].tolist()  # the vectorised interval is multitest's
     assert multitest.tost_interval(one, 0.05, test)[1] == pytest.approx(mean[0] + half[0])
 
     plain = np.mean(np.abs(mean) / (s / math.sqrt(K)) > t.ppf(0.975, K - 1))
-    assert plain == pytest.approx(fold_power.plain_size(K, K, 0.05), abs=0.01)
+    assert plain == pytest.approx(power.plain_size(K, K, 0.05), abs=0.01)
 
 
 def test_the_spread_and_the_cost_are_read_from_a_results_csv(tmp_path):
