@@ -143,15 +143,22 @@ class BpeTokenizer:
         return b"".join(self.token_bytes[int(i)] for i in ids).decode("utf-8", errors="replace")
 
 
-def train_bpe(texts: list[str], vocab_size: int):
-    """A byte-level BPE of vocab_size tokens trained on texts (a merge never crosses two of
-    them); UserError when the texts cannot give that many."""
+def _hf_tokenizers():
+    """Hugging Face `tokenizers`, or one line saying how to install it."""
     try:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        import tokenizers
     except ImportError as e:
         raise UserError("data.tokenizer=bpe needs Hugging Face tokenizers: "
                         "pip install 'qknorm[bpe]'") from e
-    tok = Tokenizer(models.BPE())
+    return tokenizers
+
+
+def train_bpe(texts: list[str], vocab_size: int):
+    """A byte-level BPE of vocab_size tokens trained on texts (a merge never crosses two of
+    them); UserError when the texts cannot give that many."""
+    hf = _hf_tokenizers()
+    decoders, models, pre_tokenizers, trainers = hf.decoders, hf.models, hf.pre_tokenizers, hf.trainers
+    tok = hf.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
@@ -171,14 +178,12 @@ def cache_dir() -> Path:
 def cached_bpe(key: str, texts: list[str], vocab_size: int) -> tuple[BpeTokenizer, bool]:
     """The BPE cached under key, trained (on texts) and written first if missing; the second
     value says whether this call trained it. One lock per key, so parallel jobs train it once."""
-    from tokenizers import Tokenizer
-
     path = cache_dir() / "tokenizers" / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on a crash
         if path.exists():
-            return BpeTokenizer(Tokenizer.from_file(str(path))), False
+            return BpeTokenizer(_hf_tokenizers().Tokenizer.from_file(str(path))), False
         hf = train_bpe(texts, vocab_size)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         os.close(fd)
@@ -188,7 +193,6 @@ def cached_bpe(key: str, texts: list[str], vocab_size: int) -> tuple[BpeTokenize
         finally:
             Path(tmp).unlink(missing_ok=True)
     return BpeTokenizer(hf), True
-
 
 
 def text_per_token(tok: CharTokenizer | ByteTokenizer | BpeTokenizer, batches) -> dict[str, float]:
