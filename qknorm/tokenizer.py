@@ -143,6 +143,9 @@ class BpeTokenizer:
         return b"".join(self.token_bytes[int(i)] for i in ids).decode("utf-8", errors="replace")
 
 
+Tokenizer = CharTokenizer | ByteTokenizer | BpeTokenizer  # what data.tokenizer builds
+
+
 def _hf_tokenizers():
     """Hugging Face `tokenizers`, or one line saying how to install it."""
     try:
@@ -195,7 +198,7 @@ def cached_bpe(key: str, texts: list[str], vocab_size: int) -> tuple[BpeTokenize
     return BpeTokenizer(hf), True
 
 
-def text_per_token(tok: CharTokenizer | ByteTokenizer | BpeTokenizer, batches) -> dict[str, float]:
+def text_per_token(tok: Tokenizer, batches) -> dict[str, float]:
     """The characters and UTF-8 bytes of text one target token of these (x, y) batches covers,
     on average: what turns their mean loss into bits per character and per byte (bits_per)."""
     targets = torch.cat([y.flatten() for _, y in batches]).cpu()
