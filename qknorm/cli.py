@@ -116,13 +116,26 @@ def preflight(argv: list[str]) -> None:
         primary = compose("config", overrides=fixed, return_hydra_config=True)
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
             return  # a single run validates itself, with the trace in its log file
-        jobs = [fixed]
+        jobs = [fixed + _first_values(overrides)]
         if _sweeper_class(primary.hydra.sweeper._target_) in BASIC_SWEEPERS:
             params = [f"{k}={v}" for k, v in (primary.hydra.sweeper.params or {}).items()]
             parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
             (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
             jobs = _launched_jobs(jobs, primary.hydra.sweeper._target_)
         _check_jobs(jobs)
+
+
+def _first_values(overrides: list) -> list[str]:
+    """`key=first` for each choice or range on the command line: every job of our sweeper gets
+    one of its values, so the checked job does too (`data.n_folds=5 data.fold=0,1,2,3,4` must
+    not be checked at the preset's data.fold=9). An interval is left to the sweeper's checks."""
+    firsts = []
+    for o in overrides:
+        if o.is_sweep_override() and not o.is_interval_sweep():
+            first = next(iter(o.sweep_string_iterator()), None)
+            if first is not None:
+                firsts.append(f"{o.get_key_element()}={first}")
+    return firsts
 
 
 def _launched_jobs(jobs: list[list[str]], sweeper: str) -> list[list[str]]:

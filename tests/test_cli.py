@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from qknorm import rundir
 
 from .conftest import REPO
@@ -78,3 +80,16 @@ def test_sample_without_checkpoint_is_one_clear_line(cli):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "error: no ckpt.pt in empty; train with train.save_checkpoint=true"]
+
+
+def test_preflight_checks_a_sweep_at_one_of_its_values_not_the_presets():
+    """experiment=paper_cpu sets data.fold=9; under data.n_folds=5 every job gets a fold of
+    0..4, so the checked job must too (a 5-fold grid of the preset was refused before)."""
+    from qknorm.cli import preflight
+    from qknorm.errors import UserError
+
+    preflight(["experiment=paper_cpu", "data.n_folds=5", "data.fold=0,1,2,3,4"])
+    with pytest.raises(UserError, match=r"data.fold=9 is out of range for data.n_folds=5"):
+        preflight(["experiment=paper_cpu", "data.n_folds=5"])
+    with pytest.raises(UserError, match=r"data.fold=7 is out of range"):
+        preflight(["experiment=paper_cpu", "data.n_folds=5", "data.fold=7,1"])

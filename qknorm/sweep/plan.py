@@ -203,18 +203,23 @@ class Planner:
     def _check_keys(self, space: SearchSpace, base: list[str],
                     replicates: dict[str, list[Any]]) -> None:
         """Compose the job config with every param value and replicate value, so a key that is
-        not in the config (or a value of the wrong type) fails now, not in job 37."""
+        not in the config (or a value of the wrong type) fails now, not in job 37. Every job gets
+        a value of each replicate key, so the checks compose with one (a preset's data.fold=9 is
+        no job's fold under data.n_folds=5 data.fold=0,1,2,3,4)."""
+        first = {k: f"{k}={format_value(v[0])}" for k, v in replicates.items()}
+        job = base + list(first.values())
         job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
                     "optuna.storage=x", "optuna.trial=0"]
-        self._compose(base + job_keys, "the task config",
+        self._compose(job + job_keys, "the task config",
                       "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
         for p in space.params:
-            self._compose_values(base, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
+            self._compose_values(job, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
         for fixed in space.fixed:
-            self._compose(base + [fixed], f"hydra.sweeper.params ({fixed})",
+            self._compose(job + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
         for key, values in replicates.items():
-            self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
+            others = [o for k, o in first.items() if k != key]
+            self._compose_values(base + others, f"hydra.sweeper.replicates.{key}", key, values)
 
     def _check_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                      combo: list[str]) -> None:
