@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
@@ -21,7 +22,7 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from qknorm import rundir
 from qknorm.config import CONF_DIR, register_configs, to_config
@@ -116,7 +117,12 @@ def preflight(argv: list[str]) -> None:
         primary = compose("config", overrides=fixed, return_hydra_config=True)
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
             return  # a single run validates itself, with the trace in its log file
-        jobs = [fixed + _first_values(overrides)]
+        firsts = _first_values(overrides)
+        given = {f.split("=", 1)[0] for f in [*fixed, *firsts]}
+        replicates = OmegaConf.select(primary, "hydra.sweeper.replicates") or {}
+        firsts += [f"{k}={v[0]}" for k, v in replicates.items()  # a preset's replicates
+                   if k not in given and isinstance(v, Sequence) and len(v)]
+        jobs = [fixed + firsts]
         if _sweeper_class(primary.hydra.sweeper._target_) in BASIC_SWEEPERS:
             params = [f"{k}={v}" for k, v in (primary.hydra.sweeper.params or {}).items()]
             parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
@@ -128,7 +134,8 @@ def preflight(argv: list[str]) -> None:
 def _first_values(overrides: list) -> list[str]:
     """`key=first` for each choice or range on the command line: every job of our sweeper gets
     one of its values, so the checked job does too (`data.n_folds=5 data.fold=0,1,2,3,4` must
-    not be checked at the preset's data.fold=9). An interval is left to the sweeper's checks."""
+    not be checked at the preset's data.fold=9; nor must a preset's replicates, added by the
+    caller). An interval is left to the sweeper's checks."""
     firsts = []
     for o in overrides:
         if o.is_sweep_override() and not o.is_interval_sweep():

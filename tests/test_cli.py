@@ -89,7 +89,9 @@ def test_preflight_checks_a_sweep_at_one_of_its_values_not_the_presets():
     from qknorm.errors import UserError
 
     preflight(["experiment=paper_cpu", "data.n_folds=5", "data.fold=0,1,2,3,4"])
-    with pytest.raises(UserError, match=r"data.fold=9 is out of range for data.n_folds=5"):
-        preflight(["experiment=paper_cpu", "data.n_folds=5"])
     with pytest.raises(UserError, match=r"data.fold=7 is out of range"):
         preflight(["experiment=paper_cpu", "data.n_folds=5", "data.fold=7,1"])
+    # A preset's replicates count too: p_tpe's start at fold 0, p_tpe_plain's at fold 8.
+    preflight(["search=p_tpe", "data.n_folds=5"])
+    with pytest.raises(UserError, match=r"data.fold=8 is out of range for data.n_folds=5"):
+        preflight(["search=p_tpe_plain", "data.n_folds=5"])

@@ -49,7 +49,7 @@ def load(url: str, name: str) -> optuna.Study:
 
 def sweeper_cmd(kind: str, url: str, name: str, sweep_dir: str) -> list[str]:
     search = (["search=p_grid", f"norm.p={GRID}"] if kind == "grid" else
-              ["search=p_tpe", "hydra.sweeper.n_trials=6", "hydra.sweeper.pruner.name=none",
+              ["search=p_tpe_plain", "hydra.sweeper.n_trials=6", "hydra.sweeper.pruner.name=none",
                "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
                "hydra.sweeper.replicates={data.fold:[9]}"])
     return [sys.executable, "-m", "qknorm.train", *search, *SLOW_JOB,
@@ -179,7 +179,7 @@ def test_journal_url_of_another_form_names_the_form():
 
 @pytest.mark.parametrize("url, message", BAD_STORAGE, ids=["pg-unreachable", "journal-dir"])
 def test_bad_storage_is_one_line_before_any_trial(cli, url, message):
-    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, f"hydra.sweeper.storage={url}")
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", *FAST, f"hydra.sweeper.storage={url}")
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: hydra.sweeper.storage=") \
@@ -263,7 +263,7 @@ def test_slurm_runs_a_p_grid_a_scancelled_job_and_a_pruned_tpe_study(cli, slurm_
         assert len(slurm_logs(sweep, "err")) == len(slurm_logs(sweep, "out"))
 
     # Pruning through sbatch: a tiny lr keeps val loss above the threshold at step 10.
-    ok(cli("-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=30", *SLURM,
+    ok(cli("-m", "qknorm.train", "search=p_tpe_plain", *FAST, "train.max_iters=30", *SLURM,
            "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
            "hydra.sweeper.replicates={data.fold:[9]}",  # one job a trial ({} would merge)
            "hydra.sweeper.study_name=slurm_tpe", "optimizer.lr=choice(0.01,0.00000001)",

@@ -95,7 +95,7 @@ def test_status_of_a_folder_of_several_sweeps_prints_one_block_per_study(tmp_pat
 
 @pytest.mark.slow
 def test_the_sweeper_logs_the_status_lines_after_every_tell(cli):
-    r = cli("-m", "qknorm.train", "search=p_tpe", "experiment=smoke", "threads=1",
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", "experiment=smoke", "threads=1",
             "train.max_iters=20", "train.eval_interval=10", "hydra.sweeper.study_name=st",
             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
             "hydra.sweeper.replicates={data.fold:[9]}")

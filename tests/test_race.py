@@ -171,7 +171,12 @@ BAD_RACES = [
                                   "type 'float' could not be converted to Integer"),
     ({"budget_steps": 0}, {}, "hydra.sweeper.race.budget_steps=0 must be a whole number of "
                               "training steps >= 1"),
-    (ON, {"sampler": "tpe"}, "hydra.sweeper.race needs sampler: {name: grid}"),
+    (ON, {"sampler": "cmaes"}, "hydra.sweeper.race with sampler.name=cmaes: a race needs the "
+                               "grid sampler (every candidate at once) or one of tpe, gp, random"),
+    (ON, {"sampler": "tpe"}, "hydra.sweeper.n_trials=null: a search that races its proposals "
+                             "needs a number of proposals, e.g. n_trials: 24"),
+    ({"baseline": 2.0}, {"sampler": "tpe", "n_trials": 8}, "hydra.sweeper.race.baseline=2.0: a "
+     "search races its proposals against its incumbent, not a baseline; set baseline: null"),
     (ON, {"pruner": "median"}, "set pruner: {name: none}, not pruner.name=median"),
     (ON, {"n_trials": 2}, "hydra.sweeper.n_trials=2: a race runs the whole grid"),
     (ON, {"objectives": ["a", "b"], "directions": ["minimize"] * 2}, "races one objective"),
@@ -180,7 +185,8 @@ BAD_RACES = [
 
 @pytest.mark.parametrize("spec, kw, message", BAD_RACES, ids=[
     "fewer-folds", "no-replicates", "alpha-high", "alpha-zero", "min-1", "baseline",
-    "baseline-ambiguous", "unknown-key", "budget-float", "budget-zero", "sampler", "pruner",
+    "baseline-ambiguous", "unknown-key", "budget-float", "budget-zero", "sampler",
+    "search-n-trials", "search-baseline", "pruner",
     "n-trials", "objectives"])
 def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, message):
     with pytest.raises(UserError) as e:

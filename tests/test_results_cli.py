@@ -249,7 +249,7 @@ def test_search_report_cli_bad_baseline_lists_each_p_as_accepted(cli):
 @pytest.mark.slow
 def test_tpe_study_report_end_to_end(cli):
     """The issue's flow: a TPE study over p and lr, then its report with the defaults and --by."""
-    r = cli("-m", "qknorm.train", "search=p_tpe", "experiment=smoke", "threads=1",
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", "experiment=smoke", "threads=1",
             "train.max_iters=10", "train.eval_interval=5", "hydra.sweeper.n_trials=4",
             "hydra.sweeper.replicates={data.fold:[9]}", "optimizer.lr=choice(1e-3,3e-3)",
             "hydra.sweep.dir=tpe")

@@ -43,7 +43,9 @@ def test_the_cli_reads_a_results_csv_and_writes_json(tmp_path):
     assert replay.main([str(tmp_path / "results.csv"), "--budgets", "1", "--seeds", "2",
                         "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["grid"] == {"p": [1.0, 2.0, 8.0], "runs": 12, "steps": 1200, "core_s": 48.0}
+    assert {k: data["grid"][k] for k in ("p", "runs", "steps", "core_s", "best", "worse")} == {
+        "p": [1.0, 2.0, 8.0], "runs": 12, "steps": 1200, "core_s": 48.0, "best": 2.0,
+        "worse": [1.0, 8.0]}
     assert data["searches"]["tpe"]["1"]["steps_median"] == 400
     assert replay.main([str(tmp_path / "results.csv"), "--budgets", "a third"]) == 2
 

@@ -306,12 +306,12 @@ def test_bad_input_is_one_line_naming_the_value_and_the_fix(tmp_path, args, mess
 @pytest.mark.slow
 def test_a_real_sweep_shows_two_of_two_complete(cli):
     fast = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
-    r = cli("-m", "qknorm.train", "search=p_tpe", *fast, "hydra.sweeper.study_name=st",
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", *fast, "hydra.sweeper.study_name=st",
             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1")
     assert r.returncode == 0, r.stderr[-3000:]
     # The URL alone knows the total of a TPE study (the sweeper recorded it); so do the jobs.
     r = cli("-m", "qknorm.status", "sqlite:///outputs/optuna.db")
-    (sweep_dir,) = (cli.cwd / "outputs" / "sweeps" / "p_tpe").iterdir()
+    (sweep_dir,) = (cli.cwd / "outputs" / "sweeps" / "p_tpe_plain").iterdir()
     by_dir = cli("-m", "qknorm.status", str(sweep_dir))
     assert r.returncode == 0 and by_dir.returncode == 0, r.stderr + by_dir.stderr
     assert by_dir.stdout == r.stdout

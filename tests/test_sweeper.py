@@ -53,7 +53,7 @@ def ok(r: subprocess.CompletedProcess) -> None:
 
 
 def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):
-    args = ["-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.study_name=t",
+    args = ["-m", "qknorm.train", "search=p_tpe_plain", *FAST, "hydra.sweeper.study_name=t",
             "hydra.sweeper.n_trials=4", "hydra.sweeper.pruner.name=none",
             "~hydra.sweeper.pruner.n_startup_trials", "~hydra.sweeper.pruner.n_warmup_steps",
             "hydra.sweeper.replicates={data.fold:[0,1]}"]
@@ -72,7 +72,7 @@ def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):
         inv = t.params["1/norm.p"]
         expected_p = math.inf if inv == 0 else 1 / inv
         assert all(job_config(j)["norm"]["p"] == pytest.approx(expected_p) for j in jobs)
-    (first,) = sweep_dirs(cli.cwd, "p_tpe")
+    (first,) = sweep_dirs(cli.cwd, "p_tpe_plain")
     results = yaml.safe_load((first / "optimization_results.yaml").read_text())
     best = min(trials, key=lambda t: t.value)
     assert (results["best_trial"], results["best_value"]) == (best.number, best.value)
@@ -88,7 +88,7 @@ def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):
     trials = study_of(cli.cwd, "t").get_trials()
     assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
     assert len({t.params["1/norm.p"] for t in trials}) == 6
-    second, third = sweep_dirs(cli.cwd, "p_tpe")[1:]
+    second, third = sweep_dirs(cli.cwd, "p_tpe_plain")[1:]
     assert not list(second.glob("trial[0-9]*")), "the rerun of a finished study launched jobs"
     assert sorted(p.name for p in third.glob("trial[0-9]*")) == [
         "trial4_0", "trial4_1", "trial5_0", "trial5_1"]
@@ -168,7 +168,7 @@ def test_sweep_stops_when_failures_exceed_max_failure_rate(cli):
 
 
 def test_two_sweepers_on_one_sqlite_study_finish_with_exactly_n_trials(cli):
-    cmd = [sys.executable, "-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=10",
+    cmd = [sys.executable, "-m", "qknorm.train", "search=p_tpe_plain", *FAST, "train.max_iters=10",
            "hydra.sweeper.study_name=duo", "hydra.sweeper.n_trials=7", "hydra.sweeper.n_jobs=2",
            "hydra.sweeper.pruner.name=none", "~hydra.sweeper.pruner.n_startup_trials",
            "~hydra.sweeper.pruner.n_warmup_steps", "hydra.sweeper.replicates={data.fold:[9]}"]
@@ -185,7 +185,7 @@ def test_two_sweepers_on_one_sqlite_study_finish_with_exactly_n_trials(cli):
     assert len(jobs) == len(set(jobs)) == 7  # no trial ran twice, none shares a job dir
     surplus = [t for t in study.get_trials() if t.user_attrs.get("status") == "surplus"]
     assert all("jobs" not in t.user_attrs for t in surplus)  # given up before launching
-    job_dirs = [p for d in (cli.cwd / "outputs" / "sweeps" / "p_tpe").iterdir()
+    job_dirs = [p for d in (cli.cwd / "outputs" / "sweeps" / "p_tpe_plain").iterdir()
                 for p in d.glob("trial[0-9]*")]
     assert len(job_dirs) == 7
 
@@ -209,7 +209,7 @@ def test_pruner_and_sampler_switched_by_name(cli):
     """p_tpe's median pruner and TPE options do not leak into a pruner and sampler named on the
     command line: dropped (and logged) where the new class does not take them, kept (seed)
     where it does."""
-    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.study_name=byname",
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", *FAST, "hydra.sweeper.study_name=byname",
             "hydra.sweeper.n_trials=1", "hydra.sweeper.replicates={data.fold:[8]}",
             "hydra.sweeper.pruner.name=none", "hydra.sweeper.sampler.name=random")
     ok(r)
@@ -269,7 +269,7 @@ def test_multi_objective_study_writes_the_pareto_front(cli):
 def killable_tpe(study: str, n_trials: int, folds: str, max_iters: int,
                  eval_interval: int) -> list[str]:
     """A p_tpe sweep, one trial at a time, heartbeats every second: for tests that kill it."""
-    return ["-m", "qknorm.train", "search=p_tpe", *FAST, f"train.max_iters={max_iters}",
+    return ["-m", "qknorm.train", "search=p_tpe_plain", *FAST, f"train.max_iters={max_iters}",
             f"train.eval_interval={eval_interval}", f"hydra.sweeper.study_name={study}",
             f"hydra.sweeper.n_trials={n_trials}", "hydra.sweeper.n_jobs=1",
             "hydra.sweeper.pruner.name=none", f"hydra.sweeper.replicates={{data.fold:[{folds}]}}",
@@ -321,7 +321,7 @@ def test_killed_sweep_resumes_keeps_finished_trials_and_retries_running_ones(cli
     assert retry[0].state == TrialState.COMPLETE
     real = counted(study_of(cli.cwd, "kill"))
     assert len(real) == 3 and all(t.state == TrialState.COMPLETE for t in real)
-    new_dir = sweep_dirs(cli.cwd, "p_tpe")[-1]
+    new_dir = sweep_dirs(cli.cwd, "p_tpe_plain")[-1]
     rerun_jobs = {p.name for p in new_dir.glob("trial[0-9]*")}
     assert all(f"trial{n}_9" not in rerun_jobs for n in done_before)
     assert f"trial{retry[0].number}_9" in rerun_jobs
@@ -372,7 +372,7 @@ BAD_INPUTS = [
                          ids=["sampler", "pruner", "url", "sqlite-dir", "interval", "param-key",
                               "replicate-key", "pruner-option-given"])
 def test_bad_sweeper_input_is_one_line_before_anything_runs(cli, overrides, message):
-    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, *overrides)
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", *FAST, *overrides)
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
@@ -467,7 +467,7 @@ def test_folds_report_into_one_trial_without_optunas_already_reported_warning(cl
 def test_with_replicates_the_first_pruned_job_stops_its_sibling(cli):
     """search=p_tpe's default path: one trial on two folds, run one after the other; fold 0 is
     pruned at step 10 and fold 1 stops at its first eval, step 0, without training on."""
-    ok(cli("-m", "qknorm.train", "search=p_tpe", *FAST, "train.max_iters=30",
+    ok(cli("-m", "qknorm.train", "search=p_tpe_plain", *FAST, "train.max_iters=30",
            "hydra.sweeper.study_name=sib", "hydra.sweeper.n_trials=1",
            "hydra.sweeper.replicates={data.fold:[0,1]}", *TINY_LR))
     (trial,) = study_of(cli.cwd, "sib").get_trials()

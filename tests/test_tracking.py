@@ -233,34 +233,34 @@ def assert_run_mirrors_run_dir(client, run, run_dir: Path) -> None:
 def test_mlflow_optuna_study_is_a_parent_with_a_child_per_trial_and_its_folds(cli, monkeypatch):
     needs("mlflow")
     uri = "sqlite:///outputs/mlflow.db"
-    r = cli("-m", "qknorm.train", "search=p_tpe", *FAST, "hydra.sweeper.n_trials=2",
+    r = cli("-m", "qknorm.train", "search=p_tpe_plain", *FAST, "hydra.sweeper.n_trials=2",
             "hydra.sweeper.n_jobs=1", "tracker=mlflow", f"tracker.uri={uri}")
     assert r.returncode == 0, r.stderr
     assert "mlflow: 4 run(s) exported, 0 already there" in r.stderr
-    sweep = sweep_dir(cli.cwd, "p_tpe")
+    sweep = sweep_dir(cli.cwd, "p_tpe_plain")
     monkeypatch.chdir(cli.cwd)  # the URI is relative, as the sweep took it
-    client, paths = tree(uri, "p_tpe")
+    client, paths = tree(uri, "p_tpe_plain")
     p = {n: read_config(sweep / f"trial{n}_8")["norm.p"] for n in (0, 1)}
-    assert sorted(paths) == ["study p_tpe", *(f"study p_tpe/trial {n}: norm.p={p[n]}{rep}"
+    assert sorted(paths) == ["study p_tpe_plain", *(f"study p_tpe_plain/trial {n}: norm.p={p[n]}{rep}"
                                                 for n in (0, 1)
                                                 for rep in ("", "/data.fold=8", "/data.fold=9"))]
-    assert paths["study p_tpe"].data.tags["qknorm.level"] == "sweep"
+    assert paths["study p_tpe_plain"].data.tags["qknorm.level"] == "sweep"
     for n in (0, 1):
-        trial = paths[f"study p_tpe/trial {n}: norm.p={p[n]}"]
+        trial = paths[f"study p_tpe_plain/trial {n}: norm.p={p[n]}"]
         assert trial.data.tags["status"] == "completed" and trial.info.status == "FINISHED"
         assert trial.data.params["norm.p"] == str(p[n])
         for fold in (8, 9):
-            run = paths[f"study p_tpe/trial {n}: norm.p={p[n]}/data.fold={fold}"]
+            run = paths[f"study p_tpe_plain/trial {n}: norm.p={p[n]}/data.fold={fold}"]
             assert run.data.tags["trial"] == str(n) and run.info.status == "FINISHED"
             assert_run_mirrors_run_dir(client, run, sweep / f"trial{n}_{fold}")
-    artifacts = {f.path for f in client.list_artifacts(paths["study p_tpe"].info.run_id, sweep.name)}
+    artifacts = {f.path for f in client.list_artifacts(paths["study p_tpe_plain"].info.run_id, sweep.name)}
     assert f"{sweep.name}/optimization_results.yaml" in artifacts
 
     # the export again, by the command: nothing new, nothing twice
     again = cli("-m", "qknorm.tracking.mlflow", str(sweep), "--uri", uri)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("mlflow: 0 run(s) exported, 4 already there, 0 without")
-    assert sorted(tree(uri, "p_tpe")[1]) == sorted(paths)
+    assert sorted(tree(uri, "p_tpe_plain")[1]) == sorted(paths)
 
 
 @pytest.mark.slow

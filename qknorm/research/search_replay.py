@@ -1,19 +1,25 @@
-"""Replay Optuna's TPE and GP searches on a committed grid's runs: what they find for how much compute.
+"""Replay searches for the best p on a committed grid's runs: what each finds, what it claims,
+and what it spends.
 
-    python -m qknorm.research.search_replay docs/results/paper_cpu/qknorm/results.csv \
-        --budgets 26667,80000 --seeds 100 --out search_replay.json
+    python -m qknorm.research.search_replay docs/results/paper_gpu/qknorm/results.csv \
+        --curves docs/results/paper_gpu/qknorm/curves.csv --budgets 26667,80000 --seeds 20 \
+        --out search_replay.json
 
-The search space is the grid's p (a categorical over its points, as `norm.p=choice(...)` gives
-the sweeper); a trial's value is its p's mean best_val_loss over every fold, read from the grid's
-results.csv, and its cost is those runs' steps and core-seconds (wall_time_s x threads). A trial
-that repeats a p already run costs nothing (the sweeper tells a repeat its original's result).
-"TPE, median-pruned" reports each fold's value as a step (folds run one after another, Optuna's
-pattern for pruning over folds): after a fold, MedianPruner stops a trial whose mean so far is
-above the median of the completed trials' means over the same folds, and the trial costs the folds
-it ran. Each search starts trials until it has spent its budget (training steps; checked between
-trials, as a race checks between launches, so it can end up one trial past it); per sampler
-and budget the JSON gives, over seeds, how often its best p is the grid's best, the distinct p it
-ran, and the steps it had spent when it first completed the grid's best p.
+Searches, each on the grid's p (a categorical over its points, as `norm.p=choice(...)` gives):
+- `tpe`, `gp`: Optuna's samplers; a trial's value is its p's mean best_val_loss over every fold.
+- `tpe_median_pruned`: each fold's value reported as a step; after a fold, MedianPruner stops a
+  trial whose mean so far is above the median of the completed trials' means, and the trial
+  costs the folds it ran.
+- `smac3`: SMAC3's own intensifier (qknorm.research.smac_replay), where `smac` is installed.
+- `race`: search=p_race's rules over every p (race_sims.race; no seed, one answer).
+- `race_search_tpe`, `race_search_gp`: the racing search (qknorm.sweep.intensify via
+  race_sims.race_search), in-fold stopping included when --curves is given.
+A trial that repeats a p already run costs nothing. Each is scored against the grid's own answer
+(grid_runs.judge: the corrected t of the grid's fold layout, Holm over the comparisons with the
+grid's best p, alpha 0.05): per sampler and budget the JSON gives, over seeds, how often its best
+p is one the grid shows worse, how often it is the grid's best, how often every p it calls worse
+is worse on the grid, how often every p it calls level is within δ of the grid's best on the grid,
+how often it calls at least half of the grid's worse p worse, and the steps it spent.
 
 This needs no training: the runs are deterministic (seed, fold and p fix them), so a search that
 proposes p would have spent exactly these runs at the grid's commit.
@@ -29,7 +35,10 @@ import sys
 from pathlib import Path
 
 import optuna
-import pandas as pd
+
+from qknorm.multitest import for_folds
+from qknorm.research import grid_runs, race_sims
+from qknorm.sweep.intensify import Rules
 
 SEARCHES = {  # name -> (sampler, pruner); the presets' settings (conf/search/p_tpe.yaml)
     "tpe": (lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=6), None),
@@ -39,15 +48,6 @@ SEARCHES = {  # name -> (sampler, pruner); the presets' settings (conf/search/p_
     "gp": (lambda seed: optuna.samplers.GPSampler(seed=seed), None),
 }
 MAX_TRIALS = 64  # a search that keeps repeating p it has run stops here (repeats cost nothing)
-
-
-def load_grid(path: Path) -> dict[float, list[dict]]:
-    """p -> its runs in fold order: {value, steps, core_s}."""
-    df = pd.read_csv(path)
-    df = df[df["status"] == "completed"].sort_values("data.fold")
-    return {float(p): [{"value": r["best_val_loss"], "steps": int(r["steps"]),
-                        "core_s": float(r["wall_time_s"]) * float(r["threads"])}
-                       for _, r in g.iterrows()] for p, g in df.groupby("norm.p")}
 
 
 def search(grid: dict[float, list[dict]], name: str, seed: int, budget: float) -> dict:
@@ -98,24 +98,67 @@ def _run(trial: optuna.Trial, runs: list[dict], spent: dict) -> tuple[float, boo
     return statistics.fmean(values), False
 
 
-def summarize(outcomes: list[dict]) -> dict:
-    found = [o["steps_to_grid_best"] for o in outcomes if o["steps_to_grid_best"] is not None]
+# The race's and the racing search's settings: search=p_race's (conf/search/p_race.yaml).
+RACE = {"min_blocks": 3, "alpha": 0.05, "equivalence": 0.02, "rungs": {500: 0.1, 1000: 0.04},
+        "baseline": 2.0}
+
+
+def run_all(grid: dict, budget: float, seeds: int) -> dict[str, list[dict]]:
+    """Every search's outcomes at one budget: {name: [outcome per seed]}."""
+    rules = Rules(grid_runs.n_folds(grid), RACE["min_blocks"], RACE["alpha"],
+                  RACE["equivalence"], for_folds(grid_runs.n_folds(grid)))
+    out = {name: [search(grid, name, s, budget) for s in range(seeds)] for name in SEARCHES}
+    try:
+        from qknorm.research.smac_replay import smac_search
+        out["smac3"] = [smac_search(grid, s, budget) for s in range(seeds)]
+    except ImportError:  # smac is not installed: the JSON says so
+        out["smac3"] = []
+    raced = race_sims.race(grid, budget, rules, RACE["rungs"], RACE["baseline"])
+    out["race"] = [raced] * seeds  # deterministic: one answer, as many times as seeds
+    for sampler in ("tpe", "gp"):
+        out[f"race_search_{sampler}"] = [
+            race_sims.race_search(grid, sampler, s, budget, rules, RACE["rungs"])
+            for s in range(seeds)]
+    return out
+
+
+def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> dict:
+    """Over seeds: how often the search's answer agrees with the grid's (counts of seeds)."""
+    if not outcomes:
+        return {"seeds": 0, "note": "not run: smac is not installed"}
+    worse = [set(o.get("worse", ())) for o in outcomes]
+    level = [set(o.get("level", ())) for o in outcomes]
+    half = len(truth.worse) / 2
     return {"seeds": len(outcomes),
-            "found_grid_best": sum(o["found_grid_best"] for o in outcomes) / len(outcomes),
-            "distinct_p_median": statistics.median(o["distinct_p"] for o in outcomes),
+            "best_not_grid_worse": sum(o["best_p"] not in truth.worse for o in outcomes),
+            "best_is_grid_best": sum(o["best_p"] == truth.best for o in outcomes),
+            "best_p": dict(sorted(_count(str(o["best_p"]) for o in outcomes).items())),
+            "worse_all_grid_worse": sum(w <= truth.worse for w in worse),
+            "level_all_within_delta": sum(all(truth.delta[p] <= delta for p in lv)
+                                          for lv in level),
+            "calls_half_of_grid_worse": sum(len(w & truth.worse) >= half for w in worse),
             "steps_median": statistics.median(o["steps"] for o in outcomes),
-            "core_s_median": statistics.median(o["core_s"] for o in outcomes),
-            "steps_to_grid_best_median": statistics.median(found) if found else None,
-            "never_completed_grid_best": len(outcomes) - len(found)}
+            "steps_max": max(o["steps"] for o in outcomes),
+            "distinct_p_median": statistics.median(o["distinct_p"] for o in outcomes)}
+
+
+def _count(items) -> dict:
+    counts: dict = {}
+    for x in items:
+        counts[x] = counts.get(x, 0) + 1
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, help="a grid's results.csv (every p on every fold)")
+    ap.add_argument("--curves", type=Path, default=None,
+                    help="the same report's curves.csv: in-fold stopping for the race and the "
+                         "racing search (without it, runs are only judged between folds)")
     ap.add_argument("--budgets", default="26667,80000",
                     help="training-step budgets, comma-separated (default: a third of "
                          "paper_cpu's 80,000, and all of it)")
-    ap.add_argument("--seeds", type=int, default=100)
+    ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
     args = ap.parse_args(argv)
     try:
@@ -129,14 +172,20 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    grid = load_grid(args.results)
+    grid = grid_runs.load(args.results, args.curves)
+    truth = grid_runs.judge(grid)
+    runs = [r for rs in grid.values() for r in rs]
     out = {"command": "python -m qknorm.research.search_replay " + " ".join(argv or sys.argv[1:]),
-           "grid": {"p": sorted(grid), "runs": sum(map(len, grid.values())),
-                    "steps": sum(r["steps"] for runs in grid.values() for r in runs),
-                    "core_s": sum(r["core_s"] for runs in grid.values() for r in runs)},
-           "searches": {name: {str(int(b)): summarize([search(grid, name, s, b)
-                                                      for s in range(args.seeds)])
-                               for b in budgets} for name in SEARCHES}}
+           "grid": {"p": sorted(grid), "runs": len(runs), "steps": sum(r["steps"] for r in runs),
+                    "core_s": sum(r["core_s"] for r in runs), "curves": args.curves is not None,
+                    "best": truth.best, "worse": sorted(truth.worse),
+                    "delta": {str(p): d for p, d in sorted(truth.delta.items())}},
+           "settings": {**RACE, "sampler": "TPE n_startup_trials=6 / GP, Optuna defaults"},
+           "searches": {}}
+    for b in budgets:
+        for name, outcomes in run_all(grid, b, args.seeds).items():
+            out["searches"].setdefault(name, {})[str(int(b))] = score(
+                outcomes, truth, RACE["equivalence"])
     text = json.dumps(out, indent=2, default=str)
     if args.out:
         args.out.write_text(text + "\n")

@@ -11,6 +11,8 @@ _MODULES; tests/test_faces.py fails an import past it); the modules below are th
   launcher    a trial's jobs: overrides, run dirs, outcomes, tell
   schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
   race        the race schedule; racestats, its pure statistics
+  race_search the racing search's schedule (a sampler's proposals raced against an incumbent);
+              intensify, its pure rules; search_answer, its answer read back from a study
   sweep       OptunaSweep: one loop over a schedule
   job         a training job's side of its trial (pruning, rungs)
   slurm, outputs, progress (the status lines)
@@ -35,9 +37,10 @@ _FACE = {
     "elimination": "qknorm.sweep.race",
     "status_lines": "qknorm.sweep.progress",
 }
-# Modules the rest may import whole: the race's statistics are pure functions of recorded
-# values, which the report, the research tools and scripts/race_replay.py replay.
-_MODULES = ["racestats"]
+# Modules the rest may import whole: the race's statistics and the racing search's rules are
+# pure functions of recorded values, which the report, the research tools and
+# scripts/race_replay.py replay.
+_MODULES = ["racestats", "intensify", "search_answer"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

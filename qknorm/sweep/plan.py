@@ -227,7 +227,9 @@ class Planner:
         each candidate's job (the grid may set train.*) and read train.max_iters and
         train.eval_interval; the job must also take optuna.race.* (qknorm.train does)."""
         names = [p.name for p in space.params]
-        for c in race.candidates:
+        ends = [tuple(p.grid[i] if p.grid else (p.distribution.low, p.distribution.high)[i]
+                      for p in space.params) for i in (0, -1)]
+        for c in race.candidates or ends:  # a search's candidates: the space's two ends
             overrides = [*base, *space.overrides(dict(zip(names, c, strict=True))), *combo,
                          *race.job_keys(c, block_label(combo))]
             cfg = self._compose(overrides, "hydra.sweeper.race.rungs",

@@ -37,7 +37,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.rundir import COMPLETED, FAILED, FINAL_FILE, PRUNED, read_final
-from qknorm.sweep import racestats
+from qknorm.sweep import racestats, search_answer
 from qknorm.sweep.study import (
     DUPLICATE_ATTR,
     JOB_DIRS_ATTR,
@@ -75,13 +75,17 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     retried = retried_numbers(trials)
     counted = [t for t in trials if holds_slot(t, retried)]
     settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
-    elim = _elimination(settings, trials, retried) if isinstance(settings, dict) else None
+    searched = search_answer.answer(trials, settings)
+    elim = (_elimination(settings, trials, retried)
+            if isinstance(settings, dict) and searched is None else None)
     total = n_trials if n_trials is not None else (
         len(settings["candidates"]) if elim is not None
         else recorded_total(study.user_attrs) or _grid_size(trials))
     lines = [_progress(trials, counted, total, slots, now, elim),
              _best(study, counted)]
     lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))
+    if searched is not None:
+        lines += search_answer.answer_lines(searched, settings)
     return lines
 
 

@@ -82,14 +82,12 @@ def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashab
 
 def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
     """Block index -> sign * objective, for the blocks the trial completed."""
-    runs = racestats.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
-    return {i: race.sign * runs[b]["value"] for i, b in enumerate(race.blocks) if b in runs}
+    return racestats.block_values(trial.user_attrs, race.blocks, race.sign)
 
 
 def stopped_block(trial: FrozenTrial | optuna.Trial) -> str | None:
     """The block in which the trial's run was stopped at a rung (it is out), or None."""
-    runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
-    return next((b for b, r in runs.items() if r.get("stopped_at") is not None), None)
+    return racestats.stopped_block(trial.user_attrs)
 
 
 def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racestats.Race:
@@ -189,8 +187,8 @@ def race_trials(study: optuna.Study) -> dict[str, FrozenTrial]:
 def elimination(study: optuna.Study) -> racestats.Elimination | None:
     """The race a study holds (for the console line and the report), or None: no race."""
     settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
-    if not isinstance(settings, dict):
-        return None
+    if not isinstance(settings, dict) or settings.get("search"):
+        return None  # no race (a racing search answers with race_search.answer)
     return racestats.elimination(settings, race_trials(study))
 
 

@@ -16,6 +16,8 @@ from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep.conf import RaceConf
 from qknorm.sweep.space import SearchSpace, format_value
 
+SEARCH_SAMPLERS = ("tpe", "gp", "random")  # what may propose a racing search's candidates
+
 
 @dataclass(frozen=True)
 class RaceSpec:
@@ -36,6 +38,9 @@ class RaceSpec:
     # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
     # it from the replicate keys and the fold layout, hydra.sweeper.race.test overrides).
     test: ReplicateTest = PAIRED_T
+    # A racing search (qknorm/sweep/race_search.py): the sampler that proposes the candidates
+    # one at a time (tpe, gp, random); None: a race over the grid's candidates.
+    search: str | None = None
 
     def margin_at(self, step: int) -> float:
         return dict(zip(self.rungs, self.margins))[step] if self.margins else self.margin
@@ -57,7 +62,8 @@ class RaceSpec:
                 "budget_steps": self.budget_steps, "equivalence": self.equivalence,
                 # paired as None: how a study raced before the test was chosen reads
                 "test": None if self.test == PAIRED_T else self.test.name,
-                "ratio": None if self.test == PAIRED_T else self.test.ratio}
+                "ratio": None if self.test == PAIRED_T else self.test.ratio,
+                **({"search": self.search} if self.search else {})}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
@@ -79,16 +85,25 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
     were checked by Hydra against RaceConf); None: off (race: null)."""
     if conf is None:
         return None
-    if sampler != "grid":
-        raise UserError(f"hydra.sweeper.race needs sampler: {{name: grid}} (a race starts every "
-                        f"candidate at once), not sampler.name={sampler}")
+    search = None if sampler == "grid" else sampler
+    if search is not None and sampler not in SEARCH_SAMPLERS:
+        raise UserError(f"hydra.sweeper.race with sampler.name={sampler}: a race needs the grid "
+                        f"sampler (every candidate at once) or one of {', '.join(SEARCH_SAMPLERS)}"
+                        " (a search that races its proposals)")
     if pruner != "none":
         raise UserError(f"hydra.sweeper.race runs whole folds: set pruner: {{name: none}}, not "
                         f"pruner.name={pruner}")
     if len(objectives) != 1:
         raise UserError(f"hydra.sweeper.race races one objective, not {objectives}; keep one "
                         "in hydra.sweeper.objectives")
-    if n_trials is not None and n_trials != space.grid_size:
+    if search is not None and n_trials is None:
+        raise UserError("hydra.sweeper.n_trials=null: a search that races its proposals needs "
+                        "a number of proposals, e.g. n_trials: 24")
+    if search is not None and conf.baseline is not None:
+        raise UserError(f"hydra.sweeper.race.baseline={format_value(conf.baseline)}: a search "
+                        "races its proposals against its incumbent, not a baseline; set "
+                        "baseline: null")
+    if search is None and n_trials is not None and n_trials != space.grid_size:
         raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
                         f"n_trials: null (the grid's {space.grid_size} points)")
     minimum, alpha = conf.min_replicates, conf.alpha
@@ -104,13 +119,15 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
         raise UserError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
                         f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
                         "min_replicates")
-    candidates = [tuple(c) for c in itertools.product(*(p.grid for p in space.params))]
+    candidates = ([] if search else
+                  [tuple(c) for c in itertools.product(*(p.grid for p in space.params))])
     labels = {c: _candidate_label(space, c) for c in candidates}
     baseline = _baseline(conf.baseline, space, candidates)
     rungs, margin, margins = _rungs(conf.rungs, conf.margin, directions[0])
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
                     1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
-                    _budget(conf.budget_steps), _equivalence(conf.equivalence), margins)
+                    _budget(conf.budget_steps), _equivalence(conf.equivalence), margins,
+                    search=search)
 
 
 def _equivalence(value: float | None) -> float | None:

@@ -236,6 +236,19 @@ def completed(runs: Mapping[str, dict]) -> dict[str, dict]:
     return {b: r for b, r in runs.items() if r.get("stopped_at") is None}
 
 
+def block_values(user_attrs: Mapping[str, object], blocks: Sequence[str],
+                 sign: float = 1.0) -> dict[int, float]:
+    """A trial's completed blocks (user attr RACE_RUNS_ATTR): block index -> sign * value."""
+    runs = completed(user_attrs.get(RACE_RUNS_ATTR, {}))
+    return {i: sign * runs[b]["value"] for i, b in enumerate(blocks) if b in runs}
+
+
+def stopped_block(user_attrs: Mapping[str, object]) -> str | None:
+    """The block in which a trial's run was stopped at a rung (it is out), or None."""
+    runs = user_attrs.get(RACE_RUNS_ATTR, {})
+    return next((b for b, r in runs.items() if r.get("stopped_at") is not None), None)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading a race back from its Optuna study: the elimination table and the compute it spent.
 

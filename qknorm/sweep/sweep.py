@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
-from qknorm.sweep import outputs, race, racestats, slurm
+from qknorm.sweep import outputs, race, race_search, racestats, search_answer, slurm
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
@@ -72,9 +72,11 @@ class OptunaSweep:
                             s.study_name, url, plan)
         with Heartbeat(storage, s.heartbeat_interval) as heartbeat:
             schedule: Schedule = (
-                race.RaceSchedule(plan, s.objectives, s.n_jobs, heartbeat)
-                if plan.race is not None else
-                EveryReplicate(plan, launcher, s.objectives, s.n_jobs, heartbeat))
+                EveryReplicate(plan, launcher, s.objectives, s.n_jobs, heartbeat)
+                if plan.race is None else
+                race_search.RaceSearchSchedule(plan, s.objectives, s.n_jobs, heartbeat)
+                if plan.race.search else
+                race.RaceSchedule(plan, s.objectives, s.n_jobs, heartbeat))
             stop_message = self._run(study, plan, schedule, launcher, heartbeat)
         self._report(study, plan)
         if stop_message:
@@ -171,7 +173,12 @@ class OptunaSweep:
               f"({tally.failed} failed)")
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
-        if plan.race is not None:
+        settings = study.user_attrs.get(search_answer.SETTINGS_ATTR)
+        rows = search_answer.answer(study.get_trials(deepcopy=False), settings)
+        if rows is not None:
+            for line in search_answer.answer_lines(rows, settings):
+                print(line)
+        elif plan.race is not None:
             print(racestats.summary_line(race.elimination(study)))
 
 

@@ -1,0 +1,74 @@
+"""A committed grid as a replay reads it, and what the grid itself shows.
+
+`load` reads a report's results.csv (and its curves.csv, for in-fold stopping): p -> its runs in
+fold order, each {fold, value, steps, core_s, curve: {step: val_loss}}. `judge` is the grid's own
+answer, the yardstick of a replayed search: the best p (lowest mean over folds), each other p's
+mean paired difference to it, and the p the grid shows worse than it (the replicate test of
+qknorm.multitest, two-sided, Holm over the comparisons with the best, at alpha).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from qknorm.errors import UserError
+from qknorm.multitest import ReplicateTest, for_folds, holm
+
+
+def load(results: Path, curves: Path | None = None, metric: str = "best_val_loss"
+         ) -> dict[float, list[dict]]:
+    """p -> its completed runs in fold order (every p must have run every fold of the grid)."""
+    try:
+        rows = [r for r in csv.DictReader(results.open()) if r["status"] == "completed"]
+    except (OSError, KeyError) as e:
+        raise UserError(f"{results}: {e}; pass a grid's results.csv written by "
+                        "scripts/report.py") from None
+    by_dir: dict[str, dict[int, float]] = {}
+    for row in csv.DictReader(curves.open()) if curves else ():
+        if row["val_loss"]:
+            by_dir.setdefault(row["run_dir"], {})[int(float(row["step"]))] = float(row["val_loss"])
+    grid: dict[float, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: int(r["data.fold"])):
+        grid.setdefault(float(r["norm.p"]), []).append({
+            "fold": int(r["data.fold"]), "value": float(r[metric]), "steps": int(r["steps"]),
+            "core_s": float(r["wall_time_s"]) * float(r["threads"]),
+            "curve": by_dir.get(r.get("run_dir", ""))})
+    folds = {p: [run["fold"] for run in runs] for p, runs in grid.items()}
+    if len({tuple(f) for f in folds.values()}) != 1:
+        raise UserError(f"{results}: every p must have completed the same folds ({folds}); "
+                        "a replay needs a whole grid")
+    if curves and any(run["curve"] is None for runs in grid.values() for run in runs):
+        raise UserError(f"{curves} lacks the curves of some runs of {results}; pass the "
+                        "curves.csv the same report wrote")
+    return grid
+
+
+def n_folds(grid: dict[float, list[dict]]) -> int:
+    return len(next(iter(grid.values())))
+
+
+@dataclass(frozen=True)
+class GridAnswer:
+    best: float
+    delta: dict[float, float]  # p -> mean paired difference to the best (>= 0 up to ties)
+    worse: frozenset[float]  # shown worse than the best (Holm)
+
+
+def judge(grid: dict[float, list[dict]], test: ReplicateTest | None = None,
+          alpha: float = 0.05) -> GridAnswer:
+    """The grid's answer under `test` (default: the corrected t of its fold layout, read as
+    as many folds as the grid ran: the committed grids ran every fold of their layout)."""
+    test = test or for_folds(n_folds(grid))
+    means = {p: statistics.fmean(r["value"] for r in runs) for p, runs in grid.items()}
+    best = min(means, key=means.__getitem__)
+    others = [p for p in grid if p != best]
+    diffs = {p: [a["value"] - b["value"] for a, b in zip(grid[p], grid[best], strict=True)]
+             for p in others}
+    adjusted = holm([test.p_two_sided(diffs[p]) for p in others])
+    worse = frozenset(p for p, q in zip(others, adjusted, strict=True)
+                      if q <= alpha and statistics.fmean(diffs[p]) > 0)
+    return GridAnswer(best, {p: statistics.fmean(d) for p, d in diffs.items()} | {best: 0.0},
+                      worse)

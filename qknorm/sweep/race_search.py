@@ -1,0 +1,241 @@
+"""The racing search: hydra.sweeper.race with a tpe, gp or random sampler (search=p_tpe).
+
+The sampler proposes one candidate at a time, and each is raced against the incumbent block by
+block (qknorm/sweep/intensify.py: the rules, the answer). The study holds everything: each
+trial's block results (user attr `race_runs`, as a race keeps them) and the settings (study
+user attr `race`, with `search`: the sampler), so a rerun after a kill, or a second sweeper on
+the study, replays the same decisions and runs only what is missing. Proposals are ordered by
+the trial that first proposed them (a killed sweeper's retry keeps its original's place).
+
+What the sampler is told: it never sees the study's trials. Before each proposal, a fresh
+in-memory study gets every proposal so far with its fold-adjusted value against the incumbent
+of the moment (intensify.adjusted_value: the incumbent's mean plus the mean paired difference,
+or the gap at the rung for one stopped in its first block), and its sampler, seeded by (seed,
+proposals so far), proposes the next; the proposal is enqueued in the study and asked for
+there. So every value the sampler learns from is on the incumbent's folds, a stopped proposal
+counts as what it showed, and the same study always gets the same next proposal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from qknorm.rundir import COMPLETED
+from qknorm.sweep import intensify, racestats, search_answer
+from qknorm.sweep import launcher as trial_jobs
+from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep.launcher import Job, JobResult
+from qknorm.sweep.plan import Plan
+from qknorm.sweep.race import run_entry, stopped_block, stopped_entry
+from qknorm.sweep.schedule import room
+from qknorm.sweep.study import (
+    JOB_DIRS_ATTR,
+    RACE_CANDIDATE_ATTR,
+    RACE_OUTCOME_ATTR,
+    RACE_RUNS_ATTR,
+    RACE_STOP_ATTR,
+    Heartbeat,
+    block_label,
+    left_to_retry,
+)
+
+log = logging.getLogger(__name__)
+OUT = (racestats.WORSE, racestats.LEVEL, racestats.UNDECIDED, racestats.STOPPED,
+       intensify.FAILED)
+
+
+def spent_steps(trials: list[FrozenTrial]) -> int:
+    return sum(r.get("steps") or 0 for t in trials
+               for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
+
+
+class RaceSearchSchedule:
+    """A trial per proposal; a proposal runs the blocks intensify says it needs, one per launch;
+    it is told once its race is decided (PRUNED: worse, level, undecided, stopped), the
+    incumbent and the still open ones at the end (COMPLETE, their mean over their blocks)."""
+
+    def __init__(self, plan: Plan, objectives: list[str], n_jobs: int, heartbeat: Heartbeat):
+        self.plan, self.spec, self.objectives = plan, plan.race, objectives
+        self.n_jobs, self.heartbeat = n_jobs, heartbeat
+        self.mine: dict[int, optuna.Trial] = {}
+        self.settings = plan.race.settings()
+        self.trials: list[FrozenTrial] = []
+        self.search = intensify.Search()
+        self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
+
+    def _replay(self, study: optuna.Study) -> list[FrozenTrial]:
+        everything = study.get_trials(deepcopy=False)
+        self.trials, self.props, self.search = search_answer.replay(
+            everything, self.settings, self.spec.sign)
+        return everything
+
+    def _over(self, study: optuna.Study) -> bool:
+        """No block is needed and no proposal is left to make."""
+        return not self.search.needs and (self.exhausted or self._room(study) <= 0)
+
+    def _room(self, study: optuna.Study) -> int:
+        budget = self.spec.budget_steps
+        if budget is not None and spent_steps(self.trials) + self._run_steps() > budget:
+            return 0
+        return room(study, self.plan)
+
+    def _run_steps(self) -> int:
+        """A whole run's steps, as the runs so far took (0 before the first)."""
+        steps = [r["steps"] for t in self.trials for r in racestats.completed(
+            t.user_attrs.get(RACE_RUNS_ATTR, {})).values() if r.get("steps")]
+        return max(steps, default=0)
+
+    def settle(self, study: optuna.Study) -> bool:
+        everything = self._replay(study)
+        for t in everything:  # failed as stale by another sweeper: its retry carries it on
+            if t.number in self.mine and t.state.is_finished():
+                left_to_retry(t.number)
+                self._forget(self.mine[t.number])
+        index = {t.number: i for i, t in enumerate(self.trials)}
+        over = self._over(study)
+        for trial in list(self.mine.values()):
+            i = index.get(trial.number)
+            judged = self.search.judged.get(i) if i is not None else None
+            if judged is None or (judged.outcome not in OUT and not over):
+                continue
+            trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
+            jobs = self._completed_jobs(trial)
+            dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
+            if judged.outcome in OUT:
+                trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
+            else:
+                trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
+            log.info("trial %d [%s]: %s", trial.number,
+                     self.plan.space.label(trial.params), _words(judged, self.props))
+            self._forget(trial)
+        return over and not self.mine
+
+    def _outcome(self, i: int, j: intensify.Judgement) -> dict[str, Any]:
+        inc = j.against if j.against is not None else self.search.incumbent
+        return {"outcome": j.outcome, "n": j.n,
+                "incumbent": None if inc is None else _label(self.plan, self.trials[inc]),
+                "delta": j.delta, "p": j.p, "low": j.low, "high": j.high}
+
+    def next_jobs(self, study: optuna.Study) -> list[Job]:
+        budget = self.spec.budget_steps
+        if budget is not None and spent_steps(self.trials) + self._run_steps() > budget:
+            return []
+        order = sorted(self.search.needs, key=lambda i: i != self.search.incumbent)
+        return [(self.mine[self.trials[i].number], self.plan.combinations[self.search.needs[i]])
+                for i in order if self.trials[i].number in self.mine
+                and self.spec.blocks[self.search.needs[i]] not in
+                self.mine[self.trials[i].number].user_attrs.get(RACE_RUNS_ATTR, {})]
+
+    def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
+        """Each block's result into its trial (RACE_RUNS_ATTR), as the race keeps them."""
+        written = {t.number: t.user_attrs for t in study.get_trials(deepcopy=False)}
+        for (trial, combo), job in zip(jobs, results, strict=True):
+            if trial.number not in self.mine:
+                continue
+            value = trial_jobs.objective(job, self.objectives[0])
+            stop = written[trial.number].get(RACE_STOP_ATTR + block_label(combo))
+            runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
+            if value is None and stop is not None:
+                runs[block_label(combo)] = stopped_entry(stop, job.fields)
+            elif value is None:
+                trial.set_user_attr(RACE_OUTCOME_ATTR, {"outcome": intensify.FAILED})
+                trial_jobs.tell(study, trial, [*self._completed_jobs(trial), job], self.plan,
+                                self.objectives)
+                self._forget(trial)
+                continue
+            else:
+                runs[block_label(combo)] = run_entry(value, job.fields)
+            trial.set_user_attr(RACE_RUNS_ATTR, runs)
+
+    def wants(self, study: optuna.Study) -> int:
+        """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
+        for by the loop) while the search has room and fewer than n_jobs proposals race."""
+        waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+        if waiting:
+            return len(waiting)
+        racing = sum(j.outcome == intensify.RACING for j in self.search.judged.values())
+        if self._room(study) <= 0 or racing >= self.n_jobs or self.search.needs:
+            return 0
+        params = self._propose(study)
+        if params is None:  # the sampler proposes only candidates already raced: none is left
+            self.exhausted = True
+            return 0
+        study.enqueue_trial(params)
+        return 1
+
+    def _propose(self, study: optuna.Study) -> dict[str, Any] | None:
+        inc, told = self.search.incumbent, []
+        for t, prop in zip(self.trials, self.props, strict=True):
+            value = (intensify.adjusted_value(prop, self.props[inc], _rung_delta(t))
+                     if inc is not None else None)
+            told.append((t.params, value))
+        spec = self.plan.sampler_spec
+        return propose(lambda n: optuna_specs.build_sampler({**spec, "seed": _seed(spec, n)}, None),
+                       told, self.plan.space.distributions)
+
+    def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
+        for trial in trials:
+            trial.set_user_attr(RACE_CANDIDATE_ATTR, _label(self.plan, trial))
+            self.mine[trial.number] = trial
+
+    def _forget(self, trial: optuna.Trial) -> None:
+        del self.mine[trial.number]
+        self.heartbeat.discard(trial._trial_id)
+
+    def _completed_jobs(self, trial: optuna.Trial | FrozenTrial) -> list[JobResult]:
+        runs = racestats.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
+        dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
+        return [JobResult(COMPLETED, dirs.get(b, "?"),
+                          {self.objectives[0]: runs[b]["value"]})
+                for b in self.spec.blocks if b in runs]
+
+
+def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple[dict, Any]],
+            distributions: dict, attempts: int = 16) -> dict[str, Any] | None:
+    """The next proposal: a fresh in-memory study is told every proposal so far with its value
+    (None: not known yet, left out), and its sampler, made by `make(n)` for the n-th ask,
+    proposes; a repeat of an earlier proposal is told its value and the sampler asked again, up
+    to `attempts` times (then None: nothing new to propose)."""
+    known = [params for params, _ in told]
+    told = [(params, value) for params, value in told if value is not None]
+    for attempt in range(attempts):
+        shadow = optuna.create_study(direction="minimize",
+                                     sampler=make(len(known) * attempts + attempt))
+        for params, value in told:
+            shadow.add_trial(optuna.trial.create_trial(params=params, distributions=distributions,
+                                                       value=value))
+        params = shadow.ask(distributions).params
+        if params not in known:
+            return params
+        value = dict((repr(p), v) for p, v in told).get(repr(params))
+        if value is not None:
+            told.append((params, value))
+    return None
+
+
+def _seed(spec: dict[str, Any], n: int) -> int | None:
+    seed = spec.get("seed")
+    return None if seed is None else (optuna_specs.reseeded(spec, n) or {}).get("seed", seed)
+
+
+def _rung_delta(t: FrozenTrial) -> float | None:
+    stopped = stopped_block(t)
+    return t.user_attrs[RACE_RUNS_ATTR][stopped].get("delta") if stopped else None
+
+
+def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
+    return plan.space.label(trial.params)
+
+
+def _words(j: intensify.Judgement, props: list[intensify.Proposal]) -> str:
+    if j.outcome == intensify.INCUMBENT:
+        return f"the incumbent after {j.n} replicates"
+    if j.delta is None:
+        return f"{j.outcome} after {j.n} replicates"
+    return (f"{j.outcome} against the incumbent after {j.n} replicates: Δ {j.delta:+.4g}, "
+            f"interval [{j.low:+.4g}, {j.high:+.4g}], one-sided p {j.p:.3g}")

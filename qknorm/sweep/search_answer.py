@@ -1,0 +1,126 @@
+"""A racing search's answer, read back from its study (qknorm/sweep/race_search.py runs it): the
+proposals in the order they were first made, the search replayed from their block results
+(qknorm/sweep/intensify.py) and its final answer. Light imports only: the status line reads it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from qknorm.multitest import PAIRED_T, ReplicateTest
+from qknorm.sweep import intensify, racestats
+from qknorm.sweep.study import (
+    RACE_CANDIDATE_ATTR,
+    RACE_RUNS_ATTR,
+    RETRIED_ATTR,
+    STATUS_ATTR,
+    SURPLUS,
+    retried_numbers,
+)
+
+SETTINGS_ATTR = "race"  # study user attr: the race's settings; a search's have `search`
+
+
+def is_search(settings: Any) -> bool:
+    return isinstance(settings, dict) and bool(settings.get("search"))
+
+
+def rules(settings: dict) -> intensify.Rules:
+    test = (ReplicateTest(settings["test"], settings["ratio"]) if settings.get("test")
+            else PAIRED_T)
+    return intensify.Rules(len(settings["blocks"]), settings["min_replicates"],
+                           settings["alpha"], settings.get("equivalence"), test)
+
+
+def proposals(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that are proposals, in the order they were first proposed: counted (not a
+    retried original, not surplus, not waiting), with params, ordered by the trial their
+    retries started from."""
+    retried = retried_numbers(trials)
+    parent = {t.number: t.system_attrs.get(RETRIED_ATTR) for t in trials}
+
+    def origin(n: int) -> int:
+        while parent.get(n) is not None:
+            n = parent[n]
+        return n
+
+    return sorted((t for t in trials if t.params and t.number not in retried
+                   and t.user_attrs.get(STATUS_ATTR) != SURPLUS
+                   and t.state != TrialState.WAITING),
+                  key=lambda t: origin(t.number))
+
+
+def replay(trials: list[FrozenTrial], settings: dict, sign: float = 1.0
+           ) -> tuple[list[FrozenTrial], list[intensify.Proposal], intensify.Search]:
+    """The proposals' trials, as intensify's proposals, and the search replayed from them."""
+    props_t = proposals(trials)
+    props = [intensify.Proposal(tuple(t.params.values()),
+                                racestats.block_values(t.user_attrs, settings["blocks"], sign),
+                                racestats.stopped_block(t.user_attrs) is not None,
+                                t.state == TrialState.RUNNING
+                                and racestats.stopped_block(t.user_attrs) is None)
+             for t in props_t]
+    return props_t, props, intensify.replay(props, rules(settings))
+
+
+def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
+    """One row per proposal: label, answer (best, level, worse, undecided, racing, failed),
+    replicates run, mean, Δ vs the best with its interval and Holm-adjusted p, steps; None
+    when the settings are not a racing search's."""
+    if not is_search(settings):
+        return None
+    props_t, props, search = replay(trials, settings)
+    final = intensify.final(search, props, rules(settings))
+    rows = []
+    for i, t in enumerate(props_t):
+        j = final.get(i) or search.judged.get(i)
+        runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
+        done = racestats.completed(runs)
+        word = {intensify.INCUMBENT: racestats.BEST, racestats.STOPPED: racestats.WORSE}.get(
+            j.outcome, j.outcome) if j else "racing"
+        rows.append({"candidate": t.user_attrs.get(RACE_CANDIDATE_ATTR, str(t.params)),
+                     "params": dict(t.params), "answer": word,
+                     "stopped": j is not None and j.outcome == racestats.STOPPED,
+                     "n": len(runs), "mean": statistics.fmean(r["value"] for r in done.values())
+                     if done else None, "delta": j.delta if j else None,
+                     "low": j.low if j else None, "high": j.high if j else None,
+                     "p_adjusted": j.p if j else None,
+                     "steps": sum(r.get("steps") or 0 for r in runs.values())})
+    return rows
+
+
+def short(row: dict) -> str:
+    """A proposal as the answer names it: norm.p=1.987 (4 significant digits)."""
+    return " ".join(f"{k.removeprefix('1/')}={_g(v, k.startswith('1/'))}"
+                    for k, v in row["params"].items())
+
+
+def _g(v: Any, reciprocal: bool) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return str(v)
+    v = (float("inf") if v == 0 else 1 / v) if reciprocal else v
+    return f"{v:.4g}"
+
+
+def answer_lines(rows: list[dict], settings: dict) -> list[str]:
+    """The search's answer in words: the best, level, worse, undecided (what the sweeper prints
+    at its end and qknorm.status prints any time)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["answer"], []).append(r)
+    best = by.get(racestats.BEST, [])
+    delta = settings.get("equivalence")
+    line = "search: " + (f"best {short(best[0])} (mean {best[0]['mean']:.4f} over "
+                         f"{best[0]['n']} replicates)" if best else "no incumbent yet")
+    for word, what in ((racestats.LEVEL, f"level with it within ±{delta:g}" if delta else ""),
+                       (racestats.WORSE, "worse"), (racestats.UNDECIDED, "undecided"),
+                       ("racing", "racing")):
+        if by.get(word):
+            line += f"; {what or word}: " + ", ".join(short(r) for r in by[word])
+    steps = sum(r["steps"] for r in rows)
+    return [line + f"; {len(rows)} proposals, {steps:,} training steps"]
+
+
