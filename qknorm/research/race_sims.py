@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 
 import optuna
 
-from qknorm.sweep import intensify, racestats
-from qknorm.sweep.race_search import propose
+from qknorm.sweep import intensify, propose, racestats
 
 MAX_PROPOSALS = 24  # search=p_tpe's n_trials
 

@@ -35,6 +35,7 @@ _FACE = {
     "open_reader": "qknorm.sweep.specs",
     "read_study": "qknorm.sweep.specs",
     "elimination": "qknorm.sweep.race",
+    "propose": "qknorm.sweep.race_search",
     "status_lines": "qknorm.sweep.progress",
 }
 # Modules the rest may import whole: the race's statistics and the racing search's rules are
