@@ -150,7 +150,10 @@ def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rul
         search.judged[i] = Judgement(INCUMBENT, len(mine))
         _challenge(search, proposals, inc, rules)  # the old incumbent is now a challenger
         return
-    if len(mine) >= rules.n_blocks:
+    behind = (len(mine) >= len(theirs) >= 2 and rules.equivalence is not None
+              and statistics.fmean(mine[:len(theirs)]) - statistics.fmean(theirs)
+              >= rules.equivalence)
+    if len(mine) >= rules.n_blocks or behind:
         last = compare(mine, theirs, rules) if len(theirs) >= 2 else None
         search.judged[i] = (_against(last, inc, UNDECIDED) if last
                             else Judgement(UNDECIDED, len(mine), inc))

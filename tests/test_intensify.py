@@ -1,0 +1,105 @@
+"""The racing search's rules (qknorm.sweep.intensify) on tables with a known answer: each look,
+the takeover, the extension of an open pair, in-fold stops, the answer and what the sampler is
+told. Values are losses (lower is better); blocks are folds in order."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from scipy import stats
+
+from qknorm.multitest import PAIRED_T, holm
+from qknorm.sweep import intensify
+from qknorm.sweep.intensify import INCUMBENT, RACING, Proposal, Rules
+
+RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
+
+
+def props(*rows, stopped=(), done=()):
+    """Proposals from value lists (None: not run); `stopped`/`done`: indices not live."""
+    return [Proposal(i, {b: v for b, v in enumerate(r) if v is not None}, i in stopped,
+                     i not in stopped and i not in done) for i, r in enumerate(rows)]
+
+
+def test_a_challenger_clearly_behind_is_worse_at_its_first_look():
+    ps = props([1.0, 1.2], [1.15, 1.36])
+    s = intensify.replay(ps, RULES)
+    j = s.judged[1]
+    d = [0.15, 0.16]
+    t = statistics.fmean(d) / (statistics.stdev(d) / 2 ** 0.5)
+    assert (s.incumbent, j.outcome, j.n, j.against) == (0, "worse", 2, 0)
+    assert j.delta == pytest.approx(0.155) and j.p == pytest.approx(stats.t.sf(t, 1))
+    assert 1 not in s.needs  # out: runs nothing more
+
+
+def test_a_challenger_better_on_every_block_of_the_incumbent_takes_its_place():
+    ps = props([1.0, 1.2, None], [0.9, 1.15, None])
+    s = intensify.replay(ps, RULES)
+    assert s.incumbent == 1 and s.judged[1].outcome == INCUMBENT
+    # The old incumbent is now a challenger: 0.075 behind on two blocks, not shown worse
+    # (paired t, 1 df), and behind by more than δ = 0.02: undecided, no more blocks for it.
+    assert s.judged[0].outcome == "undecided" and s.judged[0].against == 1
+    assert s.needs == {}
+
+
+def test_an_open_pair_runs_the_next_block_together_and_ends_undecided_at_the_last():
+    # 0.01 behind on average with spread: neither worse nor level after 2 blocks, within δ.
+    ps = props([1.0, 1.2], [1.03, 1.19])
+    s = intensify.replay(ps, RULES)
+    assert s.judged[1].outcome == RACING and s.needs == {0: 2, 1: 2}
+    ps = props([1.0, 1.2, 1.1, 1.0], [1.03, 1.19, 1.12, 0.99])
+    s = intensify.replay(ps, RULES)
+    assert s.judged[1].outcome == "undecided" and s.judged[1].n == 4 and s.needs == {}
+
+
+def test_a_challenger_never_runs_a_block_the_incumbent_has_not():
+    # The incumbent is still on its first two blocks: a challenger runs what it has, and the
+    # block it is on beside it (one launch), never one ahead.
+    assert intensify.replay(props([1.0], []), RULES).needs == {0: 1, 1: 0}
+    assert intensify.replay(props([1.0], [1.01]), RULES).needs == {0: 1, 1: 1}
+    assert intensify.replay(props([1.0], [1.01, 1.1]), RULES).needs == {0: 1}
+    assert intensify.replay(props([1.0, 1.1], []), RULES).needs == {1: 0}
+
+
+def test_level_within_delta_comes_before_worse():
+    # Behind by 0.005 on every block (no spread): surely behind, and surely by less than δ.
+    ps = props([1.0, 1.2], [1.005, 1.205])
+    j = intensify.replay(ps, RULES).judged[1]
+    assert j.outcome == "level" and j.low == pytest.approx(0.005) == j.high
+
+
+def test_a_run_stopped_at_a_rung_is_out_and_the_answer_calls_it_worse():
+    ps = props([1.0, 1.2, 1.1], [1.3], [1.002, 1.21, 1.104], stopped=(1,))
+    s = intensify.replay(ps, RULES)
+    assert s.judged[1].outcome == "stopped"
+    final = intensify.final(s, ps, RULES)
+    assert final[1].outcome == "stopped" and final[0].outcome == INCUMBENT
+
+
+def test_the_answer_adjusts_the_comparisons_with_the_best_by_holm():
+    ps = props([1.0, 1.2, 1.1, 1.0], [1.03, 1.25, 1.16, 1.04], [1.04, 1.19, 1.15, 1.01],
+               done=(1, 2))
+    s = intensify.replay(ps, RULES)
+    final = intensify.final(s, ps, RULES)
+    raw = [intensify.compare(list(p.values.values()), list(ps[0].values.values()), RULES).p
+           for p in ps[1:]]
+    assert [final[1].p, final[2].p] == pytest.approx(holm(raw))
+    assert final[0].outcome == INCUMBENT
+
+
+def test_the_sampler_is_told_values_on_the_incumbents_folds():
+    inc = Proposal(0, {0: 1.0, 1: 1.4, 2: 1.1})
+    late = Proposal(1, {0: 1.05})  # one block: 0.05 behind there
+    assert intensify.adjusted_value(late, inc) == pytest.approx(statistics.fmean(
+        [1.0, 1.4, 1.1]) + 0.05)
+    stopped = Proposal(2, {}, stopped=True, live=False)
+    assert intensify.adjusted_value(stopped, inc, rung_delta=0.3) == pytest.approx(
+        statistics.fmean([1.0, 1.4, 1.1]) + 0.3)
+    assert intensify.adjusted_value(Proposal(3, {}), inc) is None
+
+
+def test_a_failed_first_proposal_hands_the_incumbent_to_the_next():
+    ps = props([], [1.0, 1.1], done=(0,))
+    s = intensify.replay(ps, RULES)
+    assert s.incumbent == 1 and s.judged[0].outcome == "failed"
