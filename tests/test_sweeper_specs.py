@@ -131,6 +131,9 @@ def test_two_params_on_one_key_are_one_line_naming_both():
                                          r"hydra.sweeper.params.1/norm.p both set norm.p; keep "
                                          r"one of them$"):
         parse_space({"norm.p": "choice(1.0,2.0)", "1/norm.p": "interval(0,1)"}, [])
+    # null removes a param: search=p_tpe's `norm.p: null` over experiment=paper_cpu's grid
+    space, _ = parse_space({"norm.p": None, "1/norm.p": "interval(0,1)"}, [])
+    assert [p.name for p in space.params] == ["1/norm.p"] and space.fixed == ()
 
 
 def test_tpe_gets_the_pinned_settings_not_the_installed_optunas_defaults():

@@ -192,7 +192,9 @@ def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tupl
     a sweep given there for a key replaces every param that sets that key, its reciprocal
     included (`search=p_tpe norm.p=3` trains p = 3; `'norm.p=interval(1,8)'` searches norm.p
     instead of the preset's 1/norm.p, one dimension)."""
-    entries: dict[str, Any] = dict(params)
+    # null removes a param: a search preset drops the grid an experiment sets on the same key
+    # (search=p_tpe's `norm.p: null` beside its 1/norm.p, over experiment=paper_cpu's norm.p).
+    entries: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
     _one_param_per_key(entries)
     plain: list[str] = []
     parser = OverridesParser.create()
