@@ -122,14 +122,23 @@ class RaceSearchSchedule:
                 "delta": j.delta, "p": j.p, "low": j.low, "high": j.high}
 
     def next_jobs(self, study: optuna.Study) -> list[Job]:
+        """The blocks my proposals need, the incumbent's first; none while a slot is free for
+        a new proposal (wants() makes it, and its first block joins the next launch)."""
         budget = self.spec.budget_steps
         if budget is not None and spent_steps(self.trials) + self._run_steps() > budget:
             return []
         order = sorted(self.search.needs, key=lambda i: i != self.search.incumbent)
-        return [(self.mine[self.trials[i].number], self.plan.combinations[self.search.needs[i]])
+        jobs = [(self.mine[self.trials[i].number], self.plan.combinations[self.search.needs[i]])
                 for i in order if self.trials[i].number in self.mine
                 and self.spec.blocks[self.search.needs[i]] not in
                 self.mine[self.trials[i].number].user_attrs.get(RACE_RUNS_ATTR, {})]
+        return [] if len(jobs) < self.n_jobs and self._slot(study) else jobs
+
+    def _slot(self, study: optuna.Study) -> bool:
+        """Room for one more proposal now: fewer than n_jobs challengers race, the search has
+        room, and the sampler still proposes something new."""
+        racing = sum(j.outcome == intensify.RACING for j in self.search.judged.values())
+        return racing < self.n_jobs and not self.exhausted and self._room(study) > 0
 
     def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
         """Each block's result into its trial (RACE_RUNS_ATTR), as the race keeps them."""
@@ -154,12 +163,11 @@ class RaceSearchSchedule:
 
     def wants(self, study: optuna.Study) -> int:
         """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
-        for by the loop) while the search has room and fewer than n_jobs proposals race."""
+        for by the loop) while a slot is free (_slot)."""
         waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
         if waiting:
             return len(waiting)
-        racing = sum(j.outcome == intensify.RACING for j in self.search.judged.values())
-        if self._room(study) <= 0 or racing >= self.n_jobs or self.search.needs:
+        if not self._slot(study):
             return 0
         params = self._propose(study)
         if params is None:  # the sampler proposes only candidates already raced: none is left

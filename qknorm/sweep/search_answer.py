@@ -76,7 +76,8 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
     final = intensify.final(search, props, rules(settings))
     rows = []
     for i, t in enumerate(props_t):
-        j = final.get(i) or search.judged.get(i)
+        racing = search.judged.get(i) is not None and search.judged[i].outcome == intensify.RACING
+        j = None if racing else final.get(i) or search.judged.get(i)
         runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
         done = racestats.completed(runs)
         word = {intensify.INCUMBENT: racestats.BEST, racestats.STOPPED: racestats.WORSE}.get(

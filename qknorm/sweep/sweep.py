@@ -247,10 +247,17 @@ def _log_plan(s: Settings, plan: Plan) -> None:
     spec = plan.race
     if spec is None:
         return
-    log.info("race over %d replicates: every candidate runs the first %d, then those "
-             "significantly worse than the leader stop (alpha=%g, baseline %s)",
-             len(spec.blocks), spec.min_replicates, spec.alpha,
-             spec.labels.get(spec.baseline, "none"))
+    if spec.search:
+        log.info("a search that races its proposals over %d replicates: %s proposes one at a "
+                 "time; each runs the incumbent's replicates one after another and leaves as "
+                 "worse (one-sided %s at alpha=%g), level, or takes the incumbent's place when "
+                 "better on every replicate the incumbent ran (docs/search.md)", len(spec.blocks),
+                 spec.search, spec.test.short(), spec.alpha)
+    else:
+        log.info("race over %d replicates: every candidate runs the first %d, then those "
+                 "significantly worse than the leader stop (alpha=%g, baseline %s)",
+                 len(spec.blocks), spec.min_replicates, spec.alpha,
+                 spec.labels.get(spec.baseline, "none"))
     if spec.rungs:
         log.info("in-fold stopping: a run more than its margin above the best other run of "
                  "its replicate at a rung stops there, and its candidate leaves the race; "
