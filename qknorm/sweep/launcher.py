@@ -106,7 +106,7 @@ class Launcher:
 
 
 @contextlib.contextmanager
-def _unless_failed_elsewhere(trial: optuna.Trial):
+def unless_failed_elsewhere(trial: optuna.Trial):
     """Telling a trial that another sweeper has failed as stale is skipped (study.left_to_retry).
     Without this, the one late heartbeat ended the whole sweep with UpdateFinishedTrialError."""
     try:
@@ -118,7 +118,7 @@ def _unless_failed_elsewhere(trial: optuna.Trial):
 def tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,
          objectives: list[str]) -> None:
     """COMPLETE with the mean over the jobs, PRUNED when one was pruned, else FAIL (or fail_value)."""
-    with _unless_failed_elsewhere(trial):
+    with unless_failed_elsewhere(trial):
         _tell(study, trial, jobs, plan, objectives)
 
 
@@ -158,7 +158,7 @@ def tell_out(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], di
              objectives: list[str]) -> None:
     """A candidate the race is done with before its end: PRUNED, with its mean/std over
     the blocks it completed (`jobs`) and every run dir it has (`dirs`)."""
-    with _unless_failed_elsewhere(trial):
+    with unless_failed_elsewhere(trial):
         trial.set_user_attr(JOBS_ATTR, dirs)
         trial.set_user_attr(N_ATTR, len(jobs))
         if jobs:

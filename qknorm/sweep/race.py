@@ -274,7 +274,8 @@ class RaceSchedule:
                 continue
             else:
                 runs[block_label(combo)] = run_entry(value, job.fields)
-            trial.set_user_attr(RACE_RUNS_ATTR, runs)
+            with trial_jobs.unless_failed_elsewhere(trial):  # stale: its retry runs it again
+                trial.set_user_attr(RACE_RUNS_ATTR, runs)
 
     def wants(self, study: optuna.Study) -> int:
         """Candidates nobody runs yet, or a killed sweeper's retries."""

@@ -103,7 +103,8 @@ class RaceSearchSchedule:
             judged = self.search.judged.get(i) if i is not None else None
             if judged is None or (judged.outcome not in OUT and not over):
                 continue
-            trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
+            with trial_jobs.unless_failed_elsewhere(trial):
+                trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
             jobs = self._completed_jobs(trial)
             dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
             if judged.outcome in OUT:
@@ -159,7 +160,8 @@ class RaceSearchSchedule:
                 continue
             else:
                 runs[block_label(combo)] = run_entry(value, job.fields)
-            trial.set_user_attr(RACE_RUNS_ATTR, runs)
+            with trial_jobs.unless_failed_elsewhere(trial):  # stale: its retry runs it again
+                trial.set_user_attr(RACE_RUNS_ATTR, runs)
 
     def wants(self, study: optuna.Study) -> int:
         """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
