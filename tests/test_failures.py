@@ -101,6 +101,15 @@ def test_multirun_validates_every_job_before_any_starts(cli):
     assert not (cli.cwd / "outputs").exists()  # job #0 (p=2, valid) never ran either
 
 
+def test_a_search_whose_key_is_fixed_says_so_before_any_study(cli):
+    """search=p_tpe searches 1/norm.p; norm.p=3 on the command line removes that param (and
+    any other on norm.p), which leaves nothing to search: one line, exit 2, no study."""
+    r = cli("-m", "qknorm.train", "search=p_tpe", *SMOKE, "norm.p=3")
+    assert_one_line_error(r, "norm.p=3 fixes every key the search searches",
+                          "(python -m qknorm.train norm.p=3)")
+    assert not (cli.cwd / "outputs" / "optuna.db").exists()
+
+
 def test_hydra_commands_still_work(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "norm.p=3", "--cfg", "job")
     assert r.returncode == 0, r.stderr

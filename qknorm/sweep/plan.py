@@ -25,6 +25,7 @@ from qknorm.sweep.race_plan import RaceSpec, plan_race
 from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
+    config_key,
     format_value,
     parse_space,
     replicate_combinations,
@@ -137,6 +138,13 @@ class Planner:
         slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
         replicates, arguments = cli_replicates(self.s.replicates, arguments)
         space, base = parse_space(self.s.params, arguments)
+        if not space.params and self.s.race and self.s.sampler_spec.get("name") != "grid":
+            fixed = " ".join(a for a in arguments if config_key(a.split("=", 1)[0])
+                             in {config_key(k) for k in self.s.params})
+            raise UserError(f"{fixed or 'the command line'} fixes every key the search searches:"
+                            " nothing is left to search; train that value as one run "
+                            f"(python -m qknorm.train {fixed or 'KEY=VALUE'}), or search another "
+                            "key, e.g. 'norm.p=interval(1,8)'")
         if not space.params and self.s.race:  # a race needs a grid, not TPE's interval
             raise UserError(RACE_NEEDS_A_GRID)
         if not space.params:
