@@ -4,6 +4,7 @@ table: its answer, and a search killed mid-way and resumed by two sweepers at on
 from __future__ import annotations
 
 import collections
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,23 @@ def test_a_killed_search_resumed_by_two_sweepers_runs_no_finished_fold_again(cli
     assert after["3 0"] == 1  # x=3's fold 0 ran before the kill: its retry kept it
     assert all(n == 1 for key, n in after.items() if key in before)
     check_table(answers(cli.cwd))
+
+
+def test_the_reports_minimiser_is_the_parabolas_lowest_point():
+    """Proposals on a parabola in log p with its lowest point at p = 2 (plus a little noise):
+    the fit puts p* at 2 and its range around it; the section names the best."""
+    from qknorm.report import searchsection
+
+    ps = [1.0, 1.3, 1.7, 2.2, 2.9, 3.8, 5.0]
+    noise = [0.001, -0.002, 0.0015, -0.001, 0.002, -0.0015, 0.001]
+    values = [1.5 + 0.2 * (math.log(p) - math.log(2)) ** 2 + e for p, e in zip(ps, noise)]
+    best = min(range(len(ps)), key=values.__getitem__)
+    rows = [{"params": {"norm.p": p}, "answer": "best" if i == best else "level",
+             "stopped": False, "n": 3, "mean": v, "delta": None if i == best else v - values[best],
+             "low": None, "high": None, "p_adjusted": None, "steps": 6000}
+            for i, (p, v) in enumerate(zip(ps, values))]
+    fit = searchsection.minimiser(rows)
+    assert fit["p"] == pytest.approx(2.0, rel=0.03) and fit["points"] == 7
+    assert fit["p_low"] < 2.0 < fit["p_high"] and fit["low"] < 1.5 < fit["high"]
+    lines = searchsection.section(rows, {"equivalence": 0.02, "alpha": 0.05, "test": None}, "s")
+    assert lines[2].startswith(f"search: best norm.p={ps[best]:.4g} (mean {values[best]:.4f}")

@@ -16,6 +16,7 @@
   tables     how summary.md writes a number, a p-value, a table
   summary    summary.md's sections
   lrsection  its learning-rate section
+  searchsection  its racing search's section: the answer and the minimiser's fit
   build      checks, load, figures, build_report, write_report
   paper      the paper's table beside ours
   archcompare  two architectures on the same folds: arms, paired Δ, interaction

@@ -9,11 +9,11 @@ import pandas as pd
 
 from qknorm import rundir
 from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
-from qknorm.report import lrsection, paxis, results, stats
+from qknorm.report import lrsection, paxis, results, searchsection, stats
 from qknorm.report import readings as two_readings
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, num, pval
-from qknorm.sweep import elimination, racestats
+from qknorm.sweep import elimination, racestats, search_answer
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
@@ -122,6 +122,10 @@ def summarize(collection: results.Collection, options: Options,
         held = elimination(study) if study is not None else None
         if held is not None:  # a race's elimination table and the compute it spent
             out += race_section(held, name)
+        settings = study.user_attrs.get("race") if study is not None else None
+        if search_answer.is_search(settings):  # a racing search's answer
+            out += searchsection.section(search_answer.answer(study.get_trials(), settings),
+                                         settings, name)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]

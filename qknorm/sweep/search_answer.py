@@ -5,6 +5,7 @@ proposals in the order they were first made, the search replayed from their bloc
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -97,6 +98,14 @@ def short(row: dict) -> str:
     """A proposal as the answer names it: norm.p=1.987 (4 significant digits)."""
     return " ".join(f"{k.removeprefix('1/')}={_g(v, k.startswith('1/'))}"
                     for k, v in row["params"].items())
+
+
+def p_of(row: dict) -> float | None:
+    """The proposal's p (norm.p, or 1/norm.p read back: 0 is inf); None if it sets no p."""
+    for key, v in row["params"].items():
+        if key in ("norm.p", "1/norm.p") and isinstance(v, (int, float)):
+            return (math.inf if v == 0 else 1 / v) if key.startswith("1/") else float(v)
+    return None
 
 
 def _g(v: Any, reciprocal: bool) -> str:

@@ -1,0 +1,85 @@
+"""summary.md's section for a racing search (search=p_tpe): its answer (the rows of
+qknorm.sweep.search_answer, the same the sweeper's last line and qknorm.status give), and where
+a quadratic fit of the proposals' fold-adjusted values in log p puts the minimiser.
+
+The fit: each proposal that completed a fold has a fold-adjusted value (the best's mean plus its
+mean paired difference to the best on the folds both ran: the value the sampler was told); the
+quadratic in log p through them (stats.quadratic_fit, the report's loss_vs_p curve) is lowest at
+p*, and its 95% band says where else the minimum may lie: the p whose fitted mean's interval
+reaches below the upper end of the interval at p*. It assumes the values scatter independently
+with one variance around a parabola in log p; they do not quite (a value over more folds is
+less noisy, and proposals share folds), so the range is a reading aid, not a confidence
+interval of p*; the answer's verdicts carry the claims.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qknorm.report import paxis, stats
+from qknorm.report.tables import markdown_table, num, pval
+from qknorm.sweep import search_answer
+
+
+def minimiser(rows: list[dict]) -> dict | None:
+    """p*, its fitted mean with the 95% interval, and the range of p whose fitted interval
+    reaches below that interval's upper end; None without a fit (too few finite p)."""
+    best = next((r for r in rows if r["answer"] == "best"), None)
+    if best is None:
+        return None
+    points = [(search_answer.p_of(r), best["mean"] + (r["delta"] or 0.0)) for r in rows
+              if r is best or r["delta"] is not None]
+    ps = np.array([p for p, _ in points if p is not None and math.isfinite(p)], dtype=float)
+    values = np.array([v for p, v in points if p is not None and math.isfinite(p)], dtype=float)
+    if len(ps) < 3:
+        return None
+    grid = np.geomspace(ps.min(), ps.max(), 400)
+    fit = stats.quadratic_fit(np.log(ps), values, np.log(grid))
+    if fit is None:
+        return None
+    mean, low, high = fit
+    i = int(np.argmin(mean))
+    near = grid[low <= high[i]]
+    return {"p": float(grid[i]), "mean": float(mean[i]), "low": float(low[i]),
+            "high": float(high[i]), "p_low": float(near.min()), "p_high": float(near.max()),
+            "points": len(ps)}
+
+
+def section(rows: list[dict], settings: dict, name: str) -> list[str]:
+    delta = settings.get("equivalence")
+    header = ["proposal", "answer", "replicates run", "mean", "Δ vs best", "90% interval of Δ",
+              "Holm-adjusted p", "training steps"]
+    table = [[search_answer.short(r), r["answer"] + (" (stopped at a rung)" if r["stopped"]
+                                                     else ""), str(r["n"]),
+              num(r["mean"]) if r["mean"] is not None else "-",
+              f"{r['delta']:+.4f}" if r["delta"] is not None else "-",
+              f"[{r['low']:+.4f}, {r['high']:+.4f}]" if r["low"] is not None else "-",
+              pval(r["p_adjusted"]) if r["p_adjusted"] is not None else "-",
+              f"{r['steps']:,}"] for r in rows]
+    out = [f"## Search: study {name}", "", *search_answer.answer_lines(rows, settings), "",
+           "A search that races its proposals (docs/search.md): each proposal ran the "
+           "incumbent's replicates one after another and left as worse, level or undecided, or "
+           "took the incumbent's place. The answer compares every proposal with the best once "
+           f"more on the replicates both ran ({_test(settings)}): `level` where the "
+           f"{1 - 2 * settings['alpha']:.0%} interval of Δ lies inside ±{delta:g} (TOST), "
+           f"`worse` where the Holm-adjusted one-sided p <= {settings['alpha']:g} (Holm over "
+           "the comparisons with the best) or its run stopped at a rung, else `undecided`."
+           if delta is not None else "", "", markdown_table(header, table), ""]
+    fit = minimiser(rows)
+    if fit is not None:
+        out += [f"Minimiser (a quadratic in log p through the {fit['points']} proposals' "
+                f"fold-adjusted values): lowest at p = {paxis.format_p(fit['p'], 3)}, fitted "
+                f"mean {num(fit['mean'])} [{num(fit['low'])}, {num(fit['high'])}] (95%); the "
+                f"fitted mean's interval reaches below {num(fit['high'])} for p in "
+                f"[{paxis.format_p(fit['p_low'], 3)}, {paxis.format_p(fit['p_high'], 3)}]. A "
+                "reading aid: the fit takes the values as independent with one variance "
+                "(docs/search.md).", ""]
+    return out
+
+
+def _test(settings: dict) -> str:
+    if settings.get("test") == "corrected":
+        return f"the corrected resampled t, n_test/n_train = {settings['ratio']:.3g}"
+    return "the paired t"
