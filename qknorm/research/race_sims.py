@@ -3,7 +3,8 @@
 Both use the sweeper's own rules: the race's looks (qknorm.sweep.racestats.replay) and the
 search's (qknorm.sweep.intensify.replay), and in-fold stopping at the rungs
 (racestats.stop_at_rung) on the recorded curves: a run is judged at a rung against the runs of
-the same fold that ran before it (the sweepers launch the leader's, or the incumbent's, first),
+the same fold that ran before it (the sweepers launch the leader's, or the incumbent's, first;
+the race's baseline is never judged, the search judges every run, the incumbent's too),
 and a stopped run costs the steps up to its rung. Budgets: the race checks its budget before
 each run, as its sweeper does between launches (it can end one run past it); the search
 launches a run only when the run's whole steps fit in what is left, so it never spends more.
@@ -99,8 +100,7 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float, rules: inten
             x = props[i]
             if spent["steps"] + grid[x["p"]][state.needs[i]]["steps"] > budget:
                 break  # the run does not fit in what is left: the search ends here
-            value, delta = _run(grid, x["p"], state.needs[i], ran, rungs, spent,
-                                judged=i != state.incumbent)
+            value, delta = _run(grid, x["p"], state.needs[i], ran, rungs, spent)
             if value is None:
                 x["stopped"], x["rung_delta"] = True, delta
             else:

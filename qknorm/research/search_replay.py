@@ -98,15 +98,18 @@ def _run(trial: optuna.Trial, runs: list[dict], spent: dict) -> tuple[float, boo
     return statistics.fmean(values), False
 
 
-# The race's and the racing search's settings: search=p_race's (conf/search/p_race.yaml).
+# The race's settings (conf/search/p_race.yaml) and the racing search's (conf/search/p_tpe.yaml):
+# the same but for the replicates every candidate (race) or the first incumbent (search) runs.
 RACE = {"min_blocks": 3, "alpha": 0.05, "equivalence": 0.02, "rungs": {500: 0.1, 1000: 0.04},
         "baseline": 2.0}
+SEARCH_MIN_BLOCKS = 2
 
 
 def run_all(grid: dict, budget: float, seeds: int) -> dict[str, list[dict]]:
     """Every search's outcomes at one budget: {name: [outcome per seed]}."""
-    rules = Rules(grid_runs.n_folds(grid), RACE["min_blocks"], RACE["alpha"],
-                  RACE["equivalence"], for_folds(grid_runs.n_folds(grid)))
+    k = grid_runs.n_folds(grid)
+    rules = Rules(k, RACE["min_blocks"], RACE["alpha"], RACE["equivalence"], for_folds(k))
+    search_rules = Rules(k, SEARCH_MIN_BLOCKS, RACE["alpha"], RACE["equivalence"], for_folds(k))
     out = {name: [search(grid, name, s, budget) for s in range(seeds)] for name in SEARCHES}
     try:
         from qknorm.research.smac_replay import smac_search
@@ -117,7 +120,7 @@ def run_all(grid: dict, budget: float, seeds: int) -> dict[str, list[dict]]:
     out["race"] = [raced] * seeds  # deterministic: one answer, as many times as seeds
     for sampler in ("tpe", "gp"):
         out[f"race_search_{sampler}"] = [
-            race_sims.race_search(grid, sampler, s, budget, rules, RACE["rungs"])
+            race_sims.race_search(grid, sampler, s, budget, search_rules, RACE["rungs"])
             for s in range(seeds)]
     return out
 
@@ -180,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                     "core_s": sum(r["core_s"] for r in runs), "curves": args.curves is not None,
                     "best": truth.best, "worse": sorted(truth.worse),
                     "delta": {str(p): d for p, d in sorted(truth.delta.items())}},
-           "settings": {**RACE, "sampler": "TPE n_startup_trials=6 / GP, Optuna defaults"},
+           "settings": {**RACE, "search_min_blocks": SEARCH_MIN_BLOCKS,
+                        "sampler": "TPE n_startup_trials=6 / GP, Optuna defaults"},
            "searches": {}}
     for b in budgets:
         for name, outcomes in run_all(grid, b, args.seeds).items():
