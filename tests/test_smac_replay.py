@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("smac", reason="smac (SMAC3 2.x) is not a qknorm dependency; install it to run this")
+pytest.importorskip("smac", reason="smac (SMAC3 2.x) comes with the replay extra: pip install -e .[replay]")
 
 from qknorm.research.smac_replay import smac_search  # noqa: E402
 
