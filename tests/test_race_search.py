@@ -99,3 +99,17 @@ def test_the_reports_minimiser_is_the_parabolas_lowest_point():
     assert fit["p_low"] < 2.0 < fit["p_high"] and fit["low"] < 1.5 < fit["high"]
     lines = searchsection.section(rows, {"equivalence": 0.02, "alpha": 0.05, "test": None}, "s")
     assert lines[2].startswith(f"search: best norm.p={ps[best]:.4g} (mean {values[best]:.4f}")
+
+
+@pytest.mark.slow
+def test_a_search_ends_within_its_budget_even_with_proposals_still_racing(cli):
+    """100 steps a run, budget 550: five whole runs fit, a launch is cut to what fits, and the
+    search ends there with its open proposals answered (none is left racing, nothing hangs)."""
+    r = cli(TASK, *SEARCH, "hydra.sweeper.n_jobs=2", "++hydra.sweeper.race.budget_steps=550",
+            timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sum(calls(cli.cwd).values()) == 5  # 500 steps: a sixth run would take it to 600
+    got = answers(cli.cwd)
+    assert "racing" not in got.values() and list(got.values()).count("best") == 1
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    assert all(t.state.is_finished() for t in study.trials)

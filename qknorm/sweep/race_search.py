@@ -75,14 +75,21 @@ class RaceSearchSchedule:
         return everything
 
     def _over(self, study: optuna.Study) -> bool:
-        """No block is needed and no proposal is left to make."""
-        return not self.search.needs and (self.exhausted or self._room(study) <= 0)
+        """No run fits in the budget, or no block is needed and no proposal is left to make."""
+        return self._fits() == 0 or (not self.search.needs
+                                     and (self.exhausted or self._room(study) <= 0))
 
     def _room(self, study: optuna.Study) -> int:
+        return room(study, self.plan) if self._fits() != 0 else 0
+
+    def _fits(self) -> int | None:
+        """How many more whole runs fit in budget_steps (None: no budget)."""
         budget = self.spec.budget_steps
-        if budget is not None and spent_steps(self.trials) + self._run_steps() > budget:
-            return 0
-        return room(study, self.plan)
+        if budget is None:
+            return None
+        run = self._run_steps()
+        left = budget - spent_steps(self.trials)
+        return max(0, left // run) if run else int(left > 0)
 
     def _run_steps(self) -> int:
         """A whole run's steps, as the runs so far took (0 before the first)."""
@@ -107,10 +114,10 @@ class RaceSearchSchedule:
                 trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
             jobs = self._completed_jobs(trial)
             dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
-            if judged.outcome in OUT:
-                trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
-            else:
+            if judged.outcome == intensify.INCUMBENT:
                 trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
+            else:  # out, or still racing when the search ended (its answer says undecided)
+                trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
             log.info("trial %d [%s]: %s", trial.number,
                      self.plan.space.label(trial.params), _words(judged, self.props))
             self._forget(trial)
@@ -125,15 +132,17 @@ class RaceSearchSchedule:
     def next_jobs(self, study: optuna.Study) -> list[Job]:
         """The blocks my proposals need, the incumbent's first; none while a slot is free for
         a new proposal (wants() makes it, and its first block joins the next launch)."""
-        budget = self.spec.budget_steps
-        if budget is not None and spent_steps(self.trials) + self._run_steps() > budget:
+        fits = self._fits()
+        if fits == 0:
             return []
         order = sorted(self.search.needs, key=lambda i: i != self.search.incumbent)
         jobs = [(self.mine[self.trials[i].number], self.plan.combinations[self.search.needs[i]])
                 for i in order if self.trials[i].number in self.mine
                 and self.spec.blocks[self.search.needs[i]] not in
                 self.mine[self.trials[i].number].user_attrs.get(RACE_RUNS_ATTR, {})]
-        return [] if len(jobs) < self.n_jobs and self._slot(study) else jobs
+        if len(jobs) < self.n_jobs and self._slot(study):
+            return []
+        return jobs if fits is None else jobs[:fits]  # a launch never runs past the budget
 
     def _slot(self, study: optuna.Study) -> bool:
         """Room for one more proposal now: fewer than n_jobs challengers race, the search has
