@@ -121,7 +121,8 @@ class RaceSearchSchedule:
             log.info("trial %d [%s]: %s", trial.number,
                      self.plan.space.label(trial.params), _words(judged, self.props))
             self._forget(trial)
-        return over and not self.mine
+        waiting = any(t.state == TrialState.WAITING for t in everything)
+        return over and not self.mine and not waiting  # a killed sweeper's retries: told too
 
     def _outcome(self, i: int, j: intensify.Judgement) -> dict[str, Any]:
         inc = j.against if j.against is not None else self.search.incumbent
@@ -254,6 +255,8 @@ def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
 def _words(j: intensify.Judgement, props: list[intensify.Proposal]) -> str:
     if j.outcome == intensify.INCUMBENT:
         return f"the incumbent after {j.n} replicates"
+    if j.outcome == intensify.RACING:
+        return f"still racing when the search ended, after {j.n} replicates (undecided)"
     if j.delta is None:
         return f"{j.outcome} after {j.n} replicates"
     return (f"{j.outcome} against the incumbent after {j.n} replicates: Δ {j.delta:+.4g}, "

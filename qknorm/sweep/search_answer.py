@@ -40,7 +40,9 @@ def proposals(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """The trials that are proposals, in the order they were first proposed: counted (not a
     retried original, not surplus, not waiting), with params, ordered by the trial their
     retries started from."""
-    retried = retried_numbers(trials)
+    # A retry waiting to be asked holds no params yet: until a sweeper takes it, its failed
+    # original stands for the proposal (same block results), so the replay does not lose it.
+    retried = retried_numbers([t for t in trials if t.state != TrialState.WAITING])
     parent = {t.number: t.system_attrs.get(RETRIED_ATTR) for t in trials}
 
     def origin(n: int) -> int:
