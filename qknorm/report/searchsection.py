@@ -76,6 +76,9 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
                 f"[{paxis.format_p(fit['p_low'], 3)}, {paxis.format_p(fit['p_high'], 3)}]. A "
                 "reading aid: the fit takes the values as independent with one variance "
                 "(docs/search.md).", ""]
+    else:
+        out += [f"Minimiser: no quadratic fit (it needs {stats.MIN_FIT_POINTS} proposals that "
+                "completed a replicate at a finite p, the best included).", ""]
     return out
 
 
