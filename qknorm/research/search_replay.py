@@ -105,11 +105,17 @@ RACE = {"min_blocks": 3, "alpha": 0.05, "equivalence": 0.02, "rungs": {500: 0.1,
 SEARCH_MIN_BLOCKS = 2
 
 
-def run_all(grid: dict, budget: float, seeds: int) -> dict[str, list[dict]]:
-    """Every search's outcomes at one budget: {name: [outcome per seed]}."""
+def run_all(grid: dict, budget: float, seeds: int, search_min: int = SEARCH_MIN_BLOCKS,
+            only: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+    """Every search's outcomes at one budget: {name: [outcome per seed]} (`only`: just those
+    racing searches, by sampler)."""
     k = grid_runs.n_folds(grid)
     rules = Rules(k, RACE["min_blocks"], RACE["alpha"], RACE["equivalence"], for_folds(k))
-    search_rules = Rules(k, SEARCH_MIN_BLOCKS, RACE["alpha"], RACE["equivalence"], for_folds(k))
+    search_rules = Rules(k, search_min, RACE["alpha"], RACE["equivalence"], for_folds(k))
+    if only:
+        return {f"race_search_{s}": [race_sims.race_search(grid, s, seed, budget, search_rules,
+                                                           RACE["rungs"]) for seed in range(seeds)]
+                for s in only}
     out = {name: [search(grid, name, s, budget) for s in range(seeds)] for name in SEARCHES}
     try:
         from qknorm.research.smac_replay import smac_search
@@ -162,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="training-step budgets, comma-separated (default: a third of "
                          "paper_cpu's 80,000, and all of it)")
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--search-min-replicates", type=int, default=SEARCH_MIN_BLOCKS,
+                    help="the racing search's min_replicates (default: search=p_tpe's)")
+    ap.add_argument("--only", default="", help="comma-separated samplers: only those racing "
+                                               "searches (e.g. tpe), no other search")
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
     args = ap.parse_args(argv)
     try:
@@ -183,11 +193,13 @@ def main(argv: list[str] | None = None) -> int:
                     "core_s": sum(r["core_s"] for r in runs), "curves": args.curves is not None,
                     "best": truth.best, "worse": sorted(truth.worse),
                     "delta": {str(p): d for p, d in sorted(truth.delta.items())}},
-           "settings": {**RACE, "search_min_blocks": SEARCH_MIN_BLOCKS,
+           "settings": {**RACE, "search_min_blocks": args.search_min_replicates,
                         "sampler": "TPE n_startup_trials=6 / GP, Optuna defaults"},
            "searches": {}}
     for b in budgets:
-        for name, outcomes in run_all(grid, b, args.seeds).items():
+        only = tuple(x for x in args.only.split(",") if x)
+        for name, outcomes in run_all(grid, b, args.seeds, args.search_min_replicates,
+                                      only).items():
             out["searches"].setdefault(name, {})[str(int(b))] = score(
                 outcomes, truth, RACE["equivalence"])
     text = json.dumps(out, indent=2, default=str)
