@@ -83,13 +83,16 @@ class RaceSearchSchedule:
         return room(study, self.plan) if self._fits() != 0 else 0
 
     def _fits(self) -> int | None:
-        """How many more whole runs fit in budget_steps (None: no budget)."""
+        """How many more whole runs fit in budget_steps (None: no budget, or no run finished
+        yet to tell a run's length)."""
         budget = self.spec.budget_steps
         if budget is None:
             return None
         run = self._run_steps()
         left = budget - spent_steps(self.trials)
-        return max(0, left // run) if run else int(left > 0)
+        if not run:  # no run has finished yet: its length is not known, nothing is cut
+            return None if left > 0 else 0
+        return max(0, left // run)
 
     def _run_steps(self) -> int:
         """A whole run's steps, as the runs so far took (0 before the first)."""
