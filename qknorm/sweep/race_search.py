@@ -18,6 +18,7 @@ counts as what it showed, and the same study always gets the same next proposal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -55,16 +56,18 @@ def spent_steps(trials: list[FrozenTrial]) -> int:
 
 
 class RaceSearchSchedule:
-    """A trial per proposal; a proposal runs the blocks intensify says it needs, one per launch;
-    it is told once its race is decided (PRUNED: worse, level, undecided, stopped), the
-    incumbent and the still open ones at the end (COMPLETE, their mean over their blocks)."""
+    """A trial per proposal; a proposal runs the blocks intensify says it needs, one at a time;
+    it is told once its race is decided (PRUNED: worse, level, undecided, stopped). At the end
+    the incumbent is told COMPLETE with its mean over its blocks, and the proposals still open
+    PRUNED (their answer: undecided)."""
 
     def __init__(self, plan: Plan, objectives: list[str], n_jobs: int, heartbeat: Heartbeat):
         self.plan, self.spec, self.objectives = plan, plan.race, objectives
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.mine: dict[int, optuna.Trial] = {}
         self.settings = plan.race.settings()
-        self.trials: list[FrozenTrial] = []
+        self.trials: list[FrozenTrial] = []  # the proposals' trials, in proposal order
+        self.props: list[intensify.Proposal] = []
         self.search = intensify.Search()
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
@@ -122,7 +125,7 @@ class RaceSearchSchedule:
             else:  # out, or still racing when the search ended (its answer says undecided)
                 trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
             log.info("trial %d [%s]: %s", trial.number,
-                     self.plan.space.label(trial.params), _words(judged, self.props))
+                     self.plan.space.label(trial.params), _words(judged))
             self._forget(trial)
         waiting = any(t.state == TrialState.WAITING for t in everything)
         return over and not self.mine and not waiting  # a killed sweeper's retries: told too
@@ -227,8 +230,9 @@ def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple
     known = [params for params, _ in told]
     told = [(params, value) for params, value in told if value is not None]
     for attempt in range(attempts):
-        shadow = optuna.create_study(direction="minimize",
-                                     sampler=make(len(known) * attempts + attempt))
+        with _quiet():  # not "A new study created in memory" before every proposal
+            shadow = optuna.create_study(direction="minimize",
+                                         sampler=make(len(known) * attempts + attempt))
         for params, value in told:
             shadow.add_trial(optuna.trial.create_trial(params=params, distributions=distributions,
                                                        value=value))
@@ -239,6 +243,16 @@ def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple
         if value is not None:
             told.append((params, value))
     return None
+
+
+@contextlib.contextmanager
+def _quiet():
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(level)
 
 
 def _seed(spec: dict[str, Any], n: int) -> int | None:
@@ -255,7 +269,7 @@ def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
     return plan.space.label(trial.params)
 
 
-def _words(j: intensify.Judgement, props: list[intensify.Proposal]) -> str:
+def _words(j: intensify.Judgement) -> str:
     if j.outcome == intensify.INCUMBENT:
         return f"the incumbent after {j.n} replicates"
     if j.outcome == intensify.RACING:
