@@ -40,6 +40,9 @@ from qknorm.sweep.study import (
     RACE_OUTCOME_ATTR,
     RACE_RUNS_ATTR,
     RACE_STOP_ATTR,
+    RETRIED_ATTR,
+    STATUS_ATTR,
+    SURPLUS,
     Heartbeat,
     block_label,
     left_to_retry,
@@ -205,7 +208,19 @@ class RaceSearchSchedule:
                        told, self.plan.space.distributions)
 
     def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
+        """Take the asked trials; one that repeats an earlier proposal (two sweepers proposed
+        the same point at once) is given up before it runs, as a surplus trial is."""
+        everything = study.get_trials(deepcopy=False)
+        earlier, frozen = search_answer.proposals(everything), {t.number: t for t in everything}
         for trial in trials:
+            if RETRIED_ATTR not in frozen[trial.number].system_attrs and any(
+                    t.number < trial.number and t.params == trial.params for t in earlier):
+                trial.set_user_attr(STATUS_ATTR, SURPLUS)
+                study.tell(trial, state=TrialState.FAIL)
+                self.heartbeat.discard(trial._trial_id)
+                log.info("trial %d not run: another sweeper proposed %s first", trial.number,
+                         _label(self.plan, trial))
+                continue
             trial.set_user_attr(RACE_CANDIDATE_ATTR, _label(self.plan, trial))
             self.mine[trial.number] = trial
 
