@@ -155,9 +155,10 @@ def test_fail_value_is_told_instead_of_fail(cli):
 
 
 def test_sweep_stops_when_failures_exceed_max_failure_rate(cli):
-    # Every job raises (fold out of range). 0.25 x 4 trials allows 1 failure: stop after 2.
+    # Every job diverges (lr 1e4: a non-finite loss at once; preflight cannot know that, as it
+    # knows a fold out of range). 0.25 x 4 trials allows 1 failure: stop after 2.
     r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "hydra.sweeper.study_name=stop",
-            "norm.p=2.0", "data.fold=choice(10,11,12,13)", "hydra.sweeper.n_jobs=1",
+            "norm.p=2.0", "optimizer.lr=choice(1e4,2e4,3e4,4e4)", "hydra.sweeper.n_jobs=1",
             "hydra.sweeper.max_failure_rate=0.25")
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
