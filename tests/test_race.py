@@ -297,6 +297,18 @@ def age_heartbeats(cwd: Path) -> int:
     return changed
 
 
+def two_sweepers(cli, *args: str):
+    """Run `python ARGS` twice at once in cli's dir (a killed sweep resumed by two sweepers);
+    both must succeed. Returns the second's result; the first's output is in other.log."""
+    with open(cli.cwd / "other.log", "w") as log:
+        other = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=log,
+                                 stderr=subprocess.STDOUT)
+        r = cli(*args)
+        assert other.wait(timeout=300) == 0, (cli.cwd / "other.log").read_text()[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
 @pytest.mark.slow
 def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     from tests.race_task import THREADS, WALL_S, loss
@@ -306,12 +318,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert age_heartbeats(cli.cwd) >= 1  # the killed sweep's running trials: stale from now
 
     # Two sweepers resume it at once: they share the live candidates and every look.
-    with open(cli.cwd / "other.log", "w") as log:
-        other = subprocess.Popen([sys.executable, TASK, *RACE, "kill_at='1,2'"], cwd=cli.cwd,
-                                 stdout=log, stderr=subprocess.STDOUT)
-        r = cli(TASK, *RACE, "kill_at='1,2'")
-        assert other.wait(timeout=300) == 0, (cli.cwd / "other.log").read_text()[-3000:]
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = two_sweepers(cli, TASK, *RACE, "kill_at='1,2'")
     calls = [tuple(map(int, ln.split())) for ln in (cli.cwd / "calls.log").read_text().split("\n")
              if ln]
     assert sorted(calls) == EXPECTED_RUNS  # every run once: nothing finished ran again

@@ -62,19 +62,14 @@ def test_a_search_answers_with_the_best_the_level_and_the_worse(cli):
 
 @pytest.mark.slow
 def test_a_killed_search_resumed_by_two_sweepers_runs_no_finished_fold_again(cli):
-    from tests.test_race import age_heartbeats
+    from tests.test_race import age_heartbeats, two_sweepers
 
     killed = cli(TASK, *SEARCH, "kill_at='3,1'")  # dies as x=3 starts its second fold
     assert killed.returncode == 9, killed.stderr[-2000:]
     before = calls(cli.cwd)
     assert before["3 0"] == 1 and "3 1" not in before
     assert age_heartbeats(cli.cwd) >= 1  # the killed sweep's running trials: stale from now
-    with open(cli.cwd / "other.log", "w") as log:
-        other = subprocess.Popen([sys.executable, TASK, *SEARCH, "kill_at='3,1'"], cwd=cli.cwd,
-                                 stdout=log, stderr=subprocess.STDOUT)
-        r = cli(TASK, *SEARCH, "kill_at='3,1'")
-        assert other.wait(timeout=300) == 0, (cli.cwd / "other.log").read_text()[-3000:]
-    assert r.returncode == 0, r.stderr[-3000:]
+    two_sweepers(cli, TASK, *SEARCH, "kill_at='3,1'")
     after = calls(cli.cwd)
     assert after["3 0"] == 1  # x=3's fold 0 ran before the kill: its retry kept it
     assert all(n == 1 for key, n in after.items() if key in before)

@@ -166,6 +166,30 @@ def stopped_entry(stop: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any
             "val_loss": stop["value"], "best": stop["best"], "delta": stop["delta"]}
 
 
+def with_block(trial: optuna.Trial, combo: list[str], job: JobResult, written: dict[str, Any],
+               objective: str) -> dict[str, Any] | None:
+    """The trial's race_runs with a launched block added: its value, or where its run stopped
+    at a rung (the job's race_stop attr, in `written`, the trial's attrs fresh from the
+    storage); None: the run failed (the caller fails the trial)."""
+    value = trial_jobs.objective(job, objective)
+    stop = written.get(RACE_STOP_ATTR + block_label(combo))
+    runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
+    if value is None and job.status == PRUNED and stop is not None:
+        runs[block_label(combo)] = stopped_entry(stop, job.fields)
+    elif value is None:
+        return None
+    else:
+        runs[block_label(combo)] = run_entry(value, job.fields)
+    return runs
+
+
+def keep_runs(trial: optuna.Trial, runs: dict[str, Any]) -> None:
+    """Write race_runs as soon as a launch returns; a trial another sweeper failed as stale
+    meanwhile is left to its retry, which runs the block again."""
+    with trial_jobs.unless_failed_elsewhere(trial):
+        trial.set_user_attr(RACE_RUNS_ATTR, runs)
+
+
 def run_entry(value: float | None, fields: dict[str, Any]) -> dict[str, Any]:
     """One block's result as the study keeps it: the value and the run's cost."""
     steps, wall, threads = (fields.get(k) for k in ("steps", "wall_time_s", "threads"))
@@ -264,18 +288,11 @@ class RaceSchedule:
         for (trial, combo), job in zip(jobs, results, strict=True):
             if trial.number not in self.mine:
                 continue  # failed on an earlier block of this launch
-            value = trial_jobs.objective(job, self.objectives[0])
-            stop = written[trial.number].get(RACE_STOP_ATTR + block_label(combo))
-            runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
-            if value is None and job.status == PRUNED and stop is not None:
-                runs[block_label(combo)] = stopped_entry(stop, job.fields)  # out: settle tells it
-            elif value is None:
+            runs = with_block(trial, combo, job, written[trial.number], self.objectives[0])
+            if runs is None:
                 self._tell_failed(study, trial, job)
                 continue
-            else:
-                runs[block_label(combo)] = run_entry(value, job.fields)
-            with trial_jobs.unless_failed_elsewhere(trial):  # stale: its retry runs it again
-                trial.set_user_attr(RACE_RUNS_ATTR, runs)
+            keep_runs(trial, runs)  # a stopped block: out, settle tells it
 
     def wants(self, study: optuna.Study) -> int:
         """Candidates nobody runs yet, or a killed sweeper's retries."""

@@ -32,19 +32,17 @@ from qknorm.sweep import launcher as trial_jobs
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.launcher import Job, JobResult
 from qknorm.sweep.plan import Plan
-from qknorm.sweep.race import run_entry, stopped_block, stopped_entry
+from qknorm.sweep.race import keep_runs, stopped_block, with_block
 from qknorm.sweep.schedule import room
 from qknorm.sweep.study import (
     JOB_DIRS_ATTR,
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
     RACE_RUNS_ATTR,
-    RACE_STOP_ATTR,
     RETRIED_ATTR,
     STATUS_ATTR,
     SURPLUS,
     Heartbeat,
-    block_label,
     left_to_retry,
 )
 
@@ -166,21 +164,14 @@ class RaceSearchSchedule:
         for (trial, combo), job in zip(jobs, results, strict=True):
             if trial.number not in self.mine:
                 continue
-            value = trial_jobs.objective(job, self.objectives[0])
-            stop = written[trial.number].get(RACE_STOP_ATTR + block_label(combo))
-            runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
-            if value is None and stop is not None:
-                runs[block_label(combo)] = stopped_entry(stop, job.fields)
-            elif value is None:
+            runs = with_block(trial, combo, job, written[trial.number], self.objectives[0])
+            if runs is None:
                 trial.set_user_attr(RACE_OUTCOME_ATTR, {"outcome": intensify.FAILED})
                 trial_jobs.tell(study, trial, [*self._completed_jobs(trial), job], self.plan,
                                 self.objectives)
                 self._forget(trial)
                 continue
-            else:
-                runs[block_label(combo)] = run_entry(value, job.fields)
-            with trial_jobs.unless_failed_elsewhere(trial):  # stale: its retry runs it again
-                trial.set_user_attr(RACE_RUNS_ATTR, runs)
+            keep_runs(trial, runs)
 
     def wants(self, study: optuna.Study) -> int:
         """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
