@@ -120,8 +120,11 @@ def preflight(argv: list[str]) -> None:
         firsts = _first_values(overrides)
         given = {f.split("=", 1)[0] for f in [*fixed, *firsts]}
         replicates = OmegaConf.select(primary, "hydra.sweeper.replicates") or {}
-        firsts += [f"{k}={v[0]}" for k, v in replicates.items()  # a preset's replicates
-                   if k not in given and isinstance(v, Sequence) and len(v)]
+        # A preset's replicates too, each key the config has (one it lacks is the sweeper's
+        # check to name, as hydra.sweeper.replicates.KEY).
+        firsts += [f"{k}={v[0]}" for k, v in replicates.items()
+                   if k not in given and isinstance(v, Sequence) and len(v)
+                   and OmegaConf.select(primary, k, default=_ABSENT) is not _ABSENT]
         jobs = [fixed + firsts]
         if _sweeper_class(primary.hydra.sweeper._target_) in BASIC_SWEEPERS:
             params = [f"{k}={v}" for k, v in (primary.hydra.sweeper.params or {}).items()]
@@ -129,6 +132,9 @@ def preflight(argv: list[str]) -> None:
             (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
             jobs = _launched_jobs(jobs, primary.hydra.sweeper._target_)
         _check_jobs(jobs)
+
+
+_ABSENT = object()
 
 
 def _first_values(overrides: list) -> list[str]:

@@ -136,13 +136,14 @@ def test_the_layer_needs_torch_alone_and_make_install_adds_every_extra_the_tests
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["dependencies"] == ["torch>=2.4"]
     extras = project["optional-dependencies"]
-    assert sorted(extras) == ["bpe", "dashboard", "dev", "kjv", "postgres", "slurm", "sweep",
-                              "tracking"]
+    assert sorted(extras) == ["bpe", "dashboard", "dev", "kjv", "postgres", "replay", "slurm",
+                              "sweep", "tracking"]
     assert [name for name in ("slurm", "postgres", "dashboard", "tracking")
             if "qknorm[sweep]" not in extras[name]] == []
     r = subprocess.run(["make", "-n", "install", f"VENV={tmp_path}/venv"], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert [line.split("#")[0].strip() for line in r.stdout.splitlines() if " -e " in line] == [
-        f'{tmp_path}/venv/bin/pip install --quiet -e ".[sweep,dev,postgres,slurm,tracking,kjv,bpe]"']
+        f'{tmp_path}/venv/bin/pip install --quiet -e '
+        '".[sweep,dev,postgres,slurm,tracking,kjv,bpe,replay]"']
     assert '-e ".[sweep,dev]"' in (REPO / ".ci" / "floors.sh").read_text()

@@ -215,6 +215,8 @@ class Planner:
         a value of each replicate key, so the checks compose with one (a preset's data.fold=9 is
         no job's fold under data.n_folds=5 data.fold=0,1,2,3,4)."""
         first = {k: f"{k}={format_value(v[0])}" for k, v in replicates.items()}
+        for key, values in replicates.items():  # first: a misspelt key is named as one
+            self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
         job = base + list(first.values())
         job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
                     "optuna.storage=x", "optuna.trial=0"]
@@ -225,9 +227,6 @@ class Planner:
         for fixed in space.fixed:
             self._compose(job + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
-        for key, values in replicates.items():
-            others = [o for k, o in first.items() if k != key]
-            self._compose_values(base + others, f"hydra.sweeper.replicates.{key}", key, values)
 
     def _check_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                      combo: list[str]) -> None:

@@ -63,7 +63,7 @@ class RaceSpec:
                 # paired as None: how a study raced before the test was chosen reads
                 "test": None if self.test == PAIRED_T else self.test.name,
                 "ratio": None if self.test == PAIRED_T else self.test.ratio,
-                **({"search": self.search} if self.search else {})}
+                **({"search": self.search, "sign": self.sign} if self.search else {})}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline

@@ -75,7 +75,7 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
     when the settings are not a racing search's."""
     if not is_search(settings):
         return None
-    props_t, props, search = replay(trials, settings)
+    props_t, props, search = replay(trials, settings, settings.get("sign", 1.0))
     final = intensify.final(search, props, rules(settings))
     rows = []
     for i, t in enumerate(props_t):
