@@ -15,12 +15,13 @@ on (a *look*):
   it is the incumbent from then on (SMAC's rule: better on the instances both ran; no test).
 - **open**: none of these once it has run all of the incumbent's blocks: both run the next
   block (the incumbent's folds grow as challengers keep up with it), up to the last block,
-  where it leaves as undecided.
+  where it leaves as undecided. One behind by δ or more on its mean leaves undecided at once
+  (more blocks could only call it worse: a budget is better spent on new proposals).
 
 A run stopped inside a block at a rung (the race's margin rule, qknorm/sweep/job.py) is out as
 worse. Everything here is a pure function of the proposals' values in proposal order, so a
 resumed sweeper or a second one replays the same decisions (qknorm/sweep/race_search.py); a
-proposal whose trial is finished keeps the decision it was told with.
+proposal whose trial is finished runs no more blocks.
 
 The answer (`final`): the incumbent is the best; every other proposal is compared with it once
 more, on the blocks both ran, and the one-sided p-values are Holm-adjusted over those
@@ -32,9 +33,9 @@ calls at alpha over the comparisons with the final incumbent, given that incumbe
 incumbent is picked on the same blocks (its lead is biased, as the race's leader's is).
 
 Example (two blocks to start, alpha 0.05, δ 0.02): incumbent p=2 runs folds 0, 1; p=4 runs
-folds 0, 1 and is 0.15 behind on both with little spread: worse after fold 1. p=1.5 is 0.001
-ahead on fold 0 and 0.002 behind on fold 1: open at the incumbent's two folds, so both run
-fold 2, and so on.
+folds 0, 1 and is 0.15 behind on both with little spread: worse after fold 1. p=1.5 is 0.01
+ahead on fold 0 and 0.03 behind on fold 1: neither shown worse nor level, behind by less than
+δ on its mean, so open at the incumbent's two folds: both run fold 2, and so on.
 """
 
 from __future__ import annotations
