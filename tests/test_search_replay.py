@@ -59,3 +59,32 @@ def test_a_repeat_of_a_pruned_p_stays_pruned_so_a_partial_mean_never_wins():
     outs = [replay.search(grid, "tpe_median_pruned", seed, budget=1200) for seed in range(6)]
     assert any(o["steps"] < 1200 for o in outs)  # p = 8 was pruned in some seeds
     assert all(o["best_p"] == 2.0 for o in outs)
+
+
+def curve_grid():
+    """p = 2 and p = 8 over 3 folds, 1000 steps a run; p = 8 is 0.5 behind at every eval, so
+    it stops at the first rung (500) of any fold where p = 2 ran before it."""
+    fold = [1.0, 1.2, 0.9]
+    def run(v, behind):
+        return {"value": v + behind, "steps": 1000, "core_s": 10.0,
+                "curve": {500: v + 0.3 + behind, 1000: v + behind}}
+    return {2.0: [run(v, 0.0) for v in fold], 8.0: [run(v, 0.5 + 0.01 * k)
+                                                     for k, v in enumerate(fold)]}
+
+
+def test_the_racing_search_replay_stops_at_rungs_and_keeps_to_its_budget():
+    from qknorm.multitest import for_folds
+    from qknorm.research import race_sims
+    from qknorm.sweep.intensify import Rules
+
+    rules = Rules(n_blocks=3, min_blocks=2, alpha=0.05, equivalence=0.02, test=for_folds(3))
+    outs = [race_sims.race_search(curve_grid(), "random", s, 10_000, rules, {500: 0.1})
+            for s in range(8)]
+    # p = 2 first: its 2 folds (2000 steps), then p = 8 stopped at step 500 of fold 0 (2500).
+    # p = 8 first: it runs 2 folds unjudged, p = 2 runs 2 and takes over (4000), p = 8 worse.
+    assert all(o["best_p"] == 2.0 and o["worse"] == [8.0] for o in outs)
+    assert {o["steps"] for o in outs} == {2500, 4000}
+    assert all(o["core_s"] == o["steps"] / 100 for o in outs)  # a stopped run: its share
+    tight = [race_sims.race_search(curve_grid(), "random", s, 2400, rules, {500: 0.1})
+             for s in range(8)]
+    assert all(o["steps"] <= 2400 for o in tight)  # a run that does not fit never launches
