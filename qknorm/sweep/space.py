@@ -190,8 +190,9 @@ def parse_space(params: Mapping[str, Any], cli_arguments: Sequence[str]) -> tupl
     One param per config key: two params in hydra.sweeper.params that set the same key (norm.p
     and 1/norm.p) are a UserError naming both. The command line wins over the params: a value or
     a sweep given there for a key replaces every param that sets that key, its reciprocal
-    included (`search=p_tpe norm.p=3` trains p = 3; `'norm.p=interval(1,8)'` searches norm.p
-    instead of the preset's 1/norm.p, one dimension)."""
+    included (`search=p_tpe norm.p=3` removes the preset's 1/norm.p, which leaves nothing to
+    search: the planner says so in one line; `'norm.p=interval(1,8)'` searches norm.p instead
+    of the preset's 1/norm.p, one dimension)."""
     # null removes a param: a search preset drops the grid an experiment sets on the same key
     # (search=p_tpe's `norm.p: null` beside its 1/norm.p, over experiment=paper_cpu's norm.p).
     entries: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
