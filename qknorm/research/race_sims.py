@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 
 import optuna
 
-from qknorm.sweep import intensify, propose, racestats
+from qknorm.sweep import build_sampler, intensify, propose, racestats
 
 MAX_PROPOSALS = 24  # search=p_tpe's n_trials
 
@@ -64,29 +64,35 @@ def race(grid: dict, budget: float, rules: intensify.Rules, rungs: Mapping[int, 
                     if b not in values[p] and p not in stopped)
         value, _ = _run(grid, p, b, ran, rungs, spent, judged=p != baseline)
         (values[p].__setitem__(b, value) if value is not None else stopped.add(p))
-    worse = set(stopped) | set(r.dropped())
-    level = set(r.level())
-    best = r.looks[-1].leader if r.looks else (r.alive[0] if len(r.alive) == 1 else None)
-    if r.looks and baseline in r.alive and baseline != best:
-        t = r.looks[-1].tests[baseline]
-        level |= {baseline} if racestats.is_level(t, rules.equivalence) else set()
-        worse |= {baseline} if baseline not in level and t.p_adjusted <= rules.alpha else set()
-    return {"best_p": best, "worse": sorted(worse), "level": sorted(level), **spent,
+    last = r.looks[-1] if r.looks else None
+    dropped, level = r.dropped(), r.level()
+    answers = {}
+    for c in cands:  # each candidate's answer by the race's own rule (racestats.answer)
+        outcome = (racestats.STOPPED if c in stopped else racestats.DROPPED if c in dropped
+                   else racestats.LEVEL if c in level else racestats.SURVIVED)
+        t = last.tests.get(c) if last else None
+        answers[c] = racestats.answer(outcome, last.leader if last else None, c,
+                                      t and t.p_adjusted, t and t.low, t and t.high,
+                                      rules.alpha, rules.equivalence, alone=len(r.alive) == 1)
+    return {"best_p": next((c for c, a in answers.items() if a == racestats.BEST), None),
+            "worse": [c for c, a in answers.items() if a == racestats.WORSE],
+            "level": [c for c, a in answers.items() if a == racestats.LEVEL], **spent,
             "distinct_p": len(cands)}
 
 
-def sampler_factory(name: str) -> Callable[[int], optuna.samplers.BaseSampler]:
-    """The search presets' samplers (conf/search/p_tpe.yaml: TPE with 6 start-up trials)."""
-    return {"tpe": lambda s: optuna.samplers.TPESampler(seed=s, n_startup_trials=6,
-                                                        multivariate=False, constant_liar=True),
-            "gp": lambda s: optuna.samplers.GPSampler(seed=s),
-            "random": lambda s: optuna.samplers.RandomSampler(seed=s)}[name]
+def sampler_factory(name: str, preset: Mapping) -> Callable[[int], optuna.samplers.BaseSampler]:
+    """The sweeper's sampler for `name`, seeded per ask (specs.build_sampler): with the preset's
+    options when it names that sampler (search=p_tpe's TPE: 6 start-up trials, specs.PINNED),
+    else the sampler's defaults, as hydra.sweeper.sampler.name=gp gets them."""
+    options = dict(preset) if preset.get("name") == name else {"name": name}
+    return lambda seed: build_sampler({**options, "seed": seed}, None)
 
 
 def race_search(grid: dict, sampler: str, seed: int, budget: float, rules: intensify.Rules,
-                rungs: Mapping[int, float]) -> dict:
-    """The racing search: its answer (intensify.final) and its cost."""
-    make, choices = sampler_factory(sampler), sorted(grid)
+                rungs: Mapping[int, float], preset: Mapping | None = None) -> dict:
+    """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
+    sampler's defaults): its answer (intensify.final) and its cost."""
+    make, choices = sampler_factory(sampler, preset or {}), sorted(grid)
     props: list[dict] = []  # {p, values, stopped, rung_delta}
     spent, ran = {"steps": 0, "core_s": 0.0}, {}
     dist = {"norm.p": optuna.distributions.CategoricalDistribution(choices)}

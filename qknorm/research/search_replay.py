@@ -32,10 +32,13 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 import optuna
+from omegaconf import OmegaConf
 
+from qknorm.config import CONF_DIR
 from qknorm.multitest import for_folds
 from qknorm.research import grid_runs, race_sims
 from qknorm.sweep.intensify import Rules
@@ -98,36 +101,41 @@ def _run(trial: optuna.Trial, runs: list[dict], spent: dict) -> tuple[float, boo
     return statistics.fmean(values), False
 
 
-# The race's settings (conf/search/p_race.yaml) and the racing search's (conf/search/p_tpe.yaml):
-# the same but for the replicates every candidate (race) or the first incumbent (search) runs.
-RACE = {"min_blocks": 3, "alpha": 0.05, "equivalence": 0.02, "rungs": {500: 0.1, 1000: 0.04},
-        "baseline": 2.0}
-SEARCH_MIN_BLOCKS = 2
+def preset(name: str) -> dict:
+    """conf/search/NAME.yaml's hydra.sweeper keys: the replays race and search as the presets
+    do (p_race's race; p_tpe's race and sampler)."""
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "search" / f"{name}.yaml")
+                                  ).get("hydra", {}).get("sweeper", {})
 
 
-def run_all(grid: dict, budget: float, seeds: int, search_min: int = SEARCH_MIN_BLOCKS,
+RACE, SEARCH = preset("p_race"), preset("p_tpe")
+
+
+def run_all(grid: dict, budget: float, seeds: int,
+            search_min: int = SEARCH["race"]["min_replicates"],
             only: tuple[str, ...] = ()) -> dict[str, list[dict]]:
     """Every search's outcomes at one budget: {name: [outcome per seed]} (`only`: just those
     racing searches, by sampler)."""
-    k = grid_runs.n_folds(grid)
-    rules = Rules(k, RACE["min_blocks"], RACE["alpha"], RACE["equivalence"], for_folds(k))
-    search_rules = Rules(k, search_min, RACE["alpha"], RACE["equivalence"], for_folds(k))
-    if only:
-        return {f"race_search_{s}": [race_sims.race_search(grid, s, seed, budget, search_rules,
-                                                           RACE["rungs"]) for seed in range(seeds)]
-                for s in only}
-    out = {name: [search(grid, name, s, budget) for s in range(seeds)] for name in SEARCHES}
-    try:
-        from qknorm.research.smac_replay import smac_search
-        out["smac3"] = [smac_search(grid, s, budget) for s in range(seeds)]
-    except ImportError:  # smac is not installed: the JSON says so
-        out["smac3"] = []
-    raced = race_sims.race(grid, budget, rules, RACE["rungs"], RACE["baseline"])
-    out["race"] = [raced] * seeds  # deterministic: one answer, as many times as seeds
-    for sampler in ("tpe", "gp"):
-        out[f"race_search_{sampler}"] = [
-            race_sims.race_search(grid, sampler, s, budget, search_rules, RACE["rungs"])
-            for s in range(seeds)]
+    k, race = grid_runs.n_folds(grid), RACE["race"]
+    rules = Rules(k, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(k))
+    search_race = SEARCH["race"]
+    search_rules = Rules(k, search_min, search_race["alpha"], search_race["equivalence"],
+                         for_folds(k))
+    out: dict[str, list[dict]] = {}
+    if not only:
+        out = {name: [search(grid, name, s, budget) for s in range(seeds)] for name in SEARCHES}
+        try:
+            from qknorm.research.smac_replay import smac_search
+            out["smac3"] = [smac_search(grid, s, budget) for s in range(seeds)]
+        except ImportError:  # smac is not installed: the JSON says so
+            out["smac3"] = []
+        # the race is deterministic: one answer, as many times as seeds
+        out["race"] = [race_sims.race(grid, budget, rules, race["rungs"], race["baseline"])
+                       ] * seeds
+    for s in only or ("tpe", "gp"):
+        out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
+                                                         search_race["rungs"], SEARCH["sampler"])
+                                   for seed in range(seeds)]
     return out
 
 
@@ -141,7 +149,7 @@ def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> di
     return {"seeds": len(outcomes),
             "best_not_grid_worse": sum(o["best_p"] not in truth.worse for o in outcomes),
             "best_is_grid_best": sum(o["best_p"] == truth.best for o in outcomes),
-            "best_p": dict(sorted(_count(str(o["best_p"]) for o in outcomes).items())),
+            "best_p": dict(sorted(Counter(str(o["best_p"]) for o in outcomes).items())),
             "worse_all_grid_worse": sum(w <= truth.worse for w in worse),
             "level_all_within_delta": sum(all(truth.delta[p] <= delta for p in lv)
                                           for lv in level),
@@ -149,13 +157,6 @@ def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> di
             "steps_median": statistics.median(o["steps"] for o in outcomes),
             "steps_max": max(o["steps"] for o in outcomes),
             "distinct_p_median": statistics.median(o["distinct_p"] for o in outcomes)}
-
-
-def _count(items) -> dict:
-    counts: dict = {}
-    for x in items:
-        counts[x] = counts.get(x, 0) + 1
-    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="training-step budgets, comma-separated (default: a third of "
                          "paper_cpu's 80,000, and all of it)")
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--search-min-replicates", type=int, default=SEARCH_MIN_BLOCKS,
+    ap.add_argument("--search-min-replicates", type=int,
+                    default=SEARCH["race"]["min_replicates"],
                     help="the racing search's min_replicates (default: search=p_tpe's)")
     ap.add_argument("--only", default="", help="comma-separated samplers: only those racing "
                                                "searches (e.g. tpe), no other search")
@@ -193,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
                     "core_s": sum(r["core_s"] for r in runs), "curves": args.curves is not None,
                     "best": truth.best, "worse": sorted(truth.worse),
                     "delta": {str(p): d for p, d in sorted(truth.delta.items())}},
-           "settings": {**RACE, "search_min_blocks": args.search_min_replicates,
+           "settings": {"min_blocks": RACE["race"]["min_replicates"],
+                        "alpha": RACE["race"]["alpha"],
+                        "equivalence": RACE["race"]["equivalence"],
+                        "rungs": RACE["race"]["rungs"], "baseline": RACE["race"]["baseline"],
+                        "search_min_blocks": args.search_min_replicates,
                         "sampler": "TPE n_startup_trials=6 / GP, Optuna defaults"},
            "searches": {}}
     for b in budgets:
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, outcomes in run_all(grid, b, args.seeds, args.search_min_replicates,
                                       only).items():
             out["searches"].setdefault(name, {})[str(int(b))] = score(
-                outcomes, truth, RACE["equivalence"])
+                outcomes, truth, RACE["race"]["equivalence"])
     text = json.dumps(out, indent=2, default=str)
     if args.out:
         args.out.write_text(text + "\n")

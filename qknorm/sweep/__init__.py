@@ -33,6 +33,7 @@ _FACE = {
     "storage_file": "qknorm.sweep.specs",
     "absolute_url": "qknorm.sweep.specs",
     "open_reader": "qknorm.sweep.specs",
+    "build_sampler": "qknorm.sweep.specs",
     "read_study": "qknorm.sweep.specs",
     "elimination": "qknorm.sweep.race",
     "propose": "qknorm.sweep.race_search",

@@ -76,10 +76,6 @@ class Search:
     judged: dict[int, Judgement] = field(default_factory=dict)
     needs: dict[int, int] = field(default_factory=dict)  # live proposal -> its next block
 
-    def open(self) -> list[int]:
-        """Proposals still racing (or the incumbent): the ones that may run more blocks."""
-        return [i for i, j in self.judged.items() if j.outcome in (RACING, INCUMBENT)]
-
 
 @dataclass(frozen=True)
 class Rules:
@@ -104,9 +100,15 @@ def compare(mine: Sequence[float], theirs: Sequence[float], rules: Rules) -> Jud
     d = [a - b for a, b in zip(mine[:n], theirs[:n], strict=True)]
     low, high = tost_interval(d, rules.alpha, rules.test)
     p = paired_t_greater(d, rules.test)
-    outcome = (LEVEL if within(low, high, rules.equivalence)
-               else WORSE if p <= rules.alpha else RACING)
-    return Judgement(outcome, n, None, statistics.fmean(d), p, low, high)
+    return Judgement(verdict(low, high, p, rules, RACING), n, None, statistics.fmean(d), p, low,
+                     high)
+
+
+def verdict(low: float, high: float, p: float, rules: Rules, otherwise: str) -> str:
+    """Level when the interval lies inside ±δ (first, as in the race), else worse when the
+    one-sided p <= alpha, else `otherwise` (racing at a look, undecided in the answer)."""
+    return (LEVEL if within(low, high, rules.equivalence)
+            else WORSE if p <= rules.alpha else otherwise)
 
 
 def replay(proposals: Sequence[Proposal], rules: Rules) -> Search:
@@ -205,9 +207,8 @@ def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[i
             out[i] = Judgement(UNDECIDED if mine or prop.live else FAILED, len(mine), inc)
     adjusted = holm([j.p for j in looks.values()])
     for (i, j), q in zip(looks.items(), adjusted, strict=True):
-        outcome = (LEVEL if within(j.low, j.high, rules.equivalence)
-                   else WORSE if q <= rules.alpha else UNDECIDED)
-        out[i] = Judgement(outcome, j.n, inc, j.delta, q, j.low, j.high)
+        out[i] = Judgement(verdict(j.low, j.high, q, rules, UNDECIDED), j.n, inc, j.delta, q,
+                           j.low, j.high)
     return dict(sorted(out.items()))
 
 

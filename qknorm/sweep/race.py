@@ -108,11 +108,7 @@ def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
     """Whether the race's runs so far (stopped ones' partial steps included) took its budget.
     Counted between launches: a launch under way finishes, so a race can end up to one launch
     past its budget."""
-    if race.budget_steps is None:
-        return False
-    spent = sum(r.get("steps") or 0 for t in trials
-                for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
-    return spent >= race.budget_steps
+    return race.budget_steps is not None and racestats.steps_spent(trials) >= race.budget_steps
 
 
 def outcome_attr(race: RaceSpec, result: racestats.Race, c: Hashable, n_run: int,

@@ -51,11 +51,6 @@ OUT = (racestats.WORSE, racestats.LEVEL, racestats.UNDECIDED, racestats.STOPPED,
        intensify.FAILED)
 
 
-def spent_steps(trials: list[FrozenTrial]) -> int:
-    return sum(r.get("steps") or 0 for t in trials
-               for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
-
-
 class RaceSearchSchedule:
     """A trial per proposal; a proposal runs the blocks intensify says it needs, one at a time;
     it is told once its race is decided (PRUNED: worse, level, undecided, stopped). At the end
@@ -70,39 +65,39 @@ class RaceSearchSchedule:
         self.trials: list[FrozenTrial] = []  # the proposals' trials, in proposal order
         self.props: list[intensify.Proposal] = []
         self.search = intensify.Search()
+        self.fits: int | None = None  # whole runs that fit in the budget (None: no limit)
+        self.room = 0  # proposals still to make (n_trials less the finished and running)
+        self.waiting = False  # a killed sweeper's retries wait to be asked
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
     def _replay(self, study: optuna.Study) -> list[FrozenTrial]:
+        """The search and its budget, from the study: once per pass of the loop (settle)."""
         everything = study.get_trials(deepcopy=False)
         self.trials, self.props, self.search = search_answer.replay(
             everything, self.settings, self.spec.sign)
+        self.fits = self._fits()
+        self.waiting = any(t.state == TrialState.WAITING for t in everything)
+        # Proposals still to make: none once no run fits. Read once: nothing is asked before
+        # the next pass, which reads the study again.
+        self.room = room(study, self.plan, everything) if self.fits != 0 else 0
         return everything
 
-    def _over(self, study: optuna.Study) -> bool:
+    def _over(self) -> bool:
         """No run fits in the budget, or no block is needed and no proposal is left to make."""
-        return self._fits() == 0 or (not self.search.needs
-                                     and (self.exhausted or self._room(study) <= 0))
-
-    def _room(self, study: optuna.Study) -> int:
-        return room(study, self.plan) if self._fits() != 0 else 0
+        return self.fits == 0 or (not self.search.needs and (self.exhausted or self.room <= 0))
 
     def _fits(self) -> int | None:
         """How many more whole runs fit in budget_steps (None: no budget, or no run finished
-        yet to tell a run's length)."""
+        yet to tell a run's length: a whole run's steps are the longest completed one's)."""
         budget = self.spec.budget_steps
         if budget is None:
             return None
-        run = self._run_steps()
-        left = budget - spent_steps(self.trials)
+        run = max((r["steps"] for t in self.trials for r in racestats.completed(
+            t.user_attrs.get(RACE_RUNS_ATTR, {})).values() if r.get("steps")), default=0)
+        left = budget - racestats.steps_spent(self.trials)
         if not run:  # no run has finished yet: its length is not known, nothing is cut
             return None if left > 0 else 0
         return max(0, left // run)
-
-    def _run_steps(self) -> int:
-        """A whole run's steps, as the runs so far took (0 before the first)."""
-        steps = [r["steps"] for t in self.trials for r in racestats.completed(
-            t.user_attrs.get(RACE_RUNS_ATTR, {})).values() if r.get("steps")]
-        return max(steps, default=0)
 
     def settle(self, study: optuna.Study) -> bool:
         everything = self._replay(study)
@@ -111,7 +106,7 @@ class RaceSearchSchedule:
                 left_to_retry(t.number)
                 self._forget(self.mine[t.number])
         index = {t.number: i for i, t in enumerate(self.trials)}
-        over = self._over(study)
+        over = self._over()
         for trial in list(self.mine.values()):
             i = index.get(trial.number)
             judged = self.search.judged.get(i) if i is not None else None
@@ -128,8 +123,7 @@ class RaceSearchSchedule:
             log.info("trial %d [%s]: %s", trial.number,
                      self.plan.space.label(trial.params), _words(judged))
             self._forget(trial)
-        waiting = any(t.state == TrialState.WAITING for t in everything)
-        return over and not self.mine and not waiting  # a killed sweeper's retries: told too
+        return over and not self.mine and not self.waiting  # a killed sweeper's retries too
 
     def _outcome(self, i: int, j: intensify.Judgement) -> dict[str, Any]:
         inc = j.against if j.against is not None else self.search.incumbent
@@ -140,7 +134,7 @@ class RaceSearchSchedule:
     def next_jobs(self, study: optuna.Study) -> list[Job]:
         """The blocks my proposals need, the incumbent's first; none while a slot is free for
         a new proposal (wants() makes it, and its first block joins the next launch)."""
-        fits = self._fits()
+        fits = self.fits
         if fits == 0:
             return []
         order = sorted(self.search.needs, key=lambda i: i != self.search.incumbent)
@@ -148,15 +142,15 @@ class RaceSearchSchedule:
                 for i in order if self.trials[i].number in self.mine
                 and self.spec.blocks[self.search.needs[i]] not in
                 self.mine[self.trials[i].number].user_attrs.get(RACE_RUNS_ATTR, {})]
-        if len(jobs) < self.n_jobs and self._slot(study):
+        if len(jobs) < self.n_jobs and self._slot():
             return []
         return jobs if fits is None else jobs[:fits]  # a launch never runs past the budget
 
-    def _slot(self, study: optuna.Study) -> bool:
+    def _slot(self) -> bool:
         """Room for one more proposal now: fewer than n_jobs challengers race, the search has
         room, and the sampler still proposes something new."""
         racing = sum(j.outcome == intensify.RACING for j in self.search.judged.values())
-        return racing < self.n_jobs and not self.exhausted and self._room(study) > 0
+        return racing < self.n_jobs and not self.exhausted and self.room > 0
 
     def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
         """Each block's result into its trial (RACE_RUNS_ATTR), as the race keeps them."""
@@ -176,10 +170,9 @@ class RaceSearchSchedule:
     def wants(self, study: optuna.Study) -> int:
         """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
         for by the loop) while a slot is free (_slot)."""
-        waiting = [t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
-        if waiting:
-            return len(waiting)
-        if not self._slot(study):
+        if self.waiting:  # asked by the loop (Optuna's ask takes waiting trials first)
+            return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        if not self._slot():
             return 0
         params = self._propose(study)
         if params is None:  # the sampler proposes only candidates already raced: none is left

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from qknorm.multitest import PAIRED_T, ReplicateTest, holm, no_spread, tost_interval, within
@@ -307,11 +307,23 @@ def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
         spent["stopped"] += len(runs) - len(done)
         for key in ("steps", "core_s"):
             spent[key] += row[key]
-    test = (ReplicateTest(settings["test"], settings["ratio"]) if settings.get("test")
-            else PAIRED_T)
     return Elimination(blocks, settings.get("baseline"), rows, spent,
                        _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"),
-                       equivalence, settings["alpha"], test)
+                       equivalence, settings["alpha"], settings_test(settings))
+
+
+def settings_test(settings: Mapping[str, object]) -> ReplicateTest:
+    """The looks' test as a study's race settings record it (a race or a racing search; one
+    raced before the key existed: the paired t)."""
+    return (ReplicateTest(settings["test"], settings["ratio"]) if settings.get("test")
+            else PAIRED_T)
+
+
+def steps_spent(trials: Iterable[object]) -> int:
+    """The training steps of every run the trials' race_runs record (a run stopped at a rung:
+    its steps to the rung)."""
+    return sum(r.get("steps") or 0 for t in trials
+               for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
 
 
 def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:

@@ -54,9 +54,10 @@ class Schedule(Protocol):
         """Take the trials asked for it."""
 
 
-def room(study: optuna.Study, plan: Plan) -> int:
-    """Trials still to ask: n_trials less the finished and the running ones."""
-    tally = Tally.of(study)
+def room(study: optuna.Study, plan: Plan, trials: list | None = None) -> int:
+    """Trials still to ask: n_trials less the finished and the running ones (`trials`: the
+    study's, if already read)."""
+    tally = Tally.of(study) if trials is None else Tally.of_trials(trials)
     return plan.n_trials - tally.finished - tally.running
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep import intensify, racestats
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
@@ -30,10 +29,9 @@ def is_search(settings: Any) -> bool:
 
 
 def rules(settings: dict) -> intensify.Rules:
-    test = (ReplicateTest(settings["test"], settings["ratio"]) if settings.get("test")
-            else PAIRED_T)
     return intensify.Rules(len(settings["blocks"]), settings["min_replicates"],
-                           settings["alpha"], settings.get("equivalence"), test)
+                           settings["alpha"], settings.get("equivalence"),
+                           racestats.settings_test(settings))
 
 
 def proposals(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -97,24 +95,29 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
 
 
 def short(row: dict) -> str:
-    """A proposal as the answer names it: norm.p=1.987 (4 significant digits)."""
-    return " ".join(f"{k.removeprefix('1/')}={_g(v, k.startswith('1/'))}"
-                    for k, v in row["params"].items())
+    """A proposal as the answer names it, by config values: norm.p=1.987 (4 significant
+    digits), also for a 1/norm.p param."""
+    return " ".join(f"{k.removeprefix('1/')}="
+                    + (f"{v:.4g}" if isinstance(v, float) else str(v))
+                    for k, v in _config_values(row["params"]).items())
 
 
 def p_of(row: dict) -> float | None:
-    """The proposal's p (norm.p, or 1/norm.p read back: 0 is inf); None if it sets no p."""
-    for key, v in row["params"].items():
-        if key in ("norm.p", "1/norm.p") and isinstance(v, (int, float)):
-            return (math.inf if v == 0 else 1 / v) if key.startswith("1/") else float(v)
-    return None
+    """The proposal's p; None if it sets no p."""
+    p = _config_values(row["params"]).get("norm.p", _config_values(row["params"]).get("1/norm.p"))
+    return p if isinstance(p, float) else None
 
 
-def _g(v: Any, reciprocal: bool) -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return str(v)
-    v = (float("inf") if v == 0 else 1 / v) if reciprocal else v
-    return f"{v:.4g}"
+def _config_values(params: dict) -> dict[str, Any]:
+    """Param name -> the value the job's config gets: a 1/KEY param read back (0 is inf), as
+    space.Param.value gives it (space is not imported: the status line stays light)."""
+    out = {}
+    for key, v in params.items():
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if key.startswith("1/") and number:
+            v = math.inf if v == 0 else 1 / v
+        out[key] = float(v) if number else v
+    return out
 
 
 def answer_lines(rows: list[dict], settings: dict) -> list[str]:

@@ -126,7 +126,11 @@ class Tally:
 
     @classmethod
     def of(cls, study: optuna.Study) -> Tally:
-        trials = study.get_trials(deepcopy=False)
+        return cls.of_trials(study.get_trials(deepcopy=False))
+
+    @classmethod
+    def of_trials(cls, trials: list[FrozenTrial]) -> Tally:
+        """The tally of trials already read from the study."""
         retried = retried_numbers(trials)
         slots = [t for t in trials if holds_slot(t, retried)]
         return cls(
