@@ -3,11 +3,12 @@
 Each module is a command, `python -m qknorm.research.<module> --help`, and a library its tests
 import: the race's error rates on simulated folds (race_level_error_rates), in-fold stopping on
 recorded curves (rung_error_rates), Optuna's searches replayed on a grid's runs (search_replay),
+landscapes with planted effects on a recorded grid's noise for the replay (landscapes),
 the power of the fold test (power, tabulated on the committed grids by fold_power), where a
 training step's time goes (profile_step), and what a replay of looks reads from a results.csv
 (looks, shared with scripts/race_replay.py). Nothing here is imported at package import: each
 module pulls in only what it needs.
 """
 
-__all__ = ["fold_power", "looks", "power", "profile_step", "race_level_error_rates",
+__all__ = ["fold_power", "landscapes", "looks", "power", "profile_step", "race_level_error_rates",
            "rung_error_rates", "search_replay"]
