@@ -11,7 +11,7 @@ from scipy import stats
 
 from qknorm.multitest import PAIRED_T, holm
 from qknorm.sweep import intensify
-from qknorm.sweep.intensify import INCUMBENT, RACING, Proposal, Rules
+from qknorm.sweep.intensify import INCUMBENT, PARKED, RACING, Proposal, Rules
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 
@@ -43,23 +43,53 @@ def test_a_challenger_better_on_every_block_of_the_incumbent_takes_its_place():
     assert s.needs == {}
 
 
-def test_an_open_pair_runs_the_next_block_together_and_ends_undecided_at_the_last():
-    # 0.01 behind on average with spread: neither worse nor level after 2 blocks, within δ.
-    ps = props([1.0, 1.2], [1.03, 1.19])
-    s = intensify.replay(ps, RULES)
-    assert s.judged[1].outcome == RACING and s.needs == {0: 2, 1: 2}
+def test_behind_on_its_first_block_a_challenger_leaves_while_the_search_explores():
+    # SMAC's first-instance rule: 0.01 or 0.3 behind on fold 0: parked, no more blocks while
+    # the search explores; the incumbent runs no second block for them.
+    s = intensify.replay(props([1.0], [1.01], [1.3]), RULES)
+    assert [s.judged[i].outcome for i in (1, 2)] == [PARKED, PARKED]
+    assert s.judged[1].delta == pytest.approx(0.01) and s.needs == {}
+    # Confirming: both run fold 1 beside the incumbent, the closer first in launch order.
+    s = intensify.replay(props([1.0], [1.01], [1.3]), RULES, confirm=True)
+    assert s.needs == {0: 1, 1: 1, 2: 1}
+    # Past two blocks and δ or more behind, not shown worse: undecided, not confirmed further.
+    s = intensify.replay(props([1.0, 1.2], [1.03, 1.25]), RULES, confirm=True)
+    assert s.judged[1].outcome == "undecided" and 1 not in s.needs
+
+
+def test_a_lead_of_half_delta_runs_on_a_smaller_one_is_parked():
+    # δ/2 = 0.01: 0.012 ahead on fold 0 makes both run fold 1; 0.005 ahead is most likely level.
+    s = intensify.replay(props([1.0], [0.988], [0.995]), RULES)
+    assert s.judged[1].outcome == RACING and s.judged[2].outcome == PARKED
+    assert s.needs == {0: 1, 1: 1}
+
+
+def test_once_it_confirms_the_incumbent_runs_every_block_and_the_close_ones_run_on():
+    ps = props([1.0, 1.2], [1.03, 1.19], [1.0, 1.25])
+    s = intensify.replay(ps, RULES, confirm=True)
+    # 0.01 behind on average with spread: neither worse nor level after 2 blocks, within δ:
+    # it runs on beside the incumbent. 0.025 behind: past δ, undecided, not confirmed.
+    assert s.judged[1].outcome == RACING and s.judged[2].outcome == "undecided"
+    assert s.needs == {0: 2, 1: 2}
     ps = props([1.0, 1.2, 1.1, 1.0], [1.03, 1.19, 1.12, 0.99])
-    s = intensify.replay(ps, RULES)
+    s = intensify.replay(ps, RULES, confirm=True)
     assert s.judged[1].outcome == "undecided" and s.judged[1].n == 4 and s.needs == {}
 
 
+def test_a_challenger_ahead_is_never_called_level():
+    # 0.004 ahead on both blocks with no spread: its interval [-0.004, -0.004] lies inside ±δ,
+    # but a p ahead goes on to take over (a level call would keep the worse p as best).
+    s = intensify.replay(props([1.0, 1.2, None], [0.996, 1.196]), RULES)
+    assert s.incumbent == 1 and s.judged[0].outcome == "level"
+
+
 def test_a_challenger_never_runs_a_block_the_incumbent_has_not():
-    # The incumbent is still on its first two blocks: a challenger runs what it has, and the
-    # block it is on beside it (one launch), never one ahead.
-    assert intensify.replay(props([1.0], []), RULES).needs == {0: 1, 1: 0}
-    assert intensify.replay(props([1.0], [1.01]), RULES).needs == {0: 1, 1: 1}
-    assert intensify.replay(props([1.0], [1.01, 1.1]), RULES).needs == {0: 1}
+    # The incumbent is on its first block: a challenger leading by δ/2 runs what the incumbent
+    # has, and the block it is on beside it (one launch), never one ahead.
+    assert intensify.replay(props([1.0], []), RULES).needs == {1: 0}
+    assert intensify.replay(props([1.0], [0.98]), RULES).needs == {0: 1, 1: 1}
     assert intensify.replay(props([1.0, 1.1], []), RULES).needs == {1: 0}
+    assert intensify.replay(props([]), RULES).needs == {0: 0}
 
 
 def test_level_within_delta_comes_before_worse():
@@ -69,7 +99,7 @@ def test_level_within_delta_comes_before_worse():
     assert j.outcome == "level" and j.low == pytest.approx(0.005) == j.high
 
 
-def test_a_run_stopped_at_a_rung_is_out_and_the_answer_calls_it_worse():
+def test_a_run_stopped_at_a_rung_is_out():
     ps = props([1.0, 1.2, 1.1], [1.3], [1.002, 1.21, 1.104], stopped=(1,))
     s = intensify.replay(ps, RULES)
     assert s.judged[1].outcome == "stopped"
@@ -93,8 +123,8 @@ def test_the_sampler_is_told_values_on_the_incumbents_folds():
     late = Proposal(1, {0: 1.05})  # one block: 0.05 behind there
     assert intensify.adjusted_value(late, inc) == pytest.approx(statistics.fmean(
         [1.0, 1.4, 1.1]) + 0.05)
-    stopped = Proposal(2, {}, stopped=True, live=False)
-    assert intensify.adjusted_value(stopped, inc, rung_delta=0.3) == pytest.approx(
+    stopped = Proposal(2, {}, stopped=True, live=False, rung_delta=0.3)
+    assert intensify.adjusted_value(stopped, inc) == pytest.approx(
         statistics.fmean([1.0, 1.4, 1.1]) + 0.3)
     assert intensify.adjusted_value(Proposal(3, {}), inc) is None
 

@@ -85,8 +85,8 @@ def test_the_landscapes_plant_what_their_names_say():
     assert got["spike_3_1.5d"] == {p: -0.03 if p == 3.0 else 0.0 for p in ps}
     assert got["spike_inf_2d"][math.inf] == -0.04 and got["spike_1.5_1d"][1.5] == -0.02
     assert got["two_basins"] == {p: {1.5: 0.0, 4.0: 0.005}.get(p, 0.06) for p in ps}
-    assert got["slope"][1.0] == 0.0 and got["slope"][1.5] == pytest.approx(0.02)
-    assert got["slope"][math.inf] == pytest.approx(0.06)
+    assert got["slope"][1.0] == 0.0 and got["slope"][1.5] == pytest.approx(0.018)  # 2.7δ/3
+    assert got["slope"][math.inf] == pytest.approx(0.054)
     assert [got["slope"][p] for p in ps] == sorted(got["slope"][p] for p in ps)
     assert got["slope_inf"][math.inf] == 0.0 and got["flat"] == dict.fromkeys(ps, 0.0)
     with pytest.raises(UserError, match="no p"):

@@ -257,7 +257,8 @@ def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
     # p=inf is out (not live, lacks fold 0): the race waits only for p=1 and p=2's fold 1.
     assert r.alive == [(1.0,), (2.0,)] and r.gone == {(math.inf,): 2} and r.need == 2
     assert _race.stopped_block(stopped) == F[0] and _race.block_values(stopped, spec) == {}
-    assert _race.launch_order(spec, r) == [(2.0,), (1.0,)]  # p=2 led fold 0
+    # fold 1 launches p=2 first: it led fold 0
+    assert _race.step(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
     assert _race.stop_attr(spec, stopped, F[0], 1) == {
         "outcome": "stopped", "n": 1, "after": F[0], "step": 10, "leader": "norm.p=2.0",
         "delta": 0.25, "p": None, "p_adjusted": None}

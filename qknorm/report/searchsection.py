@@ -65,7 +65,8 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
            f"more on the replicates both ran ({_test(settings)}): `level` where the "
            f"{1 - 2 * settings['alpha']:.0%} interval of Δ lies inside ±{delta:g} (TOST), "
            f"`worse` where the Holm-adjusted one-sided p <= {settings['alpha']:g} (Holm over "
-           "the comparisons with the best) or its run stopped at a rung, else `undecided`."
+           "the comparisons with the best), else `undecided` (a run stopped at a rung is "
+           "undecided: the margin rule saves compute, it tests nothing)."
            if delta is not None else "", "", markdown_table(header, table), ""]
     fit = minimiser(rows)
     if fit is not None:

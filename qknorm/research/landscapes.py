@@ -31,7 +31,7 @@ noise and replaces each p's mean by a planted one, at every step of the curves:
 No randomness: the landscapes are a function of the recorded grids. `landscapes` names the
 effects (δ = 0.02, the presets' equivalence margin): a spike (one p better by k·δ, k = 1, 1.5, 2,
 at a low, a middle and the highest p), two near-equal basins far apart (δ/4 between them, the
-rest 3δ behind), a slope in 1/p (best at p = 1 or at p = ∞) and a flat grid. Each is written
+rest 3δ behind), a slope of 2.7δ in 1/p (best at p = 1 or at p = ∞) and a flat grid. Each is written
 with its planted Δ and its judge() answer, the yardstick a replay is scored against:
 
     python -m qknorm.research.landscapes --out docs/results/landscapes/landscapes.json
@@ -119,9 +119,11 @@ def landscapes(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, f
 
     out = {f"spike_{_name_p(p)}_{k:g}d": only({p: -k * delta}) for p in SPIKES for k in SPIKE_K}
     out["two_basins"] = only({BASINS[0]: 0.0, BASINS[1]: delta / 4}, rest=3 * delta)
-    # Steady in 1/p: p = 1 best and p = ∞ 3δ behind (p = 1.5 one δ), or the other way round.
-    out["slope"] = {p: 3 * delta * (1 - 1 / p) for p in ps}
-    out["slope_inf"] = {p: 3 * delta / p for p in ps}
+    # Steady in 1/p: p = 1 best and p = ∞ 2.7δ behind, or the other way round. 2.7, not 3: no
+    # grid p sits at exactly δ (3δ put p = 1.5 there, where a level call is a coin toss on the
+    # last bit of a float; 2.7δ puts p = 1.5 at 0.9δ and p = 2 at 1.35δ).
+    out["slope"] = {p: 2.7 * delta * (1 - 1 / p) for p in ps}
+    out["slope_inf"] = {p: 2.7 * delta / p for p in ps}
     out["flat"] = only({})
     return out
 

@@ -1,79 +1,64 @@
-"""The race and the racing search replayed on a grid's recorded runs, one run at a time.
+"""The race and the racing search replayed on a grid's recorded runs: the sweeper's own driver
+(qknorm.sweep.driver) steps them, and each run it asks for is looked up in the grid instead of
+trained.
 
-Both use the sweeper's own rules: the race's looks (qknorm.sweep.racestats.replay) and the
-search's (qknorm.sweep.intensify.replay), and in-fold stopping at the rungs
-(racestats.stop_at_rung) on the recorded curves: a run is judged at a rung against the runs of
-the same fold that ran before it (the sweepers launch the leader's, or the incumbent's, first;
-the race's baseline is never judged, the search judges every run, the incumbent's too),
-and a stopped run costs the steps up to its rung. Budgets: the race checks its budget before
-each run, as its sweeper does between launches (it can end one run past it); the search
-launches a run only when the run's whole steps fit in what is left, so it never spends more.
 The runs are deterministic (seed, fold and p fix them), so this is what a sweeper would have
-spent and said at the grid's commit.
+spent and said at the grid's commit, with the basic launcher (a launch's runs one after
+another, in the step's order). In-fold stopping at the rungs (racestats.stop_at_rung, the rule
+the jobs apply) judges a run at each rung against the runs of the same fold that ran before it
+(the race's baseline is never judged; the search judges every run, the incumbent's too); a
+stopped run costs the steps up to its rung.
 
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives)
-through race_search.propose, the live sweeper's own: a fresh in-memory study told every
-proposal's fold-adjusted value (intensify.adjusted_value) against the incumbent of the moment,
-its sampler seeded by (seed, proposal number); a repeat is told its value and asked again.
+through the live sweeper's own race_search.propose: a fresh in-memory study told every
+proposal's fold-adjusted value (driver.told), its sampler seeded by (seed, proposal number).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping
 
 import optuna
 
-from qknorm.sweep import build_sampler, intensify, propose, racestats
+from qknorm.sweep import build_sampler, driver, intensify, propose, racestats
 
 MAX_PROPOSALS = 24  # search=p_tpe's n_trials
 
 
 def _run(grid: dict, p: float, block: int, ran: dict[int, list[dict]], rungs: Mapping[int, float],
-         spent: dict, judged: bool = True) -> tuple[float | None, float | None]:
-    """Run (p, block): its value, or (None, delta at the rung) when stopped at a rung."""
+         judged: bool = True) -> tuple[float | None, float | None, int, float]:
+    """Run (p, block): (its value or None when stopped at a rung, the Δ at that rung, the
+    steps and core-seconds it took)."""
     run = grid[p][block]
     others = ran.setdefault(block, [])
     for step in sorted(rungs) if judged and run["curve"] else ():
         at = {k: c[step] for k, c in enumerate(others) if step in c}
         stop = racestats.stop_at_rung(run["curve"][step], at, rungs[step])
         if stop is not None:
-            spent["steps"] += step
-            spent["core_s"] += run["core_s"] * step / run["steps"]
             others.append({s: v for s, v in run["curve"].items() if s <= step})
-            return None, stop.delta
-    spent["steps"] += run["steps"]
-    spent["core_s"] += run["core_s"]
+            return None, stop.delta, step, run["core_s"] * step / run["steps"]
     others.append(run["curve"] or {})
-    return run["value"], None
+    return run["value"], None, run["steps"], run["core_s"]
 
 
-def race(grid: dict, budget: float, rules: intensify.Rules, rungs: Mapping[int, float],
+def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mapping[int, float],
          baseline: float | None) -> dict:
     """The race (p_race's rules) over every p of the grid: its answer and its cost."""
     cands, values, stopped = sorted(grid), {p: {} for p in grid}, set()
     spent, ran = {"steps": 0, "core_s": 0.0}, {}
     while True:
-        live = {p for p in cands if p not in stopped}
-        r = racestats.replay(cands, values, live, rules.n_blocks, rules.min_blocks, rules.alpha,
-                             baseline, spent["steps"] >= budget, rules.equivalence, rules.test)
-        if r.over:
+        ledger = driver.RaceLedger(cands, values, set(cands) - stopped, spent["steps"])
+        step = driver.race_step(ledger, rules, baseline, budget, bool(rungs))
+        if not step.runs:
             break
-        order = racestats.standing(values, r.alive, baseline)
-        p, b = next((p, b) for b in range(r.need) for p in order
-                    if b not in values[p] and p not in stopped)
-        value, _ = _run(grid, p, b, ran, rungs, spent, judged=p != baseline)
-        (values[p].__setitem__(b, value) if value is not None else stopped.add(p))
-    last = r.looks[-1] if r.looks else None
-    dropped, level = r.dropped(), r.level()
-    answers = {}
-    for c in cands:  # each candidate's answer by the race's own rule (racestats.answer)
-        outcome = (racestats.STOPPED if c in stopped else racestats.DROPPED if c in dropped
-                   else racestats.LEVEL if c in level else racestats.SURVIVED)
-        t = last.tests.get(c) if last else None
-        answers[c] = racestats.answer(outcome, last.leader if last else None, c,
-                                      t and t.p_adjusted, t and t.low, t and t.high,
-                                      rules.alpha, rules.equivalence, alone=len(r.alive) == 1)
+        for p, b in step.runs:
+            value, _, steps, core_s = _run(grid, p, b, ran, rungs, judged=p != baseline)
+            spent["steps"] += steps
+            spent["core_s"] += core_s
+            (values[p].__setitem__(b, value) if value is not None else stopped.add(p))
+    answers = {c: driver.race_verdict(step.race, c, rules, c in stopped).answer for c in cands}
     return {"best_p": next((c for c, a in answers.items() if a == racestats.BEST), None),
             "worse": [c for c, a in answers.items() if a == racestats.WORSE],
             "level": [c for c, a in answers.items() if a == racestats.LEVEL], **spent,
@@ -88,51 +73,49 @@ def sampler_factory(name: str, preset: Mapping) -> Callable[[int], optuna.sample
     return lambda seed: build_sampler({**options, "seed": seed}, None)
 
 
-def race_search(grid: dict, sampler: str, seed: int, budget: float, rules: intensify.Rules,
-                rungs: Mapping[int, float], preset: Mapping | None = None) -> dict:
+def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
+                rules: intensify.Rules, rungs: Mapping[int, float], preset: Mapping | None = None,
+                explore: float = 1.0) -> dict:
     """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
-    sampler's defaults): its answer (intensify.final) and its cost."""
-    make, choices = sampler_factory(sampler, preset or {}), sorted(grid)
-    props: list[dict] = []  # {p, values, stopped, rung_delta}
-    spent, ran = {"steps": 0, "core_s": 0.0}, {}
-    dist = {"norm.p": optuna.distributions.CategoricalDistribution(choices)}
-    max_run = max(r["steps"] for runs in grid.values() for r in runs)
+    sampler's defaults; `explore`: the share of the budget it proposes in): its answer
+    (driver.answer) and its cost."""
+    make, dist = sampler_factory(sampler, preset or {}), {
+        "norm.p": optuna.distributions.CategoricalDistribution(sorted(grid))}
+    props: list[intensify.Proposal] = []
+    core_s, ran, exhausted = 0.0, {}, False
     while True:
-        proposals = [intensify.Proposal(x["p"], x["values"], x["stopped"], not x["stopped"])
-                     for x in props]
-        state = intensify.replay(proposals, rules)
-        if state.needs:
-            i = state.incumbent if state.incumbent in state.needs else min(state.needs)
-            x = props[i]
-            if spent["steps"] + grid[x["p"]][state.needs[i]]["steps"] > budget:
-                break  # the run does not fit in what is left: the search ends here
-            value, delta = _run(grid, x["p"], state.needs[i], ran, rungs, spent)
-            if value is None:
-                x["stopped"], x["rung_delta"] = True, delta
-            else:
-                x["values"][state.needs[i]] = value
-            continue
-        if spent["steps"] + max_run > budget or len(props) >= MAX_PROPOSALS:
+        step = driver.search_step(props, rules, budget, explore, 1, MAX_PROPOSALS - len(props),
+                                  exhausted)
+        for i in driver.closed(step):  # told: runs no more, as the sweeper's trial
+            props[i] = dataclasses.replace(props[i], live=False)
+        if step.over:
             break
-        told = [({"norm.p": x["p"]}, _value(x, pr, proposals, state))
-                for x, pr in zip(props, proposals, strict=True)]
-        params = propose(lambda n: make(seed * 100_000 + n), told, dist)
-        if params is None:
-            break  # the sampler proposes only p already raced
-        props.append({"p": params["norm.p"], "values": {}, "stopped": False, "rung_delta": None})
-    answer = intensify.final(state, proposals, rules) if proposals else {}
-    by = {proposals[i].key: j.outcome for i, j in answer.items()}
-    return {"best_p": proposals[state.incumbent].key if state.incumbent is not None else None,
-            "worse": sorted(p for p, o in by.items() if o in (racestats.WORSE, racestats.STOPPED)),
-            "level": sorted(p for p, o in by.items() if o == racestats.LEVEL), **spent,
-            "distinct_p": len(props)}
+        if step.propose:
+            told = [({"norm.p": p.key}, v) for p, v in zip(props, driver.told(props, step.search),
+                                                          strict=True)]
+            params = propose(lambda n: make(seed * 100_000 + n), told, dist)
+            exhausted = params is None  # the sampler proposes only p already raced
+            props += [] if exhausted else [intensify.Proposal(params["norm.p"], {})]
+            continue
+        for i, b in step.runs:
+            value, delta, steps, cost = _run(grid, props[i].key, b, ran, rungs)
+            props[i], core_s = _record(props[i], b, value, delta, steps), core_s + cost
+    search, answer = driver.answer(props, rules)
+    by = {props[i].key: j.outcome for i, j in answer.items()}  # stopped: undecided, untested
+    return {"best_p": props[search.incumbent].key if search.incumbent is not None else None,
+            "worse": sorted(p for p, o in by.items() if o == racestats.WORSE),
+            "level": sorted(p for p, o in by.items() if o == racestats.LEVEL),
+            "steps": driver.spent(props), "core_s": core_s, "distinct_p": len(props)}
 
 
-def _value(x: dict, prop: intensify.Proposal, proposals: list, state: intensify.Search
-           ) -> float | None:
-    if state.incumbent is None:
-        return None
-    return intensify.adjusted_value(prop, proposals[state.incumbent], x["rung_delta"])
+def _record(prop: intensify.Proposal, block: int, value: float | None, delta: float | None,
+            steps: int) -> intensify.Proposal:
+    """The proposal with a run of `block` recorded, as the sweeper's ledger reads it back."""
+    if value is None:
+        return dataclasses.replace(prop, stopped=True, live=False, rung_delta=delta,
+                                   steps=prop.steps + steps)
+    return dataclasses.replace(prop, values={**prop.values, block: value},
+                               steps=prop.steps + steps, run=max(prop.run, steps))
 
 
 def mean_values(grid: dict) -> dict[float, float]:

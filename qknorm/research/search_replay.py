@@ -134,7 +134,8 @@ def run_all(grid: dict, budget: float, seeds: int,
                        ] * seeds
     for s in only or ("tpe", "gp"):
         out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
-                                                         search_race["rungs"], SEARCH["sampler"])
+                                                         search_race["rungs"], SEARCH["sampler"],
+                                                         search_race.get("explore", 0.8))
                                    for seed in range(seeds)]
     return out
 

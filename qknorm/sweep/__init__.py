@@ -10,6 +10,8 @@ _MODULES; tests/test_faces.py fails an import past it); the modules below are th
   plan        every check, before a study is touched (race_plan: the race's settings)
   launcher    a trial's jobs: overrides, run dirs, outcomes, tell
   schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
+  driver      the racing engine: what a race or a racing search runs next, from its ledger
+              (the live schedules and the replays both step it)
   race        the race schedule; racestats, its pure statistics
   race_search the racing search's schedule (a sampler's proposals raced against an incumbent);
               intensify, its pure rules; search_answer, its answer read back from a study
@@ -39,10 +41,10 @@ _FACE = {
     "propose": "qknorm.sweep.race_search",
     "status_lines": "qknorm.sweep.progress",
 }
-# Modules the rest may import whole: the race's statistics and the racing search's rules are
-# pure functions of recorded values, which the report, the research tools and
-# scripts/race_replay.py replay.
-_MODULES = ["racestats", "intensify", "search_answer"]
+# Modules the rest may import whole: the racing engine's driver, the race's statistics and the
+# racing search's rules are pure functions of recorded values, which the report and the
+# research tools' replays step.
+_MODULES = ["driver", "racestats", "intensify", "search_answer"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

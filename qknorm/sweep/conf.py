@@ -45,6 +45,10 @@ class RaceConf:
     # The test of a look (qknorm/multitest.py): auto (corrected resampled t over data.fold,
     # whose folds share training text; the plain paired t over seeds), corrected or paired.
     test: str = "auto"
+    # A racing search (a tpe, gp or random sampler) makes new proposals until this share of
+    # budget_steps is spent, then confirms its incumbent against the close ones (docs/search.md).
+    # Without a budget it proposes until n_trials are made. Not used by a race.
+    explore: float = 0.8
 
 
 @dataclass

@@ -1,27 +1,36 @@
-"""Racing a search's proposals against an incumbent: SMAC's intensification, judged with the
-race's paired statistics (qknorm.multitest).
+"""Racing a search's proposals against an incumbent: SMAC's intensification, explore first, then
+confirm, judged with the race's paired statistics (qknorm.multitest).
 
 A sampler (TPE, GP, random) proposes one candidate at a time. The first proposal is the
-incumbent and runs the first `min_blocks` blocks (a block: one replicate, e.g. data.fold=0).
-Every later proposal, a challenger, runs the blocks the incumbent has run, one after another,
-and is judged against the incumbent on the blocks both ran, after each block from `min_blocks`
-on (a *look*):
+incumbent. Every later proposal, a challenger, runs the incumbent's blocks (a block: one
+replicate, e.g. data.fold=0) one after another, and after each it is compared with the
+incumbent on the blocks both ran:
 
-- **worse**: the one-sided paired test of its differences (H1: the challenger is behind) has
-  p <= alpha; it stops.
-- **level**: with δ (`equivalence`), the paired (1 - 2 alpha) interval of its difference lies
-  inside ±δ (TOST at alpha, before the worse rule, as in the race); it stops.
-- **takes over**: it has run every block the incumbent has and its mean over them is lower:
-  it is the incumbent from then on (SMAC's rule: better on the instances both ran; no test).
-- **open**: none of these once it has run all of the incumbent's blocks: both run the next
-  block (the incumbent's folds grow as challengers keep up with it), up to the last block,
-  where it leaves as undecided. One behind by δ or more on its mean leaves undecided at once
-  (more blocks could only call it worse: a budget is better spent on new proposals).
+- **behind** (its mean paired difference is >= 0; SMAC's first-instance rule after one block):
+  it runs no more blocks while the search explores. With two or more blocks its paired test
+  may decide: **level** when its (1 - 2 alpha) interval lies inside ±δ (TOST at alpha), else
+  **worse** when the one-sided p <= alpha (H1: behind). Undecided, it is **parked** (its trial
+  stays open for the confirmation) when it is behind by less than δ or has run one block only;
+  else (two blocks or more, behind by δ or more) it is **undecided**.
+- **ahead**: it runs the incumbent's next block; once it has run every one of them (and at
+  least `min_blocks`), it **takes over** (SMAC's rule: better on the instances both ran, no
+  test). A challenger ahead never leaves as level: a p better by a little more than δ could be
+  called level after two blocks (a TOST on one degree of freedom) and the worse p kept.
+- A run stopped inside a block at a rung (the margin rule, qknorm/sweep/job.py) is out as
+  worse.
 
-A run stopped inside a block at a rung (the race's margin rule, qknorm/sweep/job.py) is out as
-worse. Everything here is a pure function of the proposals' values in proposal order, so a
-resumed sweeper or a second one replays the same decisions (qknorm/sweep/race_search.py); a
-proposal whose trial is finished runs no more blocks.
+So while the search *explores*, a level or worse proposal costs one block (less when a rung
+stops it) and the budget goes on new proposals. Once it *confirms* (`confirm=True`: no room for
+proposals is left, or the exploration share of the budget is spent; qknorm/sweep/driver.py
+decides), the incumbent runs every block, and each parked challenger behind by less than δ on
+its mean runs on, block by block, until its test calls it level or worse, it takes over, or
+the blocks run out (undecided); one behind by δ or more runs a second block, for a test (the
+closest run first, so a budget cuts the far ones). Past two blocks, one behind by δ or more is
+not confirmed: more blocks could only call it worse.
+
+Everything here is a pure function of the proposals' values in proposal order, so a resumed
+sweeper or a second one replays the same decisions; a proposal whose trial is finished runs no
+more blocks.
 
 The answer (`final`): the incumbent is the best; every other proposal is compared with it once
 more, on the blocks both ran, and the one-sided p-values are Holm-adjusted over those
@@ -32,10 +41,10 @@ answer's Holm carries the claim). What the answer controls: family-wise error of
 calls at alpha over the comparisons with the final incumbent, given that incumbent; the
 incumbent is picked on the same blocks (its lead is biased, as the race's leader's is).
 
-Example (two blocks to start, alpha 0.05, δ 0.02): incumbent p=2 runs folds 0, 1; p=4 runs
-folds 0, 1 and is 0.15 behind on both with little spread: worse after fold 1. p=1.5 is 0.01
-ahead on fold 0 and 0.03 behind on fold 1: neither shown worse nor level, behind by less than
-δ on its mean, so open at the incumbent's two folds: both run fold 2, and so on.
+Example (two blocks for a takeover, alpha 0.05, δ 0.02): incumbent p=2 runs fold 0; p=4 runs
+fold 0 and is 0.15 behind there: parked. p=1.5 is 0.012 ahead on fold 0 (δ/2 or more): both
+run fold 1; ahead on the mean of folds 0 and 1, it takes over. Once the search confirms, p=1.5
+runs its remaining folds, and p=4 its fold 1, where its test calls it worse.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from qknorm.multitest import PAIRED_T, ReplicateTest, holm, tost_interval, withi
 from qknorm.sweep.racestats import LEVEL, STOPPED, UNDECIDED, WORSE, paired_t_greater
 
 INCUMBENT, RACING, FAILED = "incumbent", "racing", "failed"
+PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,9 @@ class Proposal:
     values: Mapping[int, float]  # block index -> value (lower is better), completed blocks
     stopped: bool = False  # a run of it was stopped at a rung: out, worse
     live: bool = True  # can run more blocks (its trial is not finished)
+    rung_delta: float | None = None  # stopped: how far behind the best run it was at the rung
+    steps: int = 0  # training steps its runs took (a stopped run: up to its rung)
+    run: int = 0  # the steps of its longest completed run (a whole run's length)
 
 
 @dataclass(frozen=True)
@@ -111,9 +124,10 @@ def verdict(low: float, high: float, p: float, rules: Rules, otherwise: str) -> 
             else WORSE if p <= rules.alpha else otherwise)
 
 
-def replay(proposals: Sequence[Proposal], rules: Rules) -> Search:
+def replay(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -> Search:
     """The search so far. Proposals in order (a proposal's index is its place); a finished
-    proposal that is not decided here ends as `failed` (its runs stopped for another reason)."""
+    proposal that is not decided here ends as `failed` (its runs stopped for another reason).
+    `confirm`: the search no longer explores (see the module docstring)."""
     search = Search()
     for i, prop in enumerate(proposals):
         if search.incumbent is None:
@@ -123,46 +137,50 @@ def replay(proposals: Sequence[Proposal], rules: Rules) -> Search:
             else:
                 search.judged[i] = Judgement(FAILED, 0)
             continue
-        _challenge(search, proposals, i, rules)
+        _challenge(search, proposals, i, rules, confirm)
     for _ in range(len(proposals)):  # racing against an incumbent that lost its place since
         stale = [i for i, j in search.judged.items()
-                 if j.outcome == RACING and j.against != search.incumbent]
+                 if j.outcome in (RACING, PARKED) and j.against != search.incumbent]
         if not stale:
             break
         for i in stale:
-            _challenge(search, proposals, i, rules)
-    _needs(search, proposals, rules)
+            _challenge(search, proposals, i, rules, confirm)
+    _needs(search, proposals, rules, confirm)
     return search
 
 
-def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rules) -> None:
-    """Judge proposal i against the incumbent, look by look; it may take over."""
+def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rules,
+               confirm: bool) -> None:
+    """Judge proposal i against the incumbent on the blocks both ran; it may take over."""
     inc = search.incumbent
     mine, theirs = contiguous(proposals[i].values), contiguous(proposals[inc].values)
+    n = min(len(mine), len(theirs))
     if proposals[i].stopped:
         search.judged[i] = Judgement(STOPPED, len(mine), inc)
         return
-    for n in range(rules.min_blocks, min(len(mine), len(theirs)) + 1):
-        look = compare(mine[:n], theirs[:n], rules)
-        if look.outcome != RACING:
-            search.judged[i] = _against(look, inc)
-            return
-    if len(mine) >= len(theirs) >= rules.min_blocks and (
-            statistics.fmean(mine[:len(theirs)]) < statistics.fmean(theirs)):
+    if n == 0:
+        search.judged[i] = Judgement(RACING if proposals[i].live else FAILED, 0, inc)
+        return
+    delta = statistics.fmean(a - b for a, b in zip(mine[:n], theirs[:n], strict=True))
+    if delta < 0 and len(mine) >= len(theirs) >= rules.min_blocks:
         search.incumbent = i  # better on every block the incumbent ran: it takes over
         search.judged[i] = Judgement(INCUMBENT, len(mine))
-        _challenge(search, proposals, inc, rules)  # the old incumbent is now a challenger
+        _challenge(search, proposals, inc, rules, confirm)  # the old one is now a challenger
         return
-    behind = (len(mine) >= len(theirs) >= 2 and rules.equivalence is not None
-              and statistics.fmean(mine[:len(theirs)]) - statistics.fmean(theirs)
-              >= rules.equivalence)
-    if len(mine) >= rules.n_blocks or behind:
-        last = compare(mine, theirs, rules) if len(theirs) >= 2 else None
-        search.judged[i] = (_against(last, inc, UNDECIDED) if last
-                            else Judgement(UNDECIDED, len(mine), inc))
+    look = compare(mine[:n], theirs[:n], rules) if n >= 2 else Judgement(RACING, n, None, delta)
+    if delta >= 0 and look.outcome != RACING:  # behind, and its test decides: level or worse
+        search.judged[i] = _against(look, inc)
         return
-    outcome = RACING if proposals[i].live else UNDECIDED if mine else FAILED
-    search.judged[i] = Judgement(outcome, len(mine), inc)
+    close = rules.equivalence is not None and delta < rules.equivalence
+    if proposals[i].live and len(mine) < rules.n_blocks and (delta < 0 or close or n < 2):
+        # Ahead by δ/2 or more: on to a takeover. A smaller lead, or behind by less than δ:
+        # most likely level (δ says such differences do not matter); on once it confirms. Far
+        # behind on one block: on to a second once it confirms, for a test to call it worse.
+        lead = delta < 0 and (rules.equivalence is None or delta <= -rules.equivalence / 2)
+        outcome = RACING if lead or confirm else PARKED
+        search.judged[i] = Judgement(outcome, len(mine), inc, delta)
+        return
+    search.judged[i] = _against(look, inc, UNDECIDED)
 
 
 def _against(look: Judgement, inc: int, outcome: str | None = None) -> Judgement:
@@ -170,14 +188,15 @@ def _against(look: Judgement, inc: int, outcome: str | None = None) -> Judgement
                      look.high)
 
 
-def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules) -> None:
+def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm: bool) -> None:
     """The next block of each live proposal still in play. A challenger runs the incumbent's
-    blocks; one level with every block of it and still open makes both run one more."""
+    blocks; one that has caught up with it and is still racing makes the incumbent run its
+    next block too (it needs at least one block, and every block once the search confirms)."""
     inc = search.incumbent
     if inc is None:
         return
     have = len(contiguous(proposals[inc].values))
-    extend = have < rules.min_blocks or any(
+    extend = have == 0 or confirm or any(
         search.judged[i].outcome == RACING and search.judged[i].n >= have for i in search.judged)
     if proposals[inc].live and extend and have < rules.n_blocks:
         search.needs[inc] = have
@@ -212,8 +231,7 @@ def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[i
     return dict(sorted(out.items()))
 
 
-def adjusted_value(prop: Proposal, incumbent: Proposal, rung_delta: float | None = None
-                   ) -> float | None:
+def adjusted_value(prop: Proposal, incumbent: Proposal) -> float | None:
     """What the sampler is told of a proposal: the incumbent's mean over its blocks plus the
     proposal's mean paired difference to it on the blocks both ran (so folds of unequal
     difficulty do not rank proposals); for one stopped in its first block, the incumbent's mean
@@ -225,6 +243,6 @@ def adjusted_value(prop: Proposal, incumbent: Proposal, rung_delta: float | None
     n = min(len(mine), len(theirs))
     if n:
         return base + statistics.fmean(a - b for a, b in zip(mine[:n], theirs[:n], strict=True))
-    if rung_delta is not None and math.isfinite(rung_delta):
-        return base + rung_delta
+    if prop.rung_delta is not None and math.isfinite(prop.rung_delta):
+        return base + prop.rung_delta
     return None

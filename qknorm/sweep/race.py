@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any
 
 import optuna
@@ -22,8 +22,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
+from qknorm.sweep import driver, racestats
 from qknorm.sweep import launcher as trial_jobs
-from qknorm.sweep import racestats
+from qknorm.sweep.intensify import Rules
 from qknorm.sweep.launcher import Job, JobResult
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race_plan import RaceSpec
@@ -90,8 +91,9 @@ def stopped_block(trial: FrozenTrial | optuna.Trial) -> str | None:
     return racestats.stopped_block(trial.user_attrs)
 
 
-def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racestats.Race:
-    """The race replayed from the study: looks so far, who is in, what the next look needs."""
+def step(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> driver.RaceStep:
+    """The race replayed from the study (driver.race_step): looks so far, who is in, and the
+    runs the next look needs, in launch order."""
     current = current_trials(trials, space)
     values = {c: block_values(t, race) for c, t in current.items()}
     # Not started yet, or running/waiting for a sweeper: it can still run blocks. A candidate
@@ -99,50 +101,41 @@ def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> race
     live = {c for c in race.candidates
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
                                     and stopped_block(current[c]) is None)}
-    return racestats.replay(race.candidates, values, live, len(race.blocks), race.min_replicates,
-                         race.alpha, race.baseline, _budget_spent(race, current.values()),
-                         race.equivalence, race.test)
+    ledger = driver.RaceLedger(race.candidates, values, live,
+                               racestats.steps_spent(current.values()))
+    return driver.race_step(ledger, rules(race), race.baseline, race.budget_steps,
+                            bool(race.rungs))
 
 
-def _budget_spent(race: RaceSpec, trials: Iterable[FrozenTrial]) -> bool:
-    """Whether the race's runs so far (stopped ones' partial steps included) took its budget.
-    Counted between launches: a launch under way finishes, so a race can end up to one launch
-    past its budget."""
-    return race.budget_steps is not None and racestats.steps_spent(trials) >= race.budget_steps
+def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racestats.Race:
+    return step(trials, race, space).race
 
 
 def outcome_attr(race: RaceSpec, result: racestats.Race, c: Hashable, n_run: int,
                  failed: bool = False) -> dict[str, Any]:
     """The trial user attr `race`: how the candidate's race ended, with the look that decided
-    it (Δ in the objective's units: candidate - leader). With equivalence, also the look's
-    (1 - 2 alpha) interval of Δ (`low`, `high`) and the candidate's `answer` (worse, level,
-    best, undecided: racestats.answer)."""
-    dropped, level = result.dropped(), result.level()
-    outcome = (racestats.FAILED if failed else racestats.DROPPED if c in dropped
-               else racestats.LEVEL if c in level else racestats.SURVIVED)
-    out: dict[str, Any] = {"outcome": outcome, "n": n_run,
+    it (Δ in the objective's units: candidate - leader; driver.race_verdict). With
+    equivalence, also the look's (1 - 2 alpha) interval of Δ (`low`, `high`) and the
+    candidate's `answer` (worse, level, best, undecided)."""
+    v = driver.race_verdict(result, c, rules(race), failed=failed)
+    out: dict[str, Any] = {"outcome": v.outcome, "n": n_run,
                            "after": race.blocks[n_run - 1] if n_run else None}
-    lk = (dropped.get(c) or level.get(c)
-          or (result.looks[-1] if result.looks and not failed else None))
-    test = lk.tests.get(c) if lk is not None else None
-    if lk is not None:
-        out.update(look=lk.n, leader=race.labels[lk.leader],
+    test = v.test
+    if v.look is not None:
+        out.update(look=v.look.n, leader=race.labels[v.look.leader],
                    delta=None if test is None else race.sign * test.delta,
                    p=None if test is None else test.p,
                    p_adjusted=None if test is None else test.p_adjusted)
     if race.equivalence is not None:
         low, high = ((None, None) if test is None or test.low is None else
                      sorted((race.sign * test.low, race.sign * test.high)))
-        out.update(low=low, high=high, answer=racestats.answer(
-            outcome, out.get("leader"), race.labels[c], out.get("p_adjusted"), low, high,
-            race.alpha, race.equivalence, alone=len(result.alive) == 1))
+        out.update(low=low, high=high, answer=v.answer)
     return out
 
 
-def launch_order(race: RaceSpec, result: racestats.Race) -> list[Hashable]:
-    """The candidates in the race, best first (racestats.standing): the order in which their
-    runs of a block launch, so that a run is judged at its rungs against the leader's."""
-    return racestats.standing(result.values, result.alive, race.baseline)
+def rules(race: RaceSpec) -> Rules:
+    """The race's settings as the driver's rules."""
+    return Rules(len(race.blocks), race.min_replicates, race.alpha, race.equivalence, race.test)
 
 
 def stop_attr(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
@@ -224,13 +217,15 @@ class RaceSchedule:
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.mine: dict[int, optuna.Trial] = {}  # this sweeper's candidates still racing
         self.race = racestats.Race()
+        self.step = driver.RaceStep(self.race, [])
 
     def settle(self, study: optuna.Study) -> bool:
         """Tell my candidates the race is done with: dropped ones PRUNED, and once it is over,
         the rest COMPLETE with their mean over the blocks they ran. Each gets user attr
         RACE_OUTCOME_ATTR: the outcome and the look that decided it (the report's table)."""
         trials = study.get_trials(deepcopy=False)
-        self.race = state(trials, self.spec, self.plan.space)
+        self.step = step(trials, self.spec, self.plan.space)
+        self.race = self.step.race
         dropped, level = self.race.dropped(), self.race.level()
         for t in trials:  # failed as stale by another sweeper: its retry races the candidate
             if t.number in self.mine and t.state.is_finished():
@@ -258,23 +253,13 @@ class RaceSchedule:
         return not self.mine and not self.next_jobs(study) and self.wants(study) <= 0
 
     def next_jobs(self, study: optuna.Study) -> list[Job]:
-        """The blocks my candidates need for the next look, block-major, leaving out blocks
-        already in the study."""
-        if self.race.over:
-            return []
-        alive = set(self.race.alive)
-        todo = [(trial, combo) for b, combo in enumerate(self.plan.combinations[:self.race.need])
-                for trial in self.mine.values()
-                if self.plan.space.candidate(trial) in alive
-                and self.spec.blocks[b] not in trial.user_attrs.get(RACE_RUNS_ATTR, {})]
-        if not self.spec.rungs or not todo:
-            return todo
-        # In-fold stopping: one block per launch, so a candidate stopped there runs no other,
-        # and its runs best first, so each later run has the leader's to be judged against.
-        first = todo[0][1]
-        order = launch_order(self.spec, self.race)
-        return sorted([(t, combo) for t, combo in todo if combo == first],
-                      key=lambda job: order.index(self.plan.space.candidate(job[0])))
+        """The runs of the driver's step that are my candidates', in its launch order (block by
+        block, best first; with rungs one block a launch), leaving out blocks already in the
+        study."""
+        mine = {self.plan.space.candidate(t): t for t in self.mine.values()}
+        return [(mine[c], self.plan.combinations[b]) for c, b in self.step.runs
+                if c in mine and self.spec.blocks[b] not in
+                mine[c].user_attrs.get(RACE_RUNS_ATTR, {})]
 
     def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
         """Keep each block's result in its trial (RACE_RUNS_ATTR) as soon as the launch returns;

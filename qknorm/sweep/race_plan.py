@@ -41,6 +41,7 @@ class RaceSpec:
     # A racing search (qknorm/sweep/race_search.py): the sampler that proposes the candidates
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
+    explore: float = 0.8  # a search's share of budget_steps for new proposals (RaceConf)
 
     def margin_at(self, step: int) -> float:
         return dict(zip(self.rungs, self.margins))[step] if self.margins else self.margin
@@ -63,7 +64,8 @@ class RaceSpec:
                 # paired as None: how a study raced before the test was chosen reads
                 "test": None if self.test == PAIRED_T else self.test.name,
                 "ratio": None if self.test == PAIRED_T else self.test.ratio,
-                **({"search": self.search, "sign": self.sign} if self.search else {})}
+                **({"search": self.search, "sign": self.sign, "explore": self.explore}
+                   if self.search else {})}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
@@ -127,7 +129,15 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
                     1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
                     _budget(conf.budget_steps), _equivalence(conf.equivalence), margins,
-                    search=search)
+                    search=search, explore=_explore(conf.explore))
+
+
+def _explore(value: float) -> float:
+    if not 0 < value <= 1:
+        raise UserError(f"hydra.sweeper.race.explore={value:g} must be in (0, 1]: the share "
+                        "of budget_steps a search spends on new proposals before it confirms "
+                        "its incumbent, e.g. 0.7")
+    return float(value)
 
 
 def _equivalence(value: float | None) -> float | None:

@@ -27,12 +27,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.rundir import COMPLETED
-from qknorm.sweep import intensify, racestats, search_answer
+from qknorm.sweep import driver, intensify, racestats, search_answer
 from qknorm.sweep import launcher as trial_jobs
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.launcher import Job, JobResult
 from qknorm.sweep.plan import Plan
-from qknorm.sweep.race import keep_runs, stopped_block, with_block
+from qknorm.sweep.race import keep_runs, with_block
 from qknorm.sweep.schedule import room
 from qknorm.sweep.study import (
     JOB_DIRS_ATTR,
@@ -47,15 +47,13 @@ from qknorm.sweep.study import (
 )
 
 log = logging.getLogger(__name__)
-OUT = (racestats.WORSE, racestats.LEVEL, racestats.UNDECIDED, racestats.STOPPED,
-       intensify.FAILED)
 
 
 class RaceSearchSchedule:
-    """A trial per proposal; a proposal runs the blocks intensify says it needs, one at a time;
-    it is told once its race is decided (PRUNED: worse, level, undecided, stopped). At the end
-    the incumbent is told COMPLETE with its mean over its blocks, and the proposals still open
-    PRUNED (their answer: undecided)."""
+    """A trial per proposal; a proposal runs the blocks the driver's step asks for, one at a
+    time; it is told once its race is decided (PRUNED: worse, level, undecided, stopped). At
+    the end the incumbent is told COMPLETE with its mean over its blocks, and the proposals
+    still open (racing, parked) PRUNED: the answer (driver.answer) says what they are."""
 
     def __init__(self, plan: Plan, objectives: list[str], n_jobs: int, heartbeat: Heartbeat):
         self.plan, self.spec, self.objectives = plan, plan.race, objectives
@@ -65,39 +63,25 @@ class RaceSearchSchedule:
         self.trials: list[FrozenTrial] = []  # the proposals' trials, in proposal order
         self.props: list[intensify.Proposal] = []
         self.search = intensify.Search()
-        self.fits: int | None = None  # whole runs that fit in the budget (None: no limit)
+        self.step = driver.SearchStep(self.search, [], False, False, True)
         self.room = 0  # proposals still to make (n_trials less the finished and running)
         self.waiting = False  # a killed sweeper's retries wait to be asked
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
     def _replay(self, study: optuna.Study) -> list[FrozenTrial]:
-        """The search and its budget, from the study: once per pass of the loop (settle)."""
+        """The search's next step (qknorm/sweep/driver.py), from the study: once per pass of
+        the loop (settle)."""
         everything = study.get_trials(deepcopy=False)
-        self.trials, self.props, self.search = search_answer.replay(
-            everything, self.settings, self.spec.sign)
-        self.fits = self._fits()
+        self.trials, self.props = search_answer.ledger(everything, self.settings,
+                                                       self.spec.sign)
         self.waiting = any(t.state == TrialState.WAITING for t in everything)
-        # Proposals still to make: none once no run fits. Read once: nothing is asked before
-        # the next pass, which reads the study again.
-        self.room = room(study, self.plan, everything) if self.fits != 0 else 0
+        # Read once: nothing is asked before the next pass, which reads the study again.
+        self.room = room(study, self.plan, everything)
+        self.step = driver.search_step(
+            self.props, search_answer.rules(self.settings), self.spec.budget_steps,
+            self.spec.explore, self.n_jobs, self.room, self.exhausted)
+        self.search = self.step.search
         return everything
-
-    def _over(self) -> bool:
-        """No run fits in the budget, or no block is needed and no proposal is left to make."""
-        return self.fits == 0 or (not self.search.needs and (self.exhausted or self.room <= 0))
-
-    def _fits(self) -> int | None:
-        """How many more whole runs fit in budget_steps (None: no budget, or no run finished
-        yet to tell a run's length: a whole run's steps are the longest completed one's)."""
-        budget = self.spec.budget_steps
-        if budget is None:
-            return None
-        run = max((r["steps"] for t in self.trials for r in racestats.completed(
-            t.user_attrs.get(RACE_RUNS_ATTR, {})).values() if r.get("steps")), default=0)
-        left = budget - racestats.steps_spent(self.trials)
-        if not run:  # no run has finished yet: its length is not known, nothing is cut
-            return None if left > 0 else 0
-        return max(0, left // run)
 
     def settle(self, study: optuna.Study) -> bool:
         everything = self._replay(study)
@@ -106,12 +90,12 @@ class RaceSearchSchedule:
                 left_to_retry(t.number)
                 self._forget(self.mine[t.number])
         index = {t.number: i for i, t in enumerate(self.trials)}
-        over = self._over()
+        done = driver.closed(self.step)
         for trial in list(self.mine.values()):
             i = index.get(trial.number)
-            judged = self.search.judged.get(i) if i is not None else None
-            if judged is None or (judged.outcome not in OUT and not over):
+            if i not in done:
                 continue
+            judged = self.search.judged[i]
             with trial_jobs.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
             jobs = self._completed_jobs(trial)
@@ -123,7 +107,7 @@ class RaceSearchSchedule:
             log.info("trial %d [%s]: %s", trial.number,
                      self.plan.space.label(trial.params), _words(judged))
             self._forget(trial)
-        return over and not self.mine and not self.waiting  # a killed sweeper's retries too
+        return self.step.over and not self.mine and not self.waiting  # killed sweepers' too
 
     def _outcome(self, i: int, j: intensify.Judgement) -> dict[str, Any]:
         inc = j.against if j.against is not None else self.search.incumbent
@@ -132,25 +116,15 @@ class RaceSearchSchedule:
                 "delta": j.delta, "p": j.p, "low": j.low, "high": j.high}
 
     def next_jobs(self, study: optuna.Study) -> list[Job]:
-        """The blocks my proposals need, the incumbent's first; none while a slot is free for
-        a new proposal (wants() makes it, and its first block joins the next launch)."""
-        fits = self.fits
-        if fits == 0:
-            return []
-        order = sorted(self.search.needs, key=lambda i: i != self.search.incumbent)
-        jobs = [(self.mine[self.trials[i].number], self.plan.combinations[self.search.needs[i]])
-                for i in order if self.trials[i].number in self.mine
-                and self.spec.blocks[self.search.needs[i]] not in
-                self.mine[self.trials[i].number].user_attrs.get(RACE_RUNS_ATTR, {})]
-        if len(jobs) < self.n_jobs and self._slot():
-            return []
-        return jobs if fits is None else jobs[:fits]  # a launch never runs past the budget
-
-    def _slot(self) -> bool:
-        """Room for one more proposal now: fewer than n_jobs challengers race, the search has
-        room, and the sampler still proposes something new."""
-        racing = sum(j.outcome == intensify.RACING for j in self.search.judged.values())
-        return racing < self.n_jobs and not self.exhausted and self.room > 0
+        """The runs of the driver's step that are my proposals' (the incumbent's first; none
+        while it makes a new proposal, whose first block joins the next launch)."""
+        jobs = []
+        for i, b in self.step.runs:
+            trial = self.mine.get(self.trials[i].number)
+            if trial is not None and self.spec.blocks[b] not in trial.user_attrs.get(
+                    RACE_RUNS_ATTR, {}):
+                jobs.append((trial, self.plan.combinations[b]))
+        return jobs
 
     def record(self, study: optuna.Study, jobs: list[Job], results: list[JobResult]) -> None:
         """Each block's result into its trial (RACE_RUNS_ATTR), as the race keeps them."""
@@ -169,10 +143,10 @@ class RaceSearchSchedule:
 
     def wants(self, study: optuna.Study) -> int:
         """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
-        for by the loop) while a slot is free (_slot)."""
+        for by the loop) when the driver's step makes one."""
         if self.waiting:  # asked by the loop (Optuna's ask takes waiting trials first)
             return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        if not self._slot():
+        if not self.step.propose:
             return 0
         params = self._propose(study)
         if params is None:  # the sampler proposes only candidates already raced: none is left
@@ -182,11 +156,8 @@ class RaceSearchSchedule:
         return 1
 
     def _propose(self, study: optuna.Study) -> dict[str, Any] | None:
-        inc, told = self.search.incumbent, []
-        for t, prop in zip(self.trials, self.props, strict=True):
-            value = (intensify.adjusted_value(prop, self.props[inc], _rung_delta(t))
-                     if inc is not None else None)
-            told.append((t.params, value))
+        told = [(t.params, v) for t, v in zip(self.trials, driver.told(self.props, self.search),
+                                              strict=True)]
         spec = self.plan.sampler_spec
         return propose(lambda n: optuna_specs.build_sampler({**spec, "seed": _seed(spec, n)}, None),
                        told, self.plan.space.distributions)
@@ -259,11 +230,6 @@ def _seed(spec: dict[str, Any], n: int) -> int | None:
     return None if seed is None else (optuna_specs.reseeded(spec, n) or {}).get("seed", seed)
 
 
-def _rung_delta(t: FrozenTrial) -> float | None:
-    stopped = stopped_block(t)
-    return t.user_attrs[RACE_RUNS_ATTR][stopped].get("delta") if stopped else None
-
-
 def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
     return plan.space.label(trial.params)
 
@@ -271,9 +237,11 @@ def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
 def _words(j: intensify.Judgement) -> str:
     if j.outcome == intensify.INCUMBENT:
         return f"the incumbent after {j.n} replicates"
-    if j.outcome == intensify.RACING:
-        return f"still racing when the search ended, after {j.n} replicates (undecided)"
+    if j.outcome in (intensify.RACING, intensify.PARKED):
+        return f"still in the search when it ended, after {j.n} replicates"
     if j.delta is None:
         return f"{j.outcome} after {j.n} replicates"
-    return (f"{j.outcome} against the incumbent after {j.n} replicates: Δ {j.delta:+.4g}, "
-            f"interval [{j.low:+.4g}, {j.high:+.4g}], one-sided p {j.p:.3g}")
+    words = f"{j.outcome} against the incumbent after {j.n} replicates: Δ {j.delta:+.4g}"
+    if j.p is None:  # one replicate: no test (screened out on its first)
+        return words
+    return f"{words}, interval [{j.low:+.4g}, {j.high:+.4g}], one-sided p {j.p:.3g}"

@@ -11,7 +11,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from qknorm.sweep import intensify, racestats
+from qknorm.sweep import driver, intensify, racestats
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
     RACE_RUNS_ATTR,
@@ -54,17 +54,24 @@ def proposals(trials: list[FrozenTrial]) -> list[FrozenTrial]:
                   key=lambda t: origin(t.number))
 
 
-def replay(trials: list[FrozenTrial], settings: dict, sign: float = 1.0
-           ) -> tuple[list[FrozenTrial], list[intensify.Proposal], intensify.Search]:
-    """The proposals' trials, as intensify's proposals, and the search replayed from them."""
+def ledger(trials: list[FrozenTrial], settings: dict, sign: float = 1.0
+           ) -> tuple[list[FrozenTrial], list[intensify.Proposal]]:
+    """The proposals' trials, and what the driver reads of each: its completed blocks, whether
+    a run of it stopped at a rung (and how far behind there), whether it can run more, and the
+    steps its runs took."""
     props_t = proposals(trials)
-    props = [intensify.Proposal(tuple(t.params.values()),
-                                racestats.block_values(t.user_attrs, settings["blocks"], sign),
-                                racestats.stopped_block(t.user_attrs) is not None,
-                                t.state == TrialState.RUNNING
-                                and racestats.stopped_block(t.user_attrs) is None)
-             for t in props_t]
-    return props_t, props, intensify.replay(props, rules(settings))
+    return props_t, [_proposal(t, settings, sign) for t in props_t]
+
+
+def _proposal(t: FrozenTrial, settings: dict, sign: float) -> intensify.Proposal:
+    runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
+    stopped = racestats.stopped_block(t.user_attrs)
+    whole = [r["steps"] for r in racestats.completed(runs).values() if r.get("steps")]
+    return intensify.Proposal(
+        tuple(t.params.values()), racestats.block_values(t.user_attrs, settings["blocks"], sign),
+        stopped is not None, t.state == TrialState.RUNNING and stopped is None,
+        runs[stopped].get("delta") if stopped else None,
+        sum(r.get("steps") or 0 for r in runs.values()), max(whole, default=0))
 
 
 def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
@@ -73,15 +80,18 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
     when the settings are not a racing search's."""
     if not is_search(settings):
         return None
-    props_t, props, search = replay(trials, settings, settings.get("sign", 1.0))
-    final = intensify.final(search, props, rules(settings))
+    props_t, props = ledger(trials, settings, settings.get("sign", 1.0))
+    search, final = driver.answer(props, rules(settings))
     rows = []
     for i, t in enumerate(props_t):
-        racing = search.judged.get(i) is not None and search.judged[i].outcome == intensify.RACING
+        racing = search.judged.get(i) is not None and search.judged[i].outcome in (
+            intensify.RACING, intensify.PARKED) and props[i].live
         j = None if racing else final.get(i) or search.judged.get(i)
         runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
         done = racestats.completed(runs)
-        word = {intensify.INCUMBENT: racestats.BEST, racestats.STOPPED: racestats.WORSE}.get(
+        # A run stopped at a rung is out of the search, but no test called it worse (the margin
+        # rule saves compute; on noisy curves it stops level p): its answer is undecided.
+        word = {intensify.INCUMBENT: racestats.BEST, racestats.STOPPED: racestats.UNDECIDED}.get(
             j.outcome, j.outcome) if j else "racing"
         rows.append({"candidate": t.user_attrs.get(RACE_CANDIDATE_ATTR, str(t.params)),
                      "params": dict(t.params), "answer": word,
@@ -130,9 +140,12 @@ def answer_lines(rows: list[dict], settings: dict) -> list[str]:
     delta = settings.get("equivalence")
     line = "search: " + (f"best {short(best[0])} (mean {best[0]['mean']:.4f} over "
                          f"{best[0]['n']} replicates)" if best else "no incumbent yet")
+    undecided = by.pop(racestats.UNDECIDED, [])
+    by[racestats.UNDECIDED] = [r for r in undecided if not r["stopped"]]
+    by["stopped"] = [r for r in undecided if r["stopped"]]
     for word, what in ((racestats.LEVEL, f"level with it within ±{delta:g}" if delta else ""),
                        (racestats.WORSE, "worse"), (racestats.UNDECIDED, "undecided"),
-                       ("racing", "racing")):
+                       ("stopped", "undecided, stopped at a rung"), ("racing", "racing")):
         if by.get(word):
             line += f"; {what or word}: " + ", ".join(short(r) for r in by[word])
     steps = sum(r["steps"] for r in rows)

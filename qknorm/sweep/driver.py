@@ -1,0 +1,173 @@
+"""The racing engine: what a race or a racing search does next, as pure functions of what its
+runs recorded. One driver for every caller: the live schedules (qknorm/sweep/race.py,
+race_search.py) read the ledger from the study and launch what a step asks for; the replays
+(qknorm/research/race_sims.py) read it from recorded grids; the tests from tables.
+
+A step answers, from the ledger alone: the runs to launch now (candidate or proposal, block),
+in launch order; for a search, whether to make a new proposal first; and whether it is over.
+Nothing here reads a study, launches a run or asks a sampler: the caller does, then records
+what it got and asks for the next step (Optuna's pruners are the pattern: a rule answers from
+the values, the loop acts).
+
+The budget (budget_steps) is spent by whole runs: a run's length is the longest completed
+run's steps so far; a step never asks for more runs than fit in what is left, and the search
+is over once none fits. Before any run has completed, a run's length is not known and nothing
+is cut. (A race checks its budget between launches instead, as it always has: it ends once its
+runs took the budget, up to one launch past it.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from qknorm.sweep import intensify, racestats
+from qknorm.sweep.intensify import Proposal, Rules, Search
+
+
+def spent(props: Sequence[Proposal]) -> int:
+    """Training steps the proposals' runs took (a run stopped at a rung: to its rung)."""
+    return sum(p.steps for p in props)
+
+
+def fits(props: Sequence[Proposal], budget: int | None) -> int | None:
+    """How many more whole runs fit in `budget` steps (None: no budget, or no run completed
+    yet to tell a run's length while some budget is left)."""
+    if budget is None:
+        return None
+    left, run = budget - spent(props), max((p.run for p in props), default=0)
+    if left <= 0:
+        return 0
+    return int(left // run) if run else None
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    search: Search  # the decisions so far
+    runs: list[tuple[int, int]]  # (proposal index, block) to launch now, in launch order
+    propose: bool  # make one new proposal first (its first block joins the next launch)
+    over: bool
+    exploring: bool
+
+
+def exploring(props: Sequence[Proposal], budget: int | None, explore: float, room: int,
+              exhausted: bool) -> bool:
+    """The search still makes new proposals: it has room for one, its sampler proposes new
+    ones, and (with a budget) less than the `explore` share of it is spent."""
+    return (room > 0 and not exhausted and fits(props, budget) != 0
+            and (budget is None or spent(props) < explore * budget))
+
+
+def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, explore: float,
+                slots: int, room: int, exhausted: bool = False) -> SearchStep:
+    """The racing search's next step. `slots`: proposals racing at once (n_jobs); `room`:
+    proposals it may still make (n_trials less those made); `exhausted`: its sampler proposed
+    only repeats. A new proposal is made while fewer than `slots` challengers race and the
+    launch has a free slot for its first block; blocks run the incumbent's first."""
+    going = exploring(props, budget, explore, room, exhausted)
+    search = intensify.replay(props, rules, confirm=not going)
+    n_fit = fits(props, budget)
+    racing = sum(j.outcome == intensify.RACING for j in search.judged.values())
+    runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
+    if n_fit == 0:
+        return SearchStep(search, [], False, True, False)
+    if going and racing < slots and len(runs) < slots:
+        return SearchStep(search, [], True, False, going)
+    runs = runs if n_fit is None else runs[:n_fit]
+    return SearchStep(search, runs, False, not search.needs and not going, going)
+
+
+OUT = (racestats.WORSE, racestats.LEVEL, racestats.UNDECIDED, racestats.STOPPED,
+       intensify.FAILED)  # decided: its trial is told and runs no more
+
+
+def closed(step: SearchStep) -> set[int]:
+    """The proposals a step is done with: decided, or every one once the search is over (the
+    incumbent is told COMPLETE, the others PRUNED; intensify.final answers for them)."""
+    return {i for i, j in step.search.judged.items() if step.over or j.outcome in OUT}
+
+
+def _first(search: Search, i: int) -> tuple:
+    """Launch order: the incumbent, then new proposals, then challengers closest to it (a
+    budget that cuts a launch cuts the least promising)."""
+    delta = search.judged[i].delta if i in search.judged else None
+    return (i != search.incumbent, -float("inf") if delta is None else delta, i)
+
+
+def answer(props: Sequence[Proposal], rules: Rules) -> tuple[Search, dict[int, intensify.Judgement]]:
+    """The search replayed as it ends (confirming) and its answer (intensify.final): what the
+    sweeper prints, qknorm.status shows and the replays score."""
+    search = intensify.replay(props, rules, confirm=True)
+    return search, intensify.final(search, props, rules)
+
+
+def told(props: Sequence[Proposal], search: Search) -> list[float | None]:
+    """What the sampler is told of each proposal (intensify.adjusted_value against the
+    incumbent of the moment; None: nothing yet)."""
+    if search.incumbent is None:
+        return [None] * len(props)
+    inc = props[search.incumbent]
+    return [intensify.adjusted_value(p, inc) for p in props]
+
+
+# ---------------------------------------------------------------------------------------------
+# The race: every candidate of a grid, a look at a time (qknorm/sweep/racestats.py's rules).
+
+@dataclass(frozen=True)
+class RaceLedger:
+    candidates: Sequence[Hashable]  # in grid order
+    values: Mapping[Hashable, Mapping[int, float]]  # candidate -> block -> value (completed)
+    live: set[Hashable]  # can still run blocks (not stopped at a rung, not failed)
+    steps: int = 0  # training steps its runs took
+
+
+@dataclass(frozen=True)
+class RaceStep:
+    race: racestats.Race
+    runs: list[tuple[Hashable, int]]  # (candidate, block) to launch now, in launch order
+
+
+def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
+              budget: int | None, rungs: bool) -> RaceStep:
+    """The race's next step: the looks so far, and the blocks the next look needs, block by
+    block, best candidate first within a block (racestats.standing), so that a run is judged
+    at its rungs against the leader's. With rungs, one block a launch: a candidate stopped
+    there runs no other."""
+    race = racestats.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
+                            rules.min_blocks, rules.alpha, baseline,
+                            budget is not None and ledger.steps >= budget, rules.equivalence,
+                            rules.test)
+    if race.over:
+        return RaceStep(race, [])
+    order = racestats.standing(ledger.values, race.alive, baseline)
+    runs = [(c, b) for b in range(race.need) for c in order
+            if c in ledger.live and b not in ledger.values.get(c, {})]
+    if rungs and runs:
+        runs = [(c, b) for c, b in runs if b == runs[0][1]]
+    return RaceStep(race, runs)
+
+
+@dataclass(frozen=True)
+class RaceVerdict:
+    outcome: str  # dropped, level, survived, stopped, failed
+    look: racestats.Look | None  # the look that decided it (else the last one)
+    test: racestats.Test | None  # its test at that look (None: the leader, or no look)
+    answer: str  # best, level, worse, undecided, or the outcome (racestats.answer)
+
+
+def race_verdict(race: racestats.Race, c: Hashable, rules: Rules, stopped: bool = False,
+                 failed: bool = False) -> RaceVerdict:
+    """What the race says of candidate c (its trial's record, the replay's score). Δ and the
+    interval are candidate - leader in the values' units (lower is better)."""
+    dropped, level = race.dropped(), race.level()
+    outcome = (racestats.FAILED if failed else racestats.STOPPED if stopped
+               else racestats.DROPPED if c in dropped else racestats.LEVEL if c in level
+               else racestats.SURVIVED)
+    lk = (dropped.get(c) or level.get(c)
+          or (race.looks[-1] if race.looks and not failed else None))
+    test = lk.tests.get(c) if lk is not None else None
+    low, high = (None, None) if test is None else (test.low, test.high)
+    word = racestats.answer(outcome, None if lk is None else lk.leader, c,
+                            None if test is None else test.p_adjusted, low, high, rules.alpha,
+                            rules.equivalence, alone=len(race.alive) == 1)
+    return RaceVerdict(outcome, lk, test, word)

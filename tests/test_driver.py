@@ -1,0 +1,173 @@
+"""The racing engine's driver (qknorm.sweep.driver) on hand-made tables: the steps it asks for,
+its budget, what the sampler is told, the answer with Holm, and the order of retried proposals;
+then one test that the live search and the replay make the same runs and the same answer on
+the same values. Expected numbers come from scipy and hand computation."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from scipy import stats
+
+from qknorm.multitest import PAIRED_T
+from qknorm.research import race_sims
+from qknorm.sweep import driver, search_answer
+from qknorm.sweep.intensify import INCUMBENT, PARKED, RACING, Proposal, Rules
+from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
+
+RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
+
+
+def done(key, values, **kw):
+    """A proposal whose trial is told: blocks 0.. with `values`, 1000 steps a run."""
+    return Proposal(key, dict(enumerate(values)), live=False, steps=1000 * len(values),
+                    run=1000 if values else 0, **kw)
+
+
+def test_holm_turns_two_worse_calls_into_undecided():
+    inc = done("a", [1.0, 1.2, 1.1])
+    d1, d2 = [0.02, 0.05, 0.07], [0.03, 0.05, 0.075]
+    props = [inc, done("b", [x + y for x, y in zip(inc.values.values(), d1)]),
+             done("c", [x + y for x, y in zip(inc.values.values(), d2)])]
+    raw = [stats.ttest_1samp(d, 0.0, alternative="greater").pvalue for d in (d1, d2)]
+    assert max(raw) < 0.05  # each alone is worse at alpha 0.05 ...
+    lo, hi = sorted(raw)
+    holm = [2 * lo, max(2 * lo, hi)]  # Holm's step-down by hand
+    assert min(holm) > 0.05  # ... but not after Holm over the two comparisons with the best
+    _, answer = driver.answer(props, RULES)
+    assert answer[0].outcome == INCUMBENT
+    assert [answer[1].outcome, answer[2].outcome] == ["undecided", "undecided"]
+    assert sorted([answer[1].p, answer[2].p]) == pytest.approx(sorted(holm))
+
+
+def test_a_budget_fits_whole_runs_only():
+    two = [done("a", [1.0]), done("b", [1.1])]  # 2000 steps spent, a run is 1000
+    assert driver.fits(two, None) is None
+    assert driver.fits(two, 3999) == 1 and driver.fits(two, 4000) == 2
+    assert driver.fits(two, 2999) == 0 and driver.fits(two, 2000) == 0
+    assert driver.fits([Proposal("a", {}, steps=300)], 1000) is None  # no run known yet
+    # Over once no run fits, whatever is still racing.
+    step = driver.search_step([done("a", [1.0]), Proposal("b", {0: 0.95}, steps=1000,
+                                                          run=1000)],
+                              RULES, 2999, 1.0, 1, 10)
+    assert step.over and step.runs == []
+    live = [Proposal("a", {0: 1.0}, steps=1000, run=1000),
+            Proposal("b", {0: 0.95}, steps=1000, run=1000)]
+    step = driver.search_step(live, RULES, 3000, 1.0, 1, 10)
+    assert not step.over and step.runs == [(0, 1)]  # of the two the lead asks for, one fits
+
+
+def test_a_step_proposes_while_a_slot_is_free_and_then_runs_the_incumbent_first():
+    inc = Proposal("a", {0: 1.0}, live=True, steps=1000, run=1000)
+    step = driver.search_step([inc], RULES, None, 0.8, 1, 5)
+    assert step.propose and step.runs == []  # no challenger races: make one
+    lead = Proposal("b", {0: 0.97}, steps=1000, run=1000)  # 0.03 ahead: >= δ/2, runs on
+    step = driver.search_step([inc, lead], RULES, None, 0.8, 1, 5)
+    assert not step.propose and step.runs == [(0, 1), (1, 1)]  # the incumbent's first
+    # Two slots: a launch holds the two runs already, so it launches them; three: a free slot
+    # and one challenger racing, so a new proposal first, its first block in the launch.
+    assert not driver.search_step([inc, lead], RULES, None, 0.8, 2, 5).propose
+    assert driver.search_step([inc, lead], RULES, None, 0.8, 3, 5).propose
+    # No room left: it confirms, and ends once nothing is needed.
+    step = driver.search_step([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
+                              None, 0.8, 1, 0)
+    assert step.over and not step.exploring
+
+
+def test_the_exploration_share_of_the_budget_ends_the_proposals():
+    inc = Proposal("a", {0: 1.0}, steps=1000, run=1000)
+    parked = Proposal("b", {0: 1.01}, steps=1000, run=1000)
+    assert driver.search_step([inc, parked], RULES, 10_000, 0.3, 1, 5).exploring  # 2000 < 3000
+    step = driver.search_step([inc, parked], RULES, 10_000, 0.2, 1, 5)  # 2000 >= 2000
+    assert not step.exploring and not step.propose
+    assert step.search.judged[1].outcome == RACING and step.runs == [(0, 1), (1, 1)]
+    assert driver.search_step([inc, parked], RULES, 10_000, 0.3, 1, 5).search.judged[
+        1].outcome == PARKED
+
+
+def test_a_proposal_stopped_at_a_rung_is_told_to_the_sampler_from_the_study():
+    """The live search reads the ledger from the study: a trial whose first run stopped at a
+    rung 0.3 behind the best run there is told the incumbent's mean + 0.3."""
+    study = optuna.create_study()
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    settings = {"blocks": ["fold=0", "fold=1"], "min_replicates": 2, "alpha": 0.05,
+                "equivalence": 0.02, "search": "tpe"}
+    runs = [{"fold=0": {"value": 1.0, "steps": 100}, "fold=1": {"value": 1.4, "steps": 100}},
+            {"fold=0": {"value": None, "steps": 50, "stopped_at": 50, "delta": 0.3}}]
+    for x, r in zip((0.1, 0.2), runs):
+        study.add_trial(optuna.trial.create_trial(
+            params={"x": x}, distributions=dist, state=optuna.trial.TrialState.PRUNED,
+            user_attrs={RACE_RUNS_ATTR: r}))
+    _, props = search_answer.ledger(study.trials, settings)
+    assert props[1].stopped and props[1].rung_delta == 0.3 and props[1].steps == 50
+    search = driver.search_step(props, search_answer.rules(settings), None, 1.0, 1, 0).search
+    assert driver.told(props, search) == pytest.approx([1.2, 1.5])  # mean(1.0, 1.4) + 0.3
+
+
+def test_a_retry_takes_its_originals_place_in_the_proposal_order():
+    study = optuna.create_study()
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    state = optuna.trial.TrialState
+    for x, s, sys_attrs in ((0.1, state.FAIL, {}), (0.2, state.PRUNED, {}),
+                            (0.1, state.RUNNING, {RETRIED_ATTR: 0})):
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, state=s,
+                                                  system_attrs=sys_attrs))
+    # Trial 2 retries trial 0 (a killed sweeper's): it is the first proposal, not the last.
+    assert [t.number for t in search_answer.proposals(study.trials)] == [2, 1]
+
+
+def test_a_race_runs_a_block_a_launch_best_first_with_rungs():
+    values = {1: {0: 1.2, 1: 1.0}, 2: {0: 1.0, 1: 0.9}, 3: {0: 1.1}}
+    ledger = driver.RaceLedger([1, 2, 3], values, {1, 2, 3})
+    rules = Rules(n_blocks=4, min_blocks=3, alpha=0.05)
+    step = driver.race_step(ledger, rules, None, None, rungs=True)
+    # The look needs blocks 0-2; block 1 first (3 lacks it), then block 2 next launch. Best
+    # first by the mean over blocks every one ran (block 0): 2 (1.0), 3 (1.1), 1 (1.2).
+    assert step.runs == [(3, 1)]
+    ledger = driver.RaceLedger([1, 2, 3], {**values, 3: {0: 1.1, 1: 1.0}}, {1, 2, 3})
+    assert driver.race_step(ledger, rules, None, None, rungs=True).runs == [(2, 2), (3, 2),
+                                                                              (1, 2)]
+    assert driver.race_step(ledger, rules, None, None, rungs=False).runs == [(2, 2), (3, 2),
+                                                                               (1, 2)]
+
+
+@pytest.mark.slow
+def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monkeypatch):
+    """tests/race_task.py's table, searched through the CLI, then replayed by race_sims on the
+    same table with the live search's proposals in the live order: the same (x, fold) runs in
+    the same order, and the same answer."""
+    from tests.race_task import FOLD, MEAN, NOISE
+    from tests.test_race_search import SEARCH, TASK, answers
+
+    r = cli(TASK, *SEARCH)
+    assert r.returncode == 0, r.stderr[-3000:]
+    live_runs = [tuple(map(int, ln.split())) for ln in
+                 (cli.cwd / "calls.log").read_text().splitlines() if ln]
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    settings = study.user_attrs["race"]
+    order = [t.params["x"] for t in search_answer.proposals(study.get_trials())]
+    grid = {x: [{"fold": f, "value": MEAN[x] + FOLD[f] + NOISE[x][f], "steps": 100,
+                 "core_s": 4.0, "curve": None} for f in range(4)] for x in MEAN}
+    ran = []
+    real_run = race_sims._run
+
+    def logged(grid, p, block, *a, **kw):
+        ran.append((p, block))
+        return real_run(grid, p, block, *a, **kw)
+
+    script = iter(order)
+    monkeypatch.setattr(race_sims, "_run", logged)
+    def scripted(*args, **kwargs):  # the live proposals in their order, then none left
+        x = next(script, None)
+        return None if x is None else {"norm.p": x}
+
+    monkeypatch.setattr(race_sims, "propose", scripted)
+    monkeypatch.setattr(race_sims, "MAX_PROPOSALS", len(order))
+    out = race_sims.race_search(grid, "random", 0, None, search_answer.rules(settings), {},
+                                explore=settings["explore"])
+    assert ran == live_runs
+    live = answers(cli.cwd)
+    assert out["best_p"] == next(int(c[2:]) for c, a in live.items() if a == "best")
+    assert out["worse"] == sorted(int(c[2:]) for c, a in live.items() if a == "worse")
+    assert out["level"] == sorted(int(c[2:]) for c, a in live.items() if a == "level")
+    assert out["steps"] == 100 * len(live_runs)
