@@ -120,8 +120,8 @@ class RaceRungsConfig:
     block: str | None = None  # the replicate block the job runs, e.g. "data.fold=0"
     rungs: list[int] = field(default_factory=list)  # eval steps at which the job is judged
     margin: float | None = None  # null: record only, never stopped (the race's baseline)
-    # Each rung's own margin, in rung order (hydra.sweeper.race.rungs as a mapping step ->
-    # margin); empty: `margin` at every rung. Set only with margin null.
+    # Each rung's own margin, in rung order (hydra.sweeper.race.margin as a list); empty:
+    # `margin` at every rung. Set only with margin null.
     margins: list[float] = field(default_factory=list)
 
 

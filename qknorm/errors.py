@@ -98,6 +98,11 @@ _TYPE_HINTS = {"Float": "a number (or inf)", "Integer": "a whole number",
                "Boolean": "true or false", "String": "a string"}
 
 
+# A mapping given to these (the form before rungs were fractions) cannot merge into a preset's
+# list: Hydra's words ("Cannot merge ListConfig with DictConfig") are replaced by the form that works
+_RACE_LISTS = ("hydra.sweeper.race.rungs=", "hydra.sweeper.race.margin=")
+
+
 def _compose_error(e: ConfigCompositionException) -> str:
     cause = e.__cause__
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # an unknown key
@@ -116,6 +121,11 @@ def _compose_error(e: ConfigCompositionException) -> str:
         override = message.split("'")[1]
         return (f"{override} lists several values; add -m to sweep over them, or quote the "
                 "value to pass one string")
+    override = message.removeprefix("Error merging override ").split("\n")[0]
+    if override.startswith(_RACE_LISTS) and "Cannot merge" in str(cause):
+        return (f"{override}: a race's rungs are a list and its margin a number or a list, one "
+                "per rung, e.g. hydra.sweeper.race.rungs=[0.25,0.5] hydra.sweeper.race.margin="
+                "[0.1,0.04] (or margin=0.05 at every rung); docs/race.md")
     parts = [first_line(message)]
     if isinstance(cause, OmegaConfBaseException):
         parts.append(first_line(str(cause)))

@@ -219,7 +219,8 @@ def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
     hydra_cfg = _preset_sweeper("paper_cpu", "search=p_race", "norm.gamma_init=calibrated")
     sweeper = hydra_cfg.sweeper
     assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0,
-                                  "rungs": {500: 0.1, 1000: 0.04}, "budget_steps": None,
+                                  "rungs": [0.25, 0.5], "margin": [0.1, 0.04],
+                                  "budget_steps": None,
                                   "equivalence": 0.02, "test": "auto"}
     assert list(sweeper.replicates["data.fold"]) == list(range(10))  # the experiment's folds
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
@@ -418,8 +419,8 @@ def test_p_race_without_a_grid_names_what_a_race_needs_and_a_command_that_runs(c
     assert r.returncode == 2
     command = ("python -m qknorm.train experiment=smoke search=p_race 'norm.p=choice(1,2,4,inf)' "
                "'++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
-               "hydra.sweeper.race.min_replicates=2 '~hydra.sweeper.race.rungs' "
-               "'+hydra.sweeper.race.rungs=[10,20]'")
+               "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
+               "hydra.sweeper.race.margin=0.05")
     assert r.stderr.strip().splitlines() == [
         "error: search=p_race races a grid of p over replicates, and hydra.sweeper.params has "
         "no grid; give p as choice(...) with the baseline 2 in it, and more replicates than "

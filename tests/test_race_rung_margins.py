@@ -1,5 +1,5 @@
-"""Rungs with their own margins (hydra.sweeper.race.rungs={500: 0.1, 1000: 0.05}): the settings,
-the checks, the keys a job gets, and the job judging each rung with its own margin."""
+"""Rungs with their own margins (hydra.sweeper.race.rungs=[500,1000] margin=[0.1,0.05]): the
+settings, the checks, the keys a job gets, and the job judging each rung with its own margin."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def study(tmp_path):
     return race_study(tmp_path)
 
 
-def test_a_mapping_gives_each_rung_its_margin_and_a_list_keeps_the_one_margin():
-    spec = race_plan(rungs={1000: 0.05, 500: 0.1})  # a mapping's order does not matter
+def test_a_margin_list_gives_each_rung_its_margin_and_a_number_keeps_the_one_margin():
+    spec = race_plan(rungs=[500, 1000], margin=[0.1, 0.05])
     assert (spec.rungs, spec.margins) == ((500, 1000), (0.1, 0.05))
     assert (spec.margin_at(500), spec.margin_at(1000)) == (0.1, 0.05)
     assert spec.settings()["rungs"] == [500, 1000] and spec.settings()["margin"] == [0.1, 0.05]
@@ -36,36 +36,42 @@ def test_a_mapping_gives_each_rung_its_margin_and_a_list_keeps_the_one_margin():
     assert listed.margins == () and listed.job_keys((1.0,), BLOCK) == [
         "optuna.race.block='data.fold=0'", "optuna.race.rungs=[500,1000]",
         "optuna.race.margin=0.05"]  # as before margins existed
-    # Equal margins are the one margin: the same race as the list, in the study too.
-    same = race_plan(rungs={500: 0.05, 1000: 0.05})
+    # Equal margins are the one margin: the same race as the number, in the study too.
+    same = race_plan(rungs=[500, 1000], margin=[0.05, 0.05])
     assert (same.margins, same.margin) == ((), 0.05) and same.settings() == listed.settings()
 
 
 def test_a_study_raced_with_the_one_margin_refuses_per_rung_margins():
-    listed, mapped = race_plan(rungs=[500, 1000]), race_plan(rungs={500: 0.1, 1000: 0.05})
+    listed, each = race_plan(rungs=[500, 1000]), race_plan(rungs=[500, 1000], margin=[0.1, 0.05])
     study = optuna.create_study()
     _race.record_settings(study, listed)
-    _race.check_study(study, race_plan(rungs={500: 0.05, 1000: 0.05}), "s")  # the same race
+    _race.check_study(study, race_plan(rungs=[500, 1000], margin=[0.05, 0.05]), "s")  # the same
     with pytest.raises(UserError, match=r"^study 's' was raced with margin=0.05, not \[0.1, "
                                          r"0.05\]; rerun with its settings"):
-        _race.check_study(study, mapped, "s")
+        _race.check_study(study, each, "s")
 
 
-@pytest.mark.parametrize("rungs, message", [
-    ({0: 0.1}, "hydra.sweeper.race.rungs={0: 0.1} must be positive and increasing, e.g. "
-               "[500, 1000]"),
-    ({500: 0.1, 1000: -0.05}, "hydra.sweeper.race.rungs={500: 0.1, 1000: -0.05} has margin "
-                              "-0.05 at step 1000: each rung's margin must be a number > 0 "
-                              "(val loss units"),
-    ({500: 0}, "hydra.sweeper.race.rungs={500: 0.0} has margin 0 at step 500"),
-    ({500: "big"}, "hydra.sweeper.race.rungs={500: 'big'}: Value 'big' of type 'str' could not "
-                   "be converted to Float"),
-    ({"late": 0.1}, "hydra.sweeper.race.rungs={'late': 0.1}: Key late (str) is incompatible "
-                    "with (int)"),
+@pytest.mark.parametrize("options, message", [
+    ({"rungs": [500, 1000], "margin": [0.1, -0.05]},
+     "hydra.sweeper.race.margin=[0.1, -0.05] must be a number > 0 (val loss units: how far "
+     "behind the best run of a fold a run may be at a rung), e.g. 0.05, or one such number per "
+     "rung, e.g. [0.1, 0.04]"),
+    ({"rungs": [500], "margin": [0.0]}, "hydra.sweeper.race.margin=[0.0] must be a number > 0"),
+    ({"rungs": [500], "margin": ["big"]}, "hydra.sweeper.race.margin=['big']: Value 'big' of "
+                                          "type 'str' could not be converted to Float"),
+    ({"rungs": [0.5], "margin": [0.1, 0.04]},
+     "hydra.sweeper.race.margin=[0.1, 0.04] gives 2 margin(s) for the 1 rung(s) of "
+     "hydra.sweeper.race.rungs=[0.5]; give one per rung, or one number for every rung, e.g. "
+     "hydra.sweeper.race.margin=0.05"),
+    # The form before rungs were fractions: the two lists that say the same
+    ({"rungs": {500: 0.1, 1000: 0.05}},
+     "hydra.sweeper.race.rungs={500: 0.1, 1000: 0.05}: rungs are a list and their margins "
+     "another, not a mapping; write hydra.sweeper.race.rungs=[500,1000] "
+     "hydra.sweeper.race.margin=[0.1,0.05]"),
 ])
-def test_a_bad_rung_mapping_is_one_line_naming_the_value_and_the_fix(rungs, message):
+def test_bad_margins_are_one_line_naming_the_value_and_the_fix(options, message):
     with pytest.raises(UserError) as e:
-        race_plan(rungs=rungs)
+        race_plan(**options)
     assert str(e.value).startswith(message), str(e.value)
     assert "\n" not in str(e.value) and e.value.exit_code == 2
 
@@ -105,24 +111,30 @@ def test_per_rung_margins_are_checked_in_the_job_config():
 
 
 @pytest.mark.slow
-def test_a_rung_mapping_on_the_command_line_is_checked_against_the_runs(cli):
-    """Hydra parses {10: 0.1} with int keys; the plan checks each step against the jobs'
-    train.max_iters and eval_interval (qknorm/sweep/plan.py) before any study or job. Over the
-    preset's list Hydra cannot merge a mapping: the key is deleted (~) and added (+)."""
+def test_rungs_and_margins_on_the_command_line_are_checked_against_the_runs(cli):
+    """The plan resolves the rungs against the jobs' train.max_iters and eval_interval
+    (qknorm/sweep/plan.py) before any study or job; a step typed as one must be an eval step.
+    A mapping (the form before fractions) cannot merge into the preset's list: the error says
+    what to write instead of Hydra's words."""
     base = ["-m", "qknorm.train", "search=p_race", "experiment=smoke",
             "train.max_iters=20", "train.eval_interval=10", "norm.p=choice(1,2,inf)",
             "++hydra.sweeper.replicates={data.fold:[0,1]}", "hydra.sweeper.race.min_replicates=2",
             "hydra/job_logging=disabled"]
-    # Composed with each candidate's job keys (optuna.race.margins=[0.1,0.05] included).
-    r = cli(*base, "~hydra.sweeper.race.rungs", "+hydra.sweeper.race.rungs={10:0.1,20:0.05}")
+    r = cli(*base, "hydra.sweeper.race.rungs=[5,10]")  # the preset's margins, one per rung
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        "error: hydra.sweeper.race.rungs=[10, 20] has 20, not below train.max_iters=20: a rung "
-        "stops a run before its end; use steps below 20"]
-    r = cli(*base, "~hydra.sweeper.race.rungs", "+hydra.sweeper.race.rungs={10:-0.1}")
+        "error: hydra.sweeper.race.rungs=[5, 10] has 5, not an eval step (a multiple of "
+        "train.eval_interval=10); use e.g. 10"]
+    r = cli(*base, "hydra.sweeper.race.rungs=[0.5]", "hydra.sweeper.race.margin=[-0.1]")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        "error: hydra.sweeper.race.rungs={10: -0.1} has margin -0.1 at step 10: each rung's "
-        "margin must be a number > 0 (val loss units: how far behind the best run of a fold a "
-        "run may be there), e.g. {500: 0.1, 1000: 0.05}"]
+        "error: hydra.sweeper.race.margin=[-0.1] must be a number > 0 (val loss units: how far "
+        "behind the best run of a fold a run may be at a rung), e.g. 0.05, or one such number "
+        "per rung, e.g. [0.1, 0.04]"]
+    r = cli(*base, "hydra.sweeper.race.rungs={10:0.1}")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: hydra.sweeper.race.rungs={10:0.1}: a race's rungs are a list and its margin a "
+        "number or a list, one per rung, e.g. hydra.sweeper.race.rungs=[0.25,0.5] "
+        "hydra.sweeper.race.margin=[0.1,0.04] (or margin=0.05 at every rung); docs/race.md"]
     assert not (cli.cwd / "outputs").exists()

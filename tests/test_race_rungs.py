@@ -190,9 +190,11 @@ def race_plan(**options):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"rungs": [1000, 500]}, "hydra.sweeper.race.rungs=[1000, 500] must be positive and "
-                             "increasing, e.g. [500, 1000]"),
-    ({"rungs": [0]}, "hydra.sweeper.race.rungs=[0] must be positive and increasing"),
+    ({"rungs": [1000, 500]}, "hydra.sweeper.race.rungs=[1000, 500] must be increasing, e.g. "
+                             "[0.25, 0.5] (fractions of train.max_iters)"),
+    ({"rungs": [0]}, "hydra.sweeper.race.rungs=[0] has 0: a rung is a fraction of "
+                     "train.max_iters in (0, 1), e.g. 0.25, or a whole training step >= 1, "
+                     "e.g. 500"),
     ({"rungs": [500], "margin": 0}, "hydra.sweeper.race.margin=0 must be a number > 0 (val "
                                     "loss units"),
 ])
@@ -355,8 +357,7 @@ def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
 TINY = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "threads=1",
         "train.max_iters=20", "train.eval_interval=10", "norm.p=choice(1,2,inf)",
         "++hydra.sweeper.replicates={data.fold:[0,1]}", "hydra.sweeper.race.min_replicates=2",
-        "hydra.sweeper.n_jobs=3", "++hydra.sweeper.race.margin=0.001", "~hydra.sweeper.race.rungs",
-        "hydra/job_logging=disabled"]
+        "hydra.sweeper.n_jobs=3", "hydra.sweeper.race.margin=0.001", "hydra/job_logging=disabled"]
 
 
 @pytest.mark.slow
@@ -367,7 +368,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
 
     from qknorm import rundir
 
-    r = cli(*TINY, "+hydra.sweeper.race.rungs=[10]")
+    r = cli(*TINY, "hydra.sweeper.race.rungs=[10]")  # as typed: a list replaces the list
     assert r.returncode == 0, r.stderr[-3000:]
     study = optuna.load_study(study_name="smoke_race",
                               storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
@@ -410,7 +411,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
         "error: hydra.sweeper.race.test=auto: the race's replicates vary data.fold and seed; race "
         "over data.fold alone (the corrected test over folds), or set race.test=paired to treat "
         "every combination as independent"]
-    bad = cli(*TINY, "+hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
+    bad = cli(*TINY, "hydra.sweeper.race.rungs=[15]", "hydra.sweeper.study_name=bad")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         "error: hydra.sweeper.race.rungs=[15] has 15, not an eval step (a multiple of "

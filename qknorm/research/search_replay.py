@@ -41,6 +41,7 @@ from omegaconf import OmegaConf
 from qknorm.config import CONF_DIR
 from qknorm.multitest import for_folds
 from qknorm.research import grid_runs, race_sims
+from qknorm.sweep import step_margins
 from qknorm.sweep.intensify import Rules
 
 SEARCHES = {  # name -> (sampler, pruner); the presets' settings (conf/search/p_tpe.yaml)
@@ -108,7 +109,15 @@ def preset(name: str) -> dict:
                                   ).get("hydra", {}).get("sweeper", {})
 
 
+def _at_paper_cpu(race: dict) -> dict:
+    """The preset's race with its rungs (fractions of train.max_iters) as {step: margin} for the
+    committed grids' runs, paper_cpu's: {500: 0.1, 1000: 0.04} at 2000 steps, an eval every 250."""
+    train = OmegaConf.load(CONF_DIR / "experiment" / "paper_cpu.yaml").train
+    return {**race, "rungs": step_margins(race, train.max_iters, train.eval_interval)}
+
+
 RACE, SEARCH = preset("p_race"), preset("p_tpe")
+RACE["race"], SEARCH["race"] = _at_paper_cpu(RACE["race"]), _at_paper_cpu(SEARCH["race"])
 
 
 def run_all(grid: dict, budget: float, seeds: int,

@@ -40,6 +40,9 @@ _FACE = {
     "elimination": "qknorm.sweep.race",
     "propose": "qknorm.sweep.race_search",
     "status_lines": "qknorm.sweep.progress",
+    # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
+    "resolve_rungs": "qknorm.sweep.race_plan",
+    "step_margins": "qknorm.sweep.race_plan",
 }
 # Modules the rest may import whole: the racing engine's driver, the race's statistics and the
 # racing search's rules are pure functions of recorded values, which the report and the

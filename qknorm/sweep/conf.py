@@ -13,7 +13,7 @@ wrong type fails with OmegaConf's own words, in one line, as any other config ke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -29,13 +29,16 @@ class RaceConf:
     alpha: float = 0.05
     # The candidate never dropped, e.g. 2.0 (a p), or {norm: lp, norm.p: 2.0}; null: none.
     baseline: Any = None
-    # Steps at which a run is judged inside its replicate: more than `margin` (val loss) above
-    # the best other candidate's run of that replicate, it stops there and its candidate leaves.
-    # A list of steps, each judged with `margin`, or a mapping step -> its own margin, e.g.
-    # {500: 0.1, 1000: 0.05} (then `margin` is not used). Typed by race_conf: OmegaConf types
-    # no union of a list and a mapping.
+    # Where a run is judged inside its replicate: more than its margin (val loss) above the best
+    # other candidate's run of that replicate, it stops there and its candidate leaves. A list:
+    # fractions of train.max_iters in (0, 1), e.g. [0.25, 0.5] (the plan resolves each to the
+    # eval step at or below it, so one preset fits any run length), or whole steps >= 1.
+    # `margin`: one number for every rung, or a list, one per rung, e.g. [0.1, 0.04]. Both are
+    # lists, not a mapping step -> margin, so that `hydra.sweeper.race.rungs=[0.5]` on the command
+    # line replaces the preset's list (Hydra merges a mapping into a mapping, and cannot merge
+    # a list into one). Typed by race_conf: OmegaConf types no union of a number and a list.
     rungs: Any = None
-    margin: float = 0.05
+    margin: Any = 0.05
     # No replicate launches once the race's runs took this many training steps; null: none.
     budget_steps: Optional[int] = None
     # δ (objective units, nats for a loss): at a look, a candidate whose paired (1 - 2 alpha)
@@ -53,12 +56,21 @@ class RaceConf:
 
 @dataclass
 class _RungList:
-    rungs: Optional[List[int]] = None
+    rungs: Optional[List[Any]] = None  # fractions and steps: race_plan.checked_rungs tells them
 
 
 @dataclass
-class _RungMargins:
-    rungs: Dict[int, float] = field(default_factory=dict)
+class _Margin:
+    margin: float = 0.05
+
+
+@dataclass
+class _Margins:
+    margin: List[float] = field(default_factory=list)
+
+
+def _typed(schema: type, key: str, value: Any) -> Any:
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), {key: value}))
 
 
 def race_conf(spec: Any) -> RaceConf | None:
@@ -67,7 +79,7 @@ def race_conf(spec: Any) -> RaceConf | None:
         return None
     if not isinstance(spec, dict):
         raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. "
-                        "{min_replicates: 3, baseline: 2.0, rungs: [1000]}")
+                        "{min_replicates: 3, baseline: 2.0, rungs: [0.5]}")
     for key in spec:
         if key not in RaceConf.__dataclass_fields__:
             hint = did_you_mean("hydra.sweeper.race", key, list(RaceConf.__dataclass_fields__))
@@ -75,11 +87,12 @@ def race_conf(spec: Any) -> RaceConf | None:
                             "docs/race.md lists them")
     try:
         conf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaceConf), spec))
-        rungs = _RungMargins if isinstance(spec.get("rungs"), dict) else _RungList
-        conf.rungs = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(rungs),
-                                                         {"rungs": spec.get("rungs")})).rungs
+        if not isinstance(conf.rungs, dict):  # a mapping: race_plan says what to write
+            conf.rungs = _typed(_RungList, "rungs", conf.rungs).rungs
+        margins = _Margins if isinstance(conf.margin, list) else _Margin
+        conf.margin = _typed(margins, "margin", conf.margin).margin
         return conf
     except OmegaConfBaseException as e:
-        key = str(e.full_key).split(".")[0].split("[")[0]  # rungs.500 -> rungs, as written
+        key = str(e.full_key).split(".")[0].split("[")[0]  # rungs[1] -> rungs, as written
         raise UserError(f"hydra.sweeper.race.{key}={spec.get(key)!r}: "
                         f"{first_line(str(e))}") from None

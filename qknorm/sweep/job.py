@@ -123,7 +123,7 @@ def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judg
     if cfg.block is None:
         return None
     block = cfg.block
-    # Each rung's margin: its own (rungs given as a mapping) or the one margin; None for the
+    # Each rung's margin: its own (race.margin given as a list) or the one margin; None for the
     # baseline: others are judged against its values, it never stops.
     margins = (dict(zip(cfg.rungs, cfg.margins, strict=True)) if cfg.margins
                else dict.fromkeys(cfg.rungs, cfg.margin))

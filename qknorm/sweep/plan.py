@@ -15,13 +15,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from qknorm.config import rungs_problem
 from qknorm.errors import UserError
 from qknorm.multitest import choose
 from qknorm.sweep import slurm
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.conf import race_conf
-from qknorm.sweep.race_plan import RaceSpec, plan_race
+from qknorm.sweep.race_plan import RaceSpec, plan_race, resolve_rungs
 from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
@@ -83,8 +82,10 @@ RACE_NEEDS_A_GRID = (
     "give p as choice(...) with the baseline 2 in it, and more replicates than "
     "min_replicates, e.g. python -m qknorm.train experiment=smoke search=p_race "
     "'norm.p=choice(1,2,4,inf)' '++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
-    "hydra.sweeper.race.min_replicates=2 '~hydra.sweeper.race.rungs' "
-    "'+hydra.sweeper.race.rungs=[10,20]'")
+    "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
+    "hydra.sweeper.race.margin=0.05")
+RUNGS_NEED_TRAIN = ("in-fold stopping needs qknorm.train's jobs (they take "
+                    "optuna.race.{block,rungs,margin}), or set rungs: null")
 
 
 @dataclass
@@ -165,7 +166,7 @@ class Planner:
         n_trials = self._n_trials(space)
         self._check_keys(space, base, replicates)
         if race is not None and race.rungs:
-            self._check_rungs(race, space, base, combinations[0])
+            race = self._resolve_rungs(race, space, base, combinations[0])
         if race is not None:
             race = dataclasses.replace(race, test=self._race_test(race_settings.test, replicates,
                                                                   base, combinations[0]))
@@ -228,29 +229,47 @@ class Planner:
             self._compose(job + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
 
-    def _check_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
-                     combo: list[str]) -> None:
-        """Every rung must be an eval step before the end of every candidate's run: compose
-        each candidate's job (the grid may set train.*) and read train.max_iters and
-        train.eval_interval; the job must also take optuna.race.* (qknorm.train does)."""
+    def _resolve_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
+                       combo: list[str]) -> RaceSpec:
+        """The race judged at eval steps of its runs (race_plan.resolve_rungs): compose each
+        candidate's job (the grid may set train.*), read train.max_iters and
+        train.eval_interval, resolve the rungs against them; the rungs that do not fit are
+        dropped, in one log line. Then the job must take optuna.race.* (qknorm.train does)."""
         names = [p.name for p in space.params]
         ends = [tuple(p.grid[i] if p.grid else (p.distribution.low, p.distribution.high)[i]
                       for p in space.params) for i in (0, -1)]
-        for c in race.candidates or ends:  # a search's candidates: the space's two ends
-            overrides = [*base, *space.overrides(dict(zip(names, c, strict=True))), *combo,
-                         *race.job_keys(c, block_label(combo))]
-            cfg = self._compose(overrides, "hydra.sweeper.race.rungs",
-                                "in-fold stopping needs qknorm.train's jobs (they take "
-                                "optuna.race.{block,rungs,margin}), or set rungs: null")
-            max_iters = OmegaConf.select(cfg, "train.max_iters")
-            eval_interval = OmegaConf.select(cfg, "train.eval_interval")
-            if not (isinstance(max_iters, int) and isinstance(eval_interval, int)):
+        candidates = race.candidates or ends  # a search's candidates: the space's two ends
+        resolved = {}
+        for c in candidates:
+            cfg = self._compose([*base, *space.overrides(dict(zip(names, c, strict=True))),
+                                 *combo], "hydra.sweeper.race.rungs", RUNGS_NEED_TRAIN)
+            length = (OmegaConf.select(cfg, "train.max_iters"),
+                      OmegaConf.select(cfg, "train.eval_interval"))
+            if not all(isinstance(n, int) and n > 0 for n in length):
                 raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
-                                "train.eval_interval in the task's config (qknorm.train's); "
+                                "train.eval_interval > 0 in the task's config (qknorm.train's); "
                                 "set rungs: null")
-            problem = rungs_problem(list(race.rungs), max_iters, eval_interval)
-            if problem:
-                raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} {problem}")
+            resolved[length] = resolve_rungs(list(race.rungs), list(race.margins) or race.margin,
+                                             *length)
+        if len({(steps, margins) for steps, margins, _ in resolved.values()}) > 1:
+            raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} gives the candidates "
+                            "different steps (their train.max_iters, train.eval_interval: "
+                            f"{', '.join(f'{n}, {e}' for n, e in resolved)}); give one run "
+                            "length to every candidate, or whole steps that fit every one")
+        (max_iters, every), (steps, margins, dropped) = next(iter(resolved.items()))
+        if dropped:
+            log.warning("hydra.sweeper.race.rungs=%s at train.max_iters=%d (an eval every %d "
+                        "steps): dropped rung %s; %s", list(race.rungs), max_iters, every,
+                        ", ".join(map(str, dropped)),
+                        f"the runs are judged at step {', '.join(map(str, steps))}" if steps
+                        else "no rung is left: the race runs without in-fold stopping")
+        race = race.with_rungs(steps, margins)
+        if race.rungs:  # the job takes the keys it gets (a judged candidate's: margins too)
+            judged = next((c for c in candidates if c != race.baseline), candidates[0])
+            self._compose([*base, *space.overrides(dict(zip(names, judged, strict=True))),
+                           *combo, *race.job_keys(judged, block_label(combo))],
+                          "hydra.sweeper.race.rungs", RUNGS_NEED_TRAIN)
+        return race
 
     def _race_test(self, option: str, replicates: dict[str, list[Any]], base: list[str],
                    combo: list[str]):

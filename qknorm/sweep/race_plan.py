@@ -4,13 +4,13 @@ rules that take a candidate out (qknorm/sweep/racestats.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from qknorm.config import rungs_problem
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep.conf import RaceConf
@@ -28,11 +28,13 @@ class RaceSpec:
     labels: dict[Hashable, str]  # candidate -> "norm.p=2.0"
     blocks: tuple[str, ...]  # replicate combinations as labels, in launch order
     sign: float  # +1 minimize, -1 maximize: the race always lowers sign * value
-    rungs: tuple[int, ...]  # steps at which a run is judged inside its block; (): never
+    # Steps at which a run is judged inside its block; (): never. As written (fractions of
+    # train.max_iters too) until plan.Planner resolves them (with_rungs).
+    rungs: tuple[int | float, ...]
     margin: float  # a run stops when its val loss is above the best other's by more
     budget_steps: int | None = None  # no block launches once the race's runs took this many
     equivalence: float | None = None  # δ: a candidate level with the leader within ±δ leaves
-    # Each rung's own margin (rungs given as a mapping step -> margin), in rung order; ():
+    # Each rung's own margin (hydra.sweeper.race.margin as a list), in rung order; ():
     # `margin` at every rung. Margins that are all equal are stored as `margin`: the same race.
     margins: tuple[float, ...] = ()
     # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
@@ -42,6 +44,11 @@ class RaceSpec:
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
     explore: float = 0.8  # a search's share of budget_steps for new proposals (RaceConf)
+
+    def with_rungs(self, steps: Sequence[int], margins: Sequence[float]) -> RaceSpec:
+        """This race judged at these steps with these margins (the plan's resolved rungs)."""
+        margin, each = _one_or_each(margins, self.margin)
+        return dataclasses.replace(self, rungs=tuple(steps), margin=margin, margins=each)
 
     def margin_at(self, step: int) -> float:
         return dict(zip(self.rungs, self.margins))[step] if self.margins else self.margin
@@ -160,35 +167,128 @@ def _budget(value: Any) -> int | None:
     return value
 
 
-def _rungs(rungs: list[int] | dict[int, float] | None, margin: float,
-           direction: str) -> tuple[tuple[int, ...], float, tuple[float, ...]]:
+def _rungs(rungs: Any, margin: Any,
+           direction: str) -> tuple[tuple[int | float, ...], float, tuple[float, ...]]:
     """In-fold stopping's settings, checked as far as they go without the task's config (the
-    plan checks the rungs against train.max_iters and train.eval_interval): the rungs, the one
-    margin and each rung's own margin (() when one margin serves every rung)."""
-    if not rungs:
-        return (), float(margin), ()
-    steps = sorted(rungs) if isinstance(rungs, dict) else rungs  # a mapping has no order to keep
-    problem = rungs_problem(steps, max_iters=math.inf, eval_interval=1)
-    if problem:
-        raise UserError(f"hydra.sweeper.race.rungs={rungs!r} {problem}")
-    per_rung = [rungs[r] for r in steps] if isinstance(rungs, dict) else [margin]
-    for step, m in zip(steps, per_rung, strict=False):
-        if math.isfinite(m) and m > 0:
-            continue
-        if isinstance(rungs, dict):
-            raise UserError(f"hydra.sweeper.race.rungs={rungs!r} has margin {m:g} at step "
-                            f"{step}: each rung's margin must be a number > 0 (val loss units: "
-                            "how far behind the best run of a fold a run may be there), e.g. "
-                            "{500: 0.1, 1000: 0.05}")
-        raise UserError(f"hydra.sweeper.race.margin={margin:g} must be a number > 0 (val loss "
-                        "units: how far behind the best run of a fold a run may be at a "
-                        "rung), e.g. 0.05")
-    if direction != "minimize":
+    plan resolves them against train.max_iters and train.eval_interval): the rungs as written,
+    the one margin and each rung's own margin (() when one margin serves every rung)."""
+    values, margins = checked_rungs(rungs, margin)
+    if values and direction != "minimize":
         raise UserError("hydra.sweeper.race.rungs judge runs on val loss (lower is better), "
                         "but the race maximizes its objective; set rungs: null")
-    if isinstance(rungs, dict) and len(set(per_rung)) > 1:
-        return tuple(steps), float(margin), tuple(float(m) for m in per_rung)
-    return tuple(steps), float(per_rung[0]), ()
+    return values, *_one_or_each(margins, margin)
+
+
+def _one_or_each(margins: Sequence[float], margin: Any) -> tuple[float, tuple[float, ...]]:
+    """(the one margin, ()) when every rung has the same (the same race, in the study too, as
+    a single margin gives), else (the first, each rung's)."""
+    if len(set(margins)) > 1:
+        return float(margins[0]), tuple(margins)
+    if margins:
+        return float(margins[0]), ()
+    return (float(margin) if isinstance(margin, (int, float)) else RaceConf.margin), ()
+
+
+def _is_margin(m: Any) -> bool:
+    return isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m) and m > 0
+
+
+def _rung_kind(r: Any) -> str | None:
+    """'fraction' (of train.max_iters, in (0, 1)), 'step' (a whole step >= 1), None: neither."""
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+        return None
+    if 0 < r < 1:
+        return "fraction"
+    return "step" if r >= 1 and float(r).is_integer() else None
+
+
+def checked_rungs(rungs: Any, margin: Any) -> tuple[tuple[int | float, ...], tuple[float, ...]]:
+    """hydra.sweeper.race.rungs and .margin as written, checked without the task's config: the
+    rungs (fractions of train.max_iters in (0, 1), or whole steps >= 1, as ints) and each
+    one's margin. UserError, one line naming the value and the fix, on anything else."""
+    key, example = "hydra.sweeper.race.rungs", "e.g. [0.25, 0.5] (fractions of train.max_iters)"
+    if not rungs:
+        return (), ()
+    if isinstance(rungs, dict):  # the form before rungs were fractions: {500: 0.1, 1000: 0.04}
+        raise UserError(f"{key}={rungs!r}: rungs are a list and their margins another, not a "
+                        f"mapping; write {key}=[{','.join(map(str, rungs))}] hydra.sweeper.race."
+                        f"margin=[{','.join(map(str, rungs.values()))}]")
+    if not isinstance(rungs, (list, tuple)):
+        raise UserError(f"{key}={rungs!r} must be a list, {example}, or null for none")
+    kinds = [_rung_kind(r) for r in rungs]
+    for r, kind in zip(rungs, kinds, strict=True):
+        if kind is None:
+            raise UserError(f"{key}={list(rungs)} has {r!r}: a rung is a fraction of "
+                            "train.max_iters in (0, 1), e.g. 0.25, or a whole training step "
+                            ">= 1, e.g. 500")
+    if len(set(kinds)) > 1:
+        raise UserError(f"{key}={list(rungs)} mixes fractions of train.max_iters and steps; "
+                        f"give all as one, {example}")
+    if any(b <= a for a, b in zip(rungs, rungs[1:])):
+        raise UserError(f"{key}={list(rungs)} must be increasing, {example}")
+    margins = list(margin) if isinstance(margin, (list, tuple)) else [margin] * len(rungs)
+    if len(margins) != len(rungs):
+        raise UserError(f"hydra.sweeper.race.margin={margins} gives {len(margins)} margin(s) "
+                        f"for the {len(rungs)} rung(s) of {key}={list(rungs)}; give one per "
+                        "rung, or one number for every rung, e.g. hydra.sweeper.race.margin=0.05")
+    if not all(_is_margin(m) for m in margins):
+        shown = f"{margin:g}" if isinstance(margin, (int, float)) else margin
+        raise UserError(f"hydra.sweeper.race.margin={shown} must be a number > 0 (val loss "
+                        "units: how far behind the best run of a fold a run may be at a rung), "
+                        "e.g. 0.05, or one such number per rung, e.g. [0.1, 0.04]")
+    steps = [int(r) if kind == "step" else r for r, kind in zip(rungs, kinds, strict=True)]
+    return tuple(steps), tuple(float(m) for m in margins)
+
+
+class Dropped(NamedTuple):
+    """A rung left out for runs of this length (resolve_rungs): as written, its step, why."""
+    rung: int | float
+    step: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.rung:g} (step {self.step}: {self.why})"
+
+
+def resolve_rungs(rungs: Any, margin: Any, max_iters: int, eval_interval: int
+                  ) -> tuple[tuple[int, ...], tuple[float, ...], list[Dropped]]:
+    """The rungs as eval steps of runs of max_iters steps that evaluate every eval_interval
+    steps, each rung's margin, and the rungs that do not fit, left out: a fraction f is the
+    largest multiple of eval_interval at or below f * max_iters (a run is judged at its
+    evals); a step is itself and must be an eval step (UserError: it was typed as one). A
+    rung at step 0 or at/after max_iters, or at a step an earlier rung has, is dropped.
+    Pure (no Hydra): the plan and the research replays (qknorm/research) call it."""
+    values, margins = checked_rungs(rungs, margin)
+    steps: list[int] = []
+    kept: list[float] = []
+    dropped: list[Dropped] = []
+    for value, m in zip(values, margins, strict=True):
+        if isinstance(value, int):
+            step = value
+            if step % eval_interval:
+                raise UserError(f"hydra.sweeper.race.rungs={list(values)} has {step}, not an "
+                                "eval step (a multiple of train.eval_interval="
+                                f"{eval_interval}); use e.g. "
+                                f"{max(1, step // eval_interval) * eval_interval}")
+        else:  # + 1e-9: 0.29 * 100 is 28.999999999999996 in floats, and means step 29
+            step = math.floor(value * max_iters / eval_interval + 1e-9) * eval_interval
+        why = ("before the first eval" if step == 0 else
+               f"not before train.max_iters={max_iters}, the run's end" if step >= max_iters
+               else "an earlier rung's step" if step in steps else None)
+        if why:
+            dropped.append(Dropped(value, step, why))
+        else:
+            steps.append(step)
+            kept.append(m)
+    return tuple(steps), tuple(kept), dropped
+
+
+def step_margins(race: Mapping[str, Any], max_iters: int, eval_interval: int) -> dict[int, float]:
+    """A race's settings as a preset writes them (conf/search/*.yaml's hydra.sweeper.race) ->
+    {step: margin} for runs of max_iters steps (resolve_rungs; the dropped rungs left out)."""
+    steps, margins, _ = resolve_rungs(race.get("rungs"), race.get("margin", RaceConf.margin),
+                                      max_iters, eval_interval)
+    return dict(zip(steps, margins, strict=True))
 
 
 def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:
