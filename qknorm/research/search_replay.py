@@ -39,6 +39,7 @@ import optuna
 from omegaconf import OmegaConf
 
 from qknorm.config import CONF_DIR
+from qknorm.sweep.conf import RaceConf
 from qknorm.multitest import for_folds
 from qknorm.research import grid_runs, race_sims
 from qknorm.sweep import step_margins
@@ -144,7 +145,8 @@ def run_all(grid: dict, budget: float, seeds: int,
     for s in only or ("tpe", "gp"):
         out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
                                                          search_race["rungs"], SEARCH["sampler"],
-                                                         search_race.get("explore", 0.8))
+                                                         search_race.get("explore",
+                                                                         RaceConf().explore))
                                    for seed in range(seeds)]
     return out
 
@@ -169,9 +171,33 @@ def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> di
             "distinct_p_median": statistics.median(o["distinct_p"] for o in outcomes)}
 
 
+def landscapes_main(path: Path, budgets: list[float], seeds: int, only: tuple[str, ...]
+                    ) -> dict:
+    """Every search on every landscape of `path` (qknorm.research.landscapes), each scored
+    against that landscape's own grid answer (grid_runs.judge)."""
+    from qknorm.research import landscapes
+
+    out: dict = {"landscapes": {}}
+    for name, grid in landscapes.load_landscapes(path).items():
+        truth = grid_runs.judge(grid)
+        scores: dict = {}
+        for b in budgets:
+            for search_name, outcomes in run_all(grid, b, seeds, only=only).items():
+                scores.setdefault(search_name, {})[str(int(b))] = score(
+                    outcomes, truth, RACE["race"]["equivalence"])
+        out["landscapes"][name] = {"best": truth.best, "worse": sorted(truth.worse),
+                                   "searches": scores}
+        print(name, file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path, help="a grid's results.csv (every p on every fold)")
+    ap.add_argument("results", type=Path, nargs="?", default=None,
+                    help="a grid's results.csv (every p on every fold)")
+    ap.add_argument("--landscapes", type=Path, default=None,
+                    help="instead of one grid, every landscape of this JSON "
+                         "(python -m qknorm.research.landscapes writes it; its curves included)")
     ap.add_argument("--curves", type=Path, default=None,
                     help="the same report's curves.csv: in-fold stopping for the race and the "
                          "racing search (without it, runs are only judged between folds)")
@@ -197,6 +223,19 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    only = tuple(x for x in args.only.split(",") if x)
+    if args.landscapes is not None or args.results is None:
+        if args.landscapes is None:
+            print("error: give a grid's results.csv or --landscapes JSON", file=sys.stderr)
+            return 2
+        out = landscapes_main(args.landscapes, budgets, args.seeds, only)
+        out["command"] = ("python -m qknorm.research.search_replay "
+                          + " ".join(argv or sys.argv[1:]))
+        text = json.dumps(out, indent=1, default=str)
+        if args.out:
+            args.out.write_text(text + "\n")
+        print(text)
+        return 0
     grid = grid_runs.load(args.results, args.curves)
     truth = grid_runs.judge(grid)
     runs = [r for rs in grid.values() for r in rs]
@@ -213,7 +252,6 @@ def main(argv: list[str] | None = None) -> int:
                         "sampler": "TPE n_startup_trials=6 / GP, Optuna defaults"},
            "searches": {}}
     for b in budgets:
-        only = tuple(x for x in args.only.split(",") if x)
         for name, outcomes in run_all(grid, b, args.seeds, args.search_min_replicates,
                                       only).items():
             out["searches"].setdefault(name, {})[str(int(b))] = score(
