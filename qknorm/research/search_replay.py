@@ -39,7 +39,6 @@ import optuna
 from omegaconf import OmegaConf
 
 from qknorm.config import CONF_DIR
-from qknorm.sweep.conf import RaceConf
 from qknorm.multitest import for_folds
 from qknorm.research import grid_runs, race_sims
 from qknorm.sweep import step_margins
@@ -123,7 +122,7 @@ RACE["race"], SEARCH["race"] = _at_paper_cpu(RACE["race"]), _at_paper_cpu(SEARCH
 
 def run_all(grid: dict, budget: float, seeds: int,
             search_min: int = SEARCH["race"]["min_replicates"],
-            only: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+            only: tuple[str, ...] = (), smac_seeds: int | None = None) -> dict[str, list[dict]]:
     """Every search's outcomes at one budget: {name: [outcome per seed]} (`only`: just those
     racing searches, by sampler)."""
     k, race = grid_runs.n_folds(grid), RACE["race"]
@@ -136,7 +135,8 @@ def run_all(grid: dict, budget: float, seeds: int,
         out = {name: [search(grid, name, s, budget) for s in range(seeds)] for name in SEARCHES}
         try:
             from qknorm.research.smac_replay import smac_search
-            out["smac3"] = [smac_search(grid, s, budget) for s in range(seeds)]
+            out["smac3"] = [smac_search(grid, s, budget)  # slow: ~8 s a search here
+                            for s in range(seeds if smac_seeds is None else smac_seeds)]
         except ImportError:  # smac is not installed: the JSON says so
             out["smac3"] = []
         # the race is deterministic: one answer, as many times as seeds
@@ -145,8 +145,7 @@ def run_all(grid: dict, budget: float, seeds: int,
     for s in only or ("tpe", "gp"):
         out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
                                                          search_race["rungs"], SEARCH["sampler"],
-                                                         search_race.get("explore",
-                                                                         RaceConf().explore))
+                                                         search_race["explore"])
                                    for seed in range(seeds)]
     return out
 
@@ -171,8 +170,8 @@ def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> di
             "distinct_p_median": statistics.median(o["distinct_p"] for o in outcomes)}
 
 
-def landscapes_main(path: Path, budgets: list[float], seeds: int, only: tuple[str, ...]
-                    ) -> dict:
+def landscapes_main(path: Path, budgets: list[float], seeds: int, only: tuple[str, ...],
+                    smac_seeds: int | None = None) -> dict:
     """Every search on every landscape of `path` (qknorm.research.landscapes), each scored
     against that landscape's own grid answer (grid_runs.judge)."""
     from qknorm.research import landscapes
@@ -182,7 +181,8 @@ def landscapes_main(path: Path, budgets: list[float], seeds: int, only: tuple[st
         truth = grid_runs.judge(grid)
         scores: dict = {}
         for b in budgets:
-            for search_name, outcomes in run_all(grid, b, seeds, only=only).items():
+            for search_name, outcomes in run_all(grid, b, seeds, only=only,
+                                                 smac_seeds=smac_seeds).items():
                 scores.setdefault(search_name, {})[str(int(b))] = score(
                     outcomes, truth, RACE["race"]["equivalence"])
         out["landscapes"][name] = {"best": truth.best, "worse": sorted(truth.worse),
@@ -191,7 +191,7 @@ def landscapes_main(path: Path, budgets: list[float], seeds: int, only: tuple[st
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, nargs="?", default=None,
                     help="a grid's results.csv (every p on every fold)")
@@ -210,8 +210,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="the racing search's min_replicates (default: search=p_tpe's)")
     ap.add_argument("--only", default="", help="comma-separated samplers: only those racing "
                                                "searches (e.g. tpe), no other search")
+    ap.add_argument("--smac-seeds", type=int, default=None,
+                    help="seeds for SMAC3 (default: --seeds); it takes ~8 s a search")
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _write(out: dict, path: Path | None, indent: int = 2) -> int:
+    text = json.dumps(out, indent=indent, default=str)
+    if path:
+        path.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    command = "python -m qknorm.research.search_replay " + " ".join(argv or sys.argv[1:])
     try:
         budgets = [float(b) for b in args.budgets.split(",")]
     except ValueError:
@@ -228,18 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.landscapes is None:
             print("error: give a grid's results.csv or --landscapes JSON", file=sys.stderr)
             return 2
-        out = landscapes_main(args.landscapes, budgets, args.seeds, only)
-        out["command"] = ("python -m qknorm.research.search_replay "
-                          + " ".join(argv or sys.argv[1:]))
-        text = json.dumps(out, indent=1, default=str)
-        if args.out:
-            args.out.write_text(text + "\n")
-        print(text)
-        return 0
+        out = landscapes_main(args.landscapes, budgets, args.seeds, only, args.smac_seeds)
+        return _write({"command": command, **out}, args.out, indent=1)
     grid = grid_runs.load(args.results, args.curves)
     truth = grid_runs.judge(grid)
     runs = [r for rs in grid.values() for r in rs]
-    out = {"command": "python -m qknorm.research.search_replay " + " ".join(argv or sys.argv[1:]),
+    out = {"command": command,
            "grid": {"p": sorted(grid), "runs": len(runs), "steps": sum(r["steps"] for r in runs),
                     "core_s": sum(r["core_s"] for r in runs), "curves": args.curves is not None,
                     "best": truth.best, "worse": sorted(truth.worse),
@@ -256,11 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                                       only).items():
             out["searches"].setdefault(name, {})[str(int(b))] = score(
                 outcomes, truth, RACE["race"]["equivalence"])
-    text = json.dumps(out, indent=2, default=str)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return 0
+    return _write(out, args.out)
 
 
 if __name__ == "__main__":
