@@ -105,7 +105,8 @@ def preflight(argv: list[str]) -> None:
     """Compose the config, and for a basic-sweeper multirun validate every job, before any starts.
 
     A typo in the fifth value of a sweep then stops the command before the first job trains.
-    Other sweepers (search=...) choose their values as they go: we check the fixed part.
+    Other sweepers (search=...) choose their values as they go: we check the fixed part. A
+    single run's config is checked too, so a bad value leaves no run dir behind.
     """
     args = get_args_parser().parse_args(argv)
     if (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
@@ -116,7 +117,11 @@ def preflight(argv: list[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         primary = compose("config", overrides=fixed, return_hydra_config=True)
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
-            return  # a single run validates itself, with the trace in its log file
+            # A bad value leaves no run dir (Hydra makes one before the task starts). Mistakes
+            # found in the corpus still do, with the trace in train.log: finding them here
+            # would read and tokenize the corpus twice per run.
+            to_config(compose("config", overrides=fixed))
+            return
         firsts = _first_values(overrides)
         given = {f.split("=", 1)[0] for f in [*fixed, *firsts]}
         replicates = OmegaConf.select(primary, "hydra.sweeper.replicates") or {}

@@ -81,6 +81,10 @@ def load_text(cfg: DataConfig) -> str:
         raise UserError(f"checksum mismatch for {source}: sha256 is {got}, expected "
                         f"data.sha256={cfg.sha256}; {fix}, or set data.sha256=null for a text "
                         "of your own")
+    # One symbol is predicted with certainty: training reaches loss 0 and learns nothing.
+    if len(symbols := set(text)) < 2:
+        raise UserError(f"{source} has {len(symbols)} distinct character ({''.join(symbols)!r}); "
+                        "a language model needs at least 2; give a text with more")
     return text
 
 

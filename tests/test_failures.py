@@ -17,22 +17,23 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["experiment=smoke", "threads=1", "train.max_iters=10"]
 TINY = "hello world, this is a tiny corpus.\n" * 30  # 1080 chars: a val split of 108 tokens
 
-# (id, overrides, [substrings the one line must contain], composed: Hydra rejects it before a
-# run dir exists; otherwise the job starts, refuses, and logs the trace in its train.log)
+# (id, overrides, [substrings the one line must contain], composed: refused before a run dir
+# exists, by Hydra while composing or by the config's checks (cli.preflight); otherwise the
+# job starts, finds the mistake in the corpus, and logs the trace in its train.log)
 BAD_INPUTS = [
-    ("p_below_1", ["norm.p=0.5"], ["norm.p=0.5", "use a float >= 1 or inf"], False),
-    ("p_nan", ["norm.p=nan"], ["norm.p=nan", "use a float >= 1 or inf"], False),
+    ("p_below_1", ["norm.p=0.5"], ["norm.p=0.5", "use a float >= 1 or inf"], True),
+    ("p_nan", ["norm.p=nan"], ["norm.p=nan", "use a float >= 1 or inf"], True),
     ("p_string", ["norm.p=abc"], ["norm.p=abc", "give norm.p a number (or inf)"], True),
     ("norm_group", ["norm=foo"], ["norm=foo", "pick one of l2, lp, none, rms"], True),
-    ("norm_kind", ["norm.kind=foo"], ["norm.kind='foo'", "none, l2, lp, rms"], False),
+    ("norm_kind", ["norm.kind=foo"], ["norm.kind='foo'", "none, l2, lp, rms"], True),
     ("unknown_key", ["model.n_layers=2"],
      ["model.n_layers is not a config key", "did you mean model.n_layer?"], True),
     ("appended_key", ["+model.n_layers=2"],
-     ["model.n_layers is not a config key", "did you mean model.n_layer?"], False),
+     ["model.n_layers is not a config key", "did you mean model.n_layer?"], True),
     ("n_embd_n_head", ["model.n_embd=33", "model.n_head=2"],
-     ["model.n_embd=33", "model.n_head=2", "multiple of n_head"], False),
-    ("negative_lr", ["optimizer.lr=-1"], ["optimizer.lr=-1.0", "optimizer.lr=1e-3"], False),
-    ("fold_range", ["data.fold=10"], ["data.fold=10", "use 0..9"], False),
+     ["model.n_embd=33", "model.n_head=2", "multiple of n_head"], True),
+    ("negative_lr", ["optimizer.lr=-1"], ["optimizer.lr=-1.0", "optimizer.lr=1e-3"], True),
+    ("fold_range", ["data.fold=10"], ["data.fold=10", "use 0..9"], True),
     ("block_vs_val", ["data.path=tiny.txt", "data.sha256=null", "model.block_size=200"],
      ["model.block_size=200", "108 tokens", "lower model.block_size or data.n_folds"], False),
     ("missing_offline", ["data.path=nodata/input.txt", "data.url=http://127.0.0.1:9/x"],
@@ -43,16 +44,19 @@ BAD_INPUTS = [
      ["empty.txt is empty", "non-empty text file"], False),
     ("non_utf8", ["data.path=latin1.txt", "data.sha256=null"],
      ["latin1.txt is not UTF-8", "give a UTF-8 text file"], False),
+    # 200 KB of NUL bytes: one symbol, which a model predicts at loss 0 learning nothing
+    ("one_symbol", ["data.path=nul.txt", "data.sha256=null"],
+     ["nul.txt has 1 distinct character", "at least 2"], False),
     ("sweep_without_m", ["norm.p=1,2"], ["norm.p=1,2", "add -m"], True),
     # the data group (issue 37)
-    ("text_without_path", ["data=text"], ["data=text", "add data.path=<a UTF-8 file>"], False),
+    ("text_without_path", ["data=text"], ["data=text", "add data.path=<a UTF-8 file>"], True),
     ("text_missing", ["data=text", "data.path=nope.txt"],
      ["data.path=nope.txt does not exist", "give the path of a UTF-8 text file"], False),
     ("text_too_short", ["data=text", "data.path=short.txt"],
      ["model.block_size=32", "validation split of 4 tokens", "use a longer text"], False),
-    ("tokenizer_name", ["data.tokenizer=word"], ["data.tokenizer='word'", "char, byte, bpe"], False),
+    ("tokenizer_name", ["data.tokenizer=word"], ["data.tokenizer='word'", "char, byte, bpe"], True),
     ("bpe_vocab_below_bytes", ["data.tokenizer=bpe", "data.vocab_size=100"],
-     ["data.vocab_size=100 does not fit", "data.vocab_size > 256"], False),
+     ["data.vocab_size=100 does not fit", "data.vocab_size > 256"], True),
     ("bpe_vocab_beyond_text", ["data=text", "data.path=tiny.txt", "data.tokenizer=bpe",
                                "data.vocab_size=5000"],
      ["data.vocab_size=5000 does not fit", "gives a BPE of", "lower data.vocab_size"], False),
@@ -62,6 +66,7 @@ BAD_INPUTS = [
 def _write_corpora(cwd: Path) -> None:
     (cwd / "tiny.txt").write_text(TINY)
     (cwd / "empty.txt").write_text("")
+    (cwd / "nul.txt").write_bytes(b"\0" * 200_000)
     (cwd / "short.txt").write_text("a few words\n" * 3)  # 36 characters: 4 in the last fold
     (cwd / "latin1.txt").write_bytes("caf\xe9 na\xefve\n".encode("latin-1") * 50)
 

@@ -96,6 +96,16 @@ def check_columns(runs: pd.DataFrame, metric: str, by: list[str]) -> None:
                             f"across the runs: {', '.join(swept) or 'none does'}")
 
 
+def check_finished(runs: pd.DataFrame, root: Path) -> None:
+    """UserError when no run has a final.json: every number of the report would be empty (and
+    pandas failed on the empty columns' dtype before saying so)."""
+    if (runs["status"] == results.INCOMPLETE).all():
+        dirs = f"{len(runs)} run dir{'s' if len(runs) != 1 else ''}"
+        raise UserError(f"no run under {root} has finished: {dirs}, no final.json in any"
+                        " (runs still going, or stopped before training); report again "
+                        "once a run has finished")
+
+
 def load(root: Path, options: Options) -> results.Collection:
     """Collect the runs and check the options against them (UserError on any bad value).
 
@@ -103,6 +113,7 @@ def load(root: Path, options: Options) -> results.Collection:
     saying what the default did when p = 2 was not run.
     """
     collection = results.collect(root)
+    check_finished(collection.runs, root)
     check_columns(collection.runs, options.metric, options.by)
     options.baseline, options.baseline_note = baseline.resolve_baseline(collection.runs,
                                                                         options.baseline)

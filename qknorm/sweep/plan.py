@@ -4,6 +4,7 @@ UserError that names the value and the fix; nothing is asked, launched or writte
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -13,8 +14,9 @@ from typing import Any
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from qknorm.config import P_KINDS, Config, to_config
 from qknorm.errors import UserError
 from qknorm.multitest import choose
 from qknorm.sweep import slurm
@@ -217,12 +219,14 @@ class Planner:
         no job's fold under data.n_folds=5 data.fold=0,1,2,3,4)."""
         first = {k: f"{k}={format_value(v[0])}" for k, v in replicates.items()}
         for key, values in replicates.items():  # first: a misspelt key is named as one
-            self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values)
+            self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values,
+                                 keep=True)
         job = base + list(first.values())
         job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
                     "optuna.storage=x", "optuna.trial=0"]
         self._compose(job + job_keys, "the task config",
                       "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
+        self._check_p_is_read(space, job)
         for p in space.params:
             self._compose_values(job, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
         for fixed in space.fixed:
@@ -294,11 +298,37 @@ class Planner:
         except ValueError as e:
             raise UserError(str(e)) from None
 
-    def _compose_values(self, base: list[str], where: str, key: str, values: list[Any]) -> None:
+    def _compose_values(self, base: list[str], where: str, key: str, values: list[Any],
+                        keep: bool = False) -> None:
+        """Compose the job with each value, and check it as the job would (config.validate):
+        a replicate data.fold=2 under data.n_folds=2 fails now, not after the first runs
+        trained. keep: name the values that fit, as the command line gives a replicate list."""
+        problems = []
         for value in values:
             override = f"{key}={format_value(value)}"
-            self._compose(base + [override], where,
-                          f"{override} does not fit the config; check the key's spelling and type")
+            cfg = self._compose(base + [override], where,
+                                f"{override} does not fit the config; check the key's spelling "
+                                "and type")
+            problems.append(job_problem(cfg))
+        bad = next((p for p in problems if p), None)
+        if bad is None:
+            return
+        fits = [format_value(v) for v, p in zip(values, problems, strict=True) if p is None]
+        hint = f"; keep the values that fit: {key}={','.join(fits)}" if keep and fits else ""
+        raise UserError(f"{where}={values}: {bad}{hint}")
+
+    def _check_p_is_read(self, space: SearchSpace, job: list[str]) -> None:
+        """A search of p (norm.p or 1/norm.p) under a norm that reads no p (norm.kind none or
+        rms) would train the same model at every p."""
+        searched = [p.name for p in space.params if p.key == "norm.p"]
+        if not searched:
+            return
+        cfg = self._compose(job, "the task config", "the task needs the keys it searches")
+        kind = OmegaConf.select(cfg, "norm.kind")
+        if isinstance(kind, str) and kind not in P_KINDS:
+            raise UserError(f"hydra.sweeper.params.{searched[0]} searches norm.p, but "
+                            f"norm.kind={kind} reads no p (every trial would train the same "
+                            "model); drop the search of p, or pick norm=lp")
 
     def _compose(self, overrides: list[str], where: str, fix: str) -> DictConfig:
         try:
@@ -307,6 +337,22 @@ class Planner:
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             reason = " ".join(lines[:2]) if lines else type(e).__name__
             raise UserError(f"{where}: {reason} -- {fix}") from None
+
+
+def job_problem(cfg: DictConfig) -> str | None:
+    """What to_config finds wrong with a job config the planner composed (hydra node and all),
+    as its one line; None when nothing is, or when the task is not qknorm.train (another
+    schema, e.g. tests/race_task.py)."""
+    if OmegaConf.get_type(cfg) is not Config:
+        return None
+    job = copy.deepcopy(cfg)
+    with open_dict(job):  # the job's own config, as Hydra hands it to the task
+        job.pop("hydra", None)
+    try:
+        to_config(job)
+    except UserError as e:
+        return str(e)
+    return None
 
 
 def given_keys(overrides: list[str], kind: str) -> set[str]:

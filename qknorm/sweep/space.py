@@ -138,7 +138,34 @@ def parse_param(key: str, text: Any) -> Param | str:
         if any(not isinstance(v, (int, float)) or v < 0 for v in values):
             raise UserError(f"{_where('params', key, text)}: a reciprocal search needs numbers "
                             ">= 0 (0 means inf); fix the range")
-    return Param(name=key, key=bare, distribution=distribution, grid=grid)
+    param = Param(name=key, key=bare, distribution=distribution, grid=grid)
+    _check_domain(param, text)
+    return param
+
+
+# Keys whose values have a floor their type does not say: key -> (floor, why). A search that
+# reaches below it would train trials that each fail at run time (config.validate refuses them).
+DOMAINS = {"norm.p": (1.0, "norm.p must be >= 1 or inf (below 1 it is not a norm)")}
+
+
+def _check_domain(param: Param, text: str) -> None:
+    """Every grid value, or both ends of an interval (the domains are rays: the ends suffice),
+    must lie in the key's domain; for a 1/KEY search, KEY = 1/x must, so x lies in [0, 1/floor]."""
+    if param.key not in DOMAINS:
+        return
+    floor, why = DOMAINS[param.key]
+    d = param.distribution
+    ends = param.grid if param.grid is not None else (d.low, d.high)
+    where = _where("params", param.name, text)
+    for x in ends:
+        value = param.value(x)
+        if isinstance(value, (int, float)) and not value >= floor:  # nan fails too
+            if param.reciprocal:
+                raise UserError(f"{where}: {x} gives {param.key}={value:g}, below {floor:g}: "
+                                f"{param.name} must be within [0, {1 / floor:g}] (0 is inf); "
+                                f"search e.g. {param.name}=interval(0,{1 / floor:g})")
+            raise UserError(f"{where}: {x} is below {floor:g}; {why}; search e.g. "
+                            f"{param.key}=interval({floor:g},8)")
 
 
 def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tuple | None]:

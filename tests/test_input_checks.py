@@ -1,0 +1,56 @@
+"""Input errors found before anything trains: each is one UserError naming the bad value and
+the fix (the command-line side of them: tests/test_failures.py, tests/test_search_inputs.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qknorm.config import DataConfig
+from qknorm.data import load_text
+from qknorm.errors import UserError
+from qknorm.sweep.space import parse_param
+
+
+def _text_config(path) -> DataConfig:
+    return DataConfig(corpus="text", path=str(path), sha256=None)
+
+
+def test_a_corpus_of_one_symbol_is_refused_with_its_path_and_count(tmp_path):
+    # 200 KB of NUL bytes: valid UTF-8, but a model of one symbol reaches loss 0 learning nothing
+    path = tmp_path / "nul.txt"
+    path.write_bytes(b"\0" * 200_000)
+    with pytest.raises(UserError) as e:
+        load_text(_text_config(path))
+    assert str(path) in str(e.value) and "1 distinct character" in str(e.value)
+    assert "at least 2" in str(e.value)
+
+
+def test_a_corpus_of_two_symbols_is_read(tmp_path):
+    path = tmp_path / "ab.txt"
+    path.write_text("ab" * 100)
+    assert load_text(_text_config(path)) == "ab" * 100
+
+
+# parse_param sees the space as hydra.sweeper.params holds it: the reciprocal key 1/norm.p can be
+# given there only (Hydra's command-line grammar has no '/' in a key)
+@pytest.mark.parametrize("key, text, needles", [
+    ("norm.p", "interval(0.5,0.9)", ["norm.p=interval(0.5,0.9): 0.5 is below 1", ">= 1 or inf"]),
+    ("norm.p", "choice(2,0.5,inf)", ["norm.p=choice(2,0.5,inf): 0.5 is below 1"]),
+    ("norm.p", "range(0,3)", ["norm.p=range(0,3): 0 is below 1"]),
+    # 1/norm.p = 2 is p = 1/2 = 0.5
+    ("1/norm.p", "interval(0.0,2.0)", ["1/norm.p=interval(0.0,2.0): 2.0 gives norm.p=0.5",
+                                       "1/norm.p must be within [0, 1]"]),
+    ("1/norm.p", "choice(0,0.5,4)", ["4 gives norm.p=0.25", "within [0, 1]"]),
+])
+def test_a_search_of_p_below_1_is_refused_naming_the_bound(key, text, needles):
+    with pytest.raises(UserError) as e:
+        parse_param(key, text)
+    for needle in needles:
+        assert needle in str(e.value), (needle, str(e.value))
+
+
+@pytest.mark.parametrize("key, text", [("norm.p", "interval(1,8)"), ("norm.p", "choice(1,2,inf)"),
+                                       ("1/norm.p", "interval(0,1)"), ("1/norm.p", "choice(0,1)"),
+                                       ("optimizer.lr", "interval(0.0001,0.01)")])
+def test_a_search_of_p_at_or_above_1_is_taken(key, text):
+    assert parse_param(key, text).key == key.removeprefix("1/")

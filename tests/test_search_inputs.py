@@ -1,0 +1,41 @@
+"""A search's input errors are refused at plan time, before any study, run dir or training:
+one line naming the bad value and the fix, exit 2 (docs/failures.md, docs/sweeper.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_failures import assert_one_line_error
+
+pytestmark = pytest.mark.slow  # each case starts the real command line (5-10 s on 2 cores)
+
+# the smoke runs (30 steps) end before the preset's rungs (500, 1000): no rungs, so the only
+# mistake is the one under test; one trial, so a check that misses trains for seconds, not minutes
+SMOKE = ["experiment=smoke", "threads=1", "~hydra.sweeper.race.rungs", "hydra.sweeper.n_trials=1"]
+
+# (id, overrides, [substrings of the one line]): a search space outside its key's domain, a
+# replicate out of range of the composed config, a p searched that the norm never reads
+BAD_SEARCHES = [
+    ("p_interval_below_1", ["norm.p=interval(0.5,0.9)"],
+     ["hydra.sweeper.params.norm.p=interval(0.5,0.9)", "0.5 is below 1",
+      "norm.p must be >= 1 or inf"]),
+    ("p_choice_below_1", ["norm.p=choice(2,0.5)"],
+     ["hydra.sweeper.params.norm.p=choice(2,0.5)", "0.5 is below 1"]),
+    # the preset's folds 0-4 under 2 folds: fold 2 would fail after the first runs trained
+    ("fold_beyond_n_folds", ["data.n_folds=2", "hydra.sweeper.race.min_replicates=3"],
+     ["hydra.sweeper.replicates.data.fold=[0, 1, 2, 3, 4]",
+      "data.fold=2 is out of range for data.n_folds=2", "data.fold=0,1"]),
+    ("p_under_norm_none", ["norm=none"],
+     ["hydra.sweeper.params.1/norm.p searches norm.p", "norm.kind=none reads no p",
+      "norm=lp"]),
+    ("p_under_rms", ["norm=rms", "norm.p=interval(1,8)"],
+     ["hydra.sweeper.params.norm.p searches norm.p", "norm.kind=rms reads no p"]),
+]
+
+
+@pytest.mark.parametrize("overrides, needles", [c[1:] for c in BAD_SEARCHES],
+                         ids=[c[0] for c in BAD_SEARCHES])
+def test_a_bad_search_is_refused_before_anything_is_written(cli, overrides, needles):
+    r = cli("-m", "qknorm.train", "search=p_tpe", *SMOKE, *overrides)
+    assert_one_line_error(r, *needles)
+    assert not (cli.cwd / "outputs").exists()  # no study, no sweep dir, no run
