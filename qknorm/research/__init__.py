@@ -2,7 +2,8 @@
 
 Each module is a command, `python -m qknorm.research.<module> --help`, and a library its tests
 import: the race's error rates on simulated folds (race_level_error_rates), in-fold stopping on
-recorded curves (rung_error_rates), Optuna's searches replayed on a grid's runs (search_replay),
+recorded curves (rung_error_rates), Optuna's searches replayed on a grid's runs (search_replay,
+through race_sims for the race and the racing search; replay_table prints its JSON as a table),
 landscapes with planted effects on a recorded grid's noise for the replay (landscapes),
 the power of the fold test (power, tabulated on the committed grids by fold_power), where a
 training step's time goes (profile_step), and what a replay of looks reads from a results.csv
@@ -11,4 +12,4 @@ module pulls in only what it needs.
 """
 
 __all__ = ["fold_power", "landscapes", "looks", "power", "profile_step", "race_level_error_rates",
-           "rung_error_rates", "search_replay"]
+           "replay_table", "rung_error_rates", "search_replay"]

@@ -1,0 +1,59 @@
+"""A replay's JSON (qknorm.research.search_replay) as the markdown table docs/search.md prints,
+so the numbers there are typed once, by the replay:
+
+    python -m qknorm.research.replay_table docs/results/landscapes/search_replay.json
+
+One row per (grid or landscape, search) at each budget: over seeds, how often its best p is not
+one the grid shows worse, is the grid's best, every p it calls worse is worse on the grid, every
+p it calls level is within δ of the grid's best, and its median steps and distinct p.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+COLUMNS = [("best_not_grid_worse", "best p not grid-worse"), ("best_is_grid_best", "= grid's best"),
+           ("worse_all_grid_worse", "worse calls right"), ("level_all_within_delta",
+                                                           "level calls within δ"),
+           ("steps_median", "median steps"), ("distinct_p_median", "distinct p")]
+ORDER = ["race_search_tpe", "race_search_gp", "race", "smac3", "tpe", "gp", "tpe_median_pruned"]
+
+
+def rows(name: str, searches: dict, budget: str) -> list[list[str]]:
+    out = []
+    for search in sorted(searches, key=lambda s: ORDER.index(s) if s in ORDER else len(ORDER)):
+        score = searches[search].get(budget)
+        if not score or not score.get("seeds"):
+            continue
+        n = score["seeds"]
+        cells = [f"{score[k]}/{n}" if k not in ("steps_median", "distinct_p_median")
+                 else f"{score[k]:,.0f}" if k == "steps_median" else f"{score[k]:g}"
+                 for k, _ in COLUMNS]
+        out.append([name, search, *cells])
+    return out
+
+
+def table(data: dict, budget: str) -> str:
+    grids = data["landscapes"] if "landscapes" in data else {"grid": data}
+    lines = ["| grid | search | " + " | ".join(h for _, h in COLUMNS) + " |",
+             "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, entry in grids.items():
+        lines += ["| " + " | ".join(r) + " |" for r in rows(name, entry["searches"], budget)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", type=Path, nargs="+")
+    ap.add_argument("--budget", default="26667", help="the budget's column (default 26667)")
+    args = ap.parse_args(argv)
+    for path in args.json:
+        print(table(json.loads(path.read_text()), args.budget))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
