@@ -133,3 +133,10 @@ def test_a_failed_first_proposal_hands_the_incumbent_to_the_next():
     ps = props([], [1.0, 1.1], done=(0,))
     s = intensify.replay(ps, RULES)
     assert s.incumbent == 1 and s.judged[0].outcome == "failed"
+
+
+def test_a_first_proposal_stopped_at_a_rung_is_stopped_not_failed():
+    # Launched beside the second proposal, its run was stopped at a rung of fold 0 (seen live).
+    ps = props([], [1.0], stopped=(0,))
+    s = intensify.replay(ps, RULES)
+    assert s.incumbent == 1 and s.judged[0].outcome == "stopped"

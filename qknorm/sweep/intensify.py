@@ -134,8 +134,8 @@ def replay(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -
             if contiguous(prop.values) or prop.live:
                 search.incumbent = i
                 search.judged[i] = Judgement(INCUMBENT, len(contiguous(prop.values)))
-            else:
-                search.judged[i] = Judgement(FAILED, 0)
+            else:  # stopped at a rung in its first block (out, as any stopped one), or failed
+                search.judged[i] = Judgement(STOPPED if prop.stopped else FAILED, 0)
             continue
         _challenge(search, proposals, i, rules, confirm)
     for _ in range(len(proposals)):  # racing against an incumbent that lost its place since
