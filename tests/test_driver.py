@@ -171,3 +171,9 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
     assert out["worse"] == sorted(int(c[2:]) for c, a in live.items() if a == "worse")
     assert out["level"] == sorted(int(c[2:]) for c, a in live.items() if a == "level")
     assert out["steps"] == 100 * len(live_runs)
+
+
+def test_the_answer_gives_a_one_block_proposal_its_difference_untested():
+    _, answer = driver.answer([done("a", [1.0, 1.2]), done("b", [1.03])], RULES)
+    assert answer[1].outcome == "undecided" and answer[1].delta == pytest.approx(0.03)
+    assert answer[1].p is None and answer[1].low is None

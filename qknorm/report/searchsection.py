@@ -60,8 +60,9 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
               f"{r['steps']:,}"] for r in rows]
     out = [f"## Search: study {name}", "", *search_answer.answer_lines(rows, settings), "",
            "A search that races its proposals (docs/search.md): each proposal ran the "
-           "incumbent's replicates one after another and left as worse, level or undecided, or "
-           "took the incumbent's place. The answer compares every proposal with the best once "
+           "incumbent's first replicate, and on while it led (taking the incumbent's place once "
+           "better on all of the incumbent's); once the proposals ended, the close ones ran on "
+           "until level or worse. Δ on one replicate is shown untested. The answer compares every proposal with the best once "
            f"more on the replicates both ran ({_test(settings)}): `level` where the "
            f"{1 - 2 * settings['alpha']:.0%} interval of Δ lies inside ±{delta:g} (TOST), "
            f"`worse` where the Holm-adjusted one-sided p <= {settings['alpha']:g} (Holm over "

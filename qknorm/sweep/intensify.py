@@ -222,8 +222,10 @@ def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[i
             out[i] = Judgement(STOPPED, len(mine), inc)
         elif min(len(mine), len(best)) >= 2:
             looks[i] = compare(mine, best, rules)
-        else:
-            out[i] = Judgement(UNDECIDED if mine or prop.live else FAILED, len(mine), inc)
+        else:  # one block in common: its difference there, no test
+            n = min(len(mine), len(best))
+            delta = mine[0] - best[0] if n else None
+            out[i] = Judgement(UNDECIDED if mine or prop.live else FAILED, len(mine), inc, delta)
     adjusted = holm([j.p for j in looks.values()])
     for (i, j), q in zip(looks.items(), adjusted, strict=True):
         out[i] = Judgement(verdict(j.low, j.high, q, rules, UNDECIDED), j.n, inc, j.delta, q,
