@@ -1,7 +1,7 @@
 """The tests every answer of qknorm rests on: the replicate test (a paired t over replicates, with
 Nadeau & Bengio's correction when the replicates are folds of one corpus), Holm's
 multiple-comparison correction and the TOST's equivalence interval. The report
-(qknorm.report.stats), the race (qknorm.sweep.racestats), the architecture comparison and the
+(qknorm.report.stats), the race (qknorm.sweep.race.looks), the architecture comparison and the
 status lines all call these: one place to change the test. Plain Python (scipy.special at most):
 the sweeper must not pay for importing scipy.stats or pandas (seconds at every start).
 

@@ -1,6 +1,6 @@
 """Replay a race's looks on recorded runs: `python scripts/race_replay.py RESULTS_CSV` reads a
 report's results.csv (a grid's, or a race's own), takes each p's completed runs by fold, and
-replays the race's looks over them with qknorm.sweep.racestats.replay, the sweeper's own rule:
+replays the race's looks over them with qknorm.sweep.race.looks.replay, the sweeper's own rule:
 which p each look drops, which leave level, and where the race would end. A p that lacks a fold
 a look needs (stopped at a rung, or never run) leaves there without a test. No run is trained:
 it answers "what would this race have said, with these settings, on these runs?"."""
@@ -16,7 +16,7 @@ import _cli
 from qknorm.errors import run_main
 from qknorm.report import format_p
 from qknorm.research.looks import completed_by_fold, replicate_test
-from qknorm.sweep import racestats
+from qknorm.sweep.race import looks
 
 
 def main() -> None:
@@ -35,8 +35,8 @@ def main() -> None:
     candidates = sorted(values)
     baseline = None if math.isnan(args.baseline) else args.baseline
     delta = None if math.isnan(args.equivalence) else args.equivalence
-    r = racestats.replay(candidates, values, set(), n_folds, args.min_replicates, args.alpha,
-                         baseline, equivalence=delta, test=test)
+    r = looks.replay(candidates, values, set(), n_folds, args.min_replicates, args.alpha,
+                     baseline, equivalence=delta, test=test)
     for c, n in sorted(r.gone.items(), key=lambda x: x[1]):
         print(f"p = {format_p(c)}: left before the look at {n} folds (a fold missing: stopped "
               "or not run)")
@@ -45,7 +45,7 @@ def main() -> None:
         for c, t in lk.tests.items():
             what = ("dropped" if c in lk.dropped else "level" if c in lk.level
                     else "stays (the baseline; level)" if c == baseline and
-                    racestats.is_level(t, delta) else "stays")
+                    looks.is_level(t, delta) else "stays")
             interval = (f", 90% [{t.low:+.4f}, {t.high:+.4f}]" if t.low is not None else "")
             print(f"  p = {format_p(c)}: Δ {t.delta:+.4f}, one-sided p {t.p:.3g}, Holm "
                   f"{t.p_adjusted:.3g}{interval}: {what}")

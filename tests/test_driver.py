@@ -1,4 +1,4 @@
-"""The racing engine's driver (qknorm.sweep.driver) on hand-made tables: the steps it asks for,
+"""The racing engine's driver (qknorm.sweep.race.driver) on hand-made tables: the steps it asks for,
 its budget, what the sampler is told, the answer with Holm, and the order of retried proposals;
 then one test that the live search and the replay make the same runs and the same answer on
 the same values. Expected numbers come from scipy and hand computation."""
@@ -11,8 +11,9 @@ from scipy import stats
 
 from qknorm.multitest import PAIRED_T
 from qknorm.research import race_sims
-from qknorm.sweep import driver, search_answer
-from qknorm.sweep.intensify import INCUMBENT, PARKED, RACING, Proposal, Rules
+from qknorm.sweep.race import driver, readback
+from qknorm.sweep.race.intensify import Proposal, Rules
+from qknorm.sweep.race.verdicts import INCUMBENT, PARKED, RACING
 from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
@@ -98,9 +99,9 @@ def test_a_proposal_stopped_at_a_rung_is_told_to_the_sampler_from_the_study():
         study.add_trial(optuna.trial.create_trial(
             params={"x": x}, distributions=dist, state=optuna.trial.TrialState.PRUNED,
             user_attrs={RACE_RUNS_ATTR: r}))
-    _, props = search_answer.ledger(study.trials, settings)
+    _, props = readback.ledger(study.trials, settings)
     assert props[1].stopped and props[1].rung_delta == 0.3 and props[1].steps == 50
-    search = driver.search_step(props, search_answer.rules(settings), None, 1.0, 1, 0).search
+    search = driver.search_step(props, readback.rules(settings), None, 1.0, 1, 0).search
     assert driver.told(props, search) == pytest.approx([1.2, 1.5])  # mean(1.0, 1.4) + 0.3
 
 
@@ -113,7 +114,7 @@ def test_a_retry_takes_its_originals_place_in_the_proposal_order():
         study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, state=s,
                                                   system_attrs=sys_attrs))
     # Trial 2 retries trial 0 (a killed sweeper's): it is the first proposal, not the last.
-    assert [t.number for t in search_answer.proposals(study.trials)] == [2, 1]
+    assert [t.number for t in readback.proposals(study.trials)] == [2, 1]
 
 
 def test_a_race_runs_a_block_a_launch_best_first_with_rungs():
@@ -145,7 +146,7 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
                  (cli.cwd / "calls.log").read_text().splitlines() if ln]
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
     settings = study.user_attrs["race"]
-    order = [t.params["x"] for t in search_answer.proposals(study.get_trials())]
+    order = [t.params["x"] for t in readback.proposals(study.get_trials())]
     grid = {x: [{"fold": f, "value": MEAN[x] + FOLD[f] + NOISE[x][f], "steps": 100,
                  "core_s": 4.0, "curve": None} for f in range(4)] for x in MEAN}
     ran = []
@@ -163,7 +164,7 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
 
     monkeypatch.setattr(race_sims, "propose", scripted)
     monkeypatch.setattr(race_sims, "MAX_PROPOSALS", len(order))
-    out = race_sims.race_search(grid, "random", 0, None, search_answer.rules(settings), {},
+    out = race_sims.race_search(grid, "random", 0, None, readback.rules(settings), {},
                                 explore=settings["explore"])
     assert ran == live_runs
     live = answers(cli.cwd)

@@ -1,4 +1,4 @@
-"""The racing search's rules (qknorm.sweep.intensify) on tables with a known answer: each look,
+"""The racing search's rules (qknorm.sweep.race.intensify) on tables with a known answer: each look,
 the takeover, the extension of an open pair, in-fold stops, the answer and what the sampler is
 told. Values are losses (lower is better); blocks are folds in order."""
 
@@ -10,8 +10,9 @@ import pytest
 from scipy import stats
 
 from qknorm.multitest import PAIRED_T, holm
-from qknorm.sweep import intensify
-from qknorm.sweep.intensify import INCUMBENT, PARKED, RACING, Proposal, Rules
+from qknorm.sweep.race import intensify
+from qknorm.sweep.race.intensify import Proposal, Rules
+from qknorm.sweep.race.verdicts import INCUMBENT, PARKED, RACING
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 

@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
-from qknorm.sweep import racestats
+from qknorm.sweep.race import readback
 from tests.test_race_rungs import frozen, run
 from tests.test_status import DONE_BLOCK, finished_study, new_study, trial
 
 FOLDS = [f"data.fold={f}" for f in range(3)]
 
 
-def survived_race(equivalence: float | None) -> racestats.Elimination:
+def survived_race(equivalence: float | None) -> readback.Elimination:
     """Three candidates that ran every fold: p=1 leads, p=2 and p=inf are neither shown worse
     nor level (their Δ is too noisy for 3 folds)."""
     settings = {"min_replicates": 2, "alpha": 0.05, "baseline": None, "blocks": FOLDS,
@@ -29,18 +29,18 @@ def survived_race(equivalence: float | None) -> racestats.Elimination:
     trials = {f"norm.p={p}": frozen(p, {f: run(v) for f, v in zip(FOLDS, vs)},
                                     TrialState.COMPLETE, dict(survived))
               for p, vs in values.items()}
-    return racestats.elimination(settings, trials)
+    return readback.elimination_of(settings, trials)
 
 
 def test_a_race_that_ends_with_survivors_says_how_many_are_undecided():
     e = survived_race(equivalence=0.03)
     assert [r["answer"] for r in e.rows] == ["best", "undecided", "undecided"]
-    assert racestats.summary_line(e) == (
+    assert readback.summary_line(e) == (
         "race: 0 of 3 candidates dropped, 3 left (norm.p=1.0, norm.p=2.0, norm.p=inf), 2 of them "
         "undecided; ran 9 of 9 runs (100% of the grid), 27 core-seconds (100% of the grid's "
         "estimate), 270 training steps (100%)")
     # without an equivalence margin no survivor could have been decided: no such count
-    assert racestats.summary_line(survived_race(equivalence=None)) == (
+    assert readback.summary_line(survived_race(equivalence=None)) == (
         "race: 0 of 3 candidates dropped, 3 left (norm.p=1.0, norm.p=2.0, norm.p=inf); ran 9 of "
         "9 runs (100% of the grid), 27 core-seconds (100% of the grid's estimate), 270 training "
         "steps (100%)")

@@ -21,10 +21,8 @@ from scipy import stats
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report.summary import race_section
-from qknorm.sweep import race as _race
-from qknorm.sweep import racestats
-from qknorm.sweep.conf import race_conf
-from qknorm.sweep.race_plan import plan_race
+from qknorm.sweep.race import looks, readback, schedule
+from qknorm.sweep.race.settings import plan_race, race_conf
 from qknorm.sweep.space import parse_space, replicate_combinations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,10 +36,10 @@ def test_one_sided_paired_t_is_scipys_and_ties_never_drop():
     for n in (2, 3, 5):
         x, y = rng.normal(size=n), rng.normal(size=n)
         want = stats.ttest_rel(x, y, alternative="greater").pvalue
-        assert racestats.paired_t_greater(list(x - y)) == pytest.approx(want, rel=1e-12)
-    assert racestats.paired_t_greater([0.0, 0.0, 0.0]) == 1.0  # identical runs: a tie
-    assert racestats.paired_t_greater([0.5, 0.5, 0.5]) == 0.0  # the same gap on every fold
-    assert racestats.paired_t_greater([-0.5, -0.5]) == 1.0
+        assert looks.paired_t_greater(list(x - y)) == pytest.approx(want, rel=1e-12)
+    assert looks.paired_t_greater([0.0, 0.0, 0.0]) == 1.0  # identical runs: a tie
+    assert looks.paired_t_greater([0.5, 0.5, 0.5]) == 0.0  # the same gap on every fold
+    assert looks.paired_t_greater([-0.5, -0.5]) == 1.0
 
 
 # -- the race on synthetic objectives ------------------------------------------------------------
@@ -58,7 +56,7 @@ def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
     means = {"a": 0.0, "b": 0.0, "c": 0.3, "d": 0.6, "e": 1.0}
     values = synthetic(means, n_blocks=6, noise=0.02)
     values["a2"] = dict(values["a"])  # the same runs again: an exact tie with a
-    r = racestats.replay(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
+    r = looks.replay(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
     assert [lk.n for lk in r.looks] == [3, 4, 5, 6] and r.over
     assert r.looks[0].dropped == ("c", "d", "e")  # dropped after the minimum 3 blocks
     assert all(not lk.dropped for lk in r.looks[1:])
@@ -76,9 +74,9 @@ def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
 
 def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
     values = synthetic({"best": 0.0, "base": 0.5, "bad": 1.0}, n_blocks=5, noise=0.02)
-    without = racestats.replay(list(values), values, set(), 5, 3, 0.05)
+    without = looks.replay(list(values), values, set(), 5, 3, 0.05)
     assert without.alive == ["best"] and [lk.n for lk in without.looks] == [3]
-    kept = racestats.replay(list(values), values, set(), 5, 3, 0.05, baseline="base")
+    kept = looks.replay(list(values), values, set(), 5, 3, 0.05, baseline="base")
     assert kept.alive == ["best", "base"] and [lk.n for lk in kept.looks] == [3, 4, 5]
     assert kept.looks[0].dropped == ("bad",)
     assert all(lk.tests["base"].p_adjusted <= 0.05 for lk in kept.looks)  # worse, but kept
@@ -87,9 +85,9 @@ def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
 def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test():
     values = synthetic({"a": 0.0, "b": 1.0, "c": 0.0}, n_blocks=4, noise=0.02)
     partial = {"a": values["a"], "b": values["b"], "c": {0: values["c"][0]}}
-    waiting = racestats.replay(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
+    waiting = looks.replay(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
     assert waiting.need == 3 and not waiting.looks and waiting.alive == ["a", "b", "c"]
-    failed = racestats.replay(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
+    failed = looks.replay(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
     assert failed.gone == {"c": 3} and "c" not in failed.looks[0].tests
     assert failed.looks[0].dropped == ("b",) and failed.alive == ["a"] and failed.over
 
@@ -97,14 +95,14 @@ def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test
 def test_a_spent_budget_ends_the_race_where_it_stands_instead_of_waiting_for_a_block():
     values = synthetic({"a": 0.0, "b": 0.02, "c": 1.0}, n_blocks=5, noise=0.02)
     partial = {c: {b: v[b] for b in range(4)} for c, v in values.items()}  # 4 of 5 blocks run
-    going = racestats.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
+    going = looks.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
     assert going.need == 5 and not going.over
-    spent = racestats.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
-                        budget_spent=True)
+    spent = looks.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
+                         budget_spent=True)
     assert spent.over and spent.need is None
     assert [lk.n for lk in spent.looks] == [lk.n for lk in going.looks] == [3, 4]  # same looks
     assert spent.alive == going.alive and "c" not in spent.alive
-    whole = racestats.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
+    whole = looks.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
     assert [lk.n for lk in whole.looks] == [3, 4, 5]  # every block in: the budget changes nothing
 
 
@@ -126,7 +124,7 @@ def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropp
     values = {p: dict(zip(g["data.fold"], g["best_val_loss"], strict=True))
               for p, g in df.groupby("norm.p")}
     assert sorted(values) == P_GRID
-    r = racestats.replay(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
+    r = looks.replay(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
     assert {p: lk.n for p, lk in r.dropped().items()} == dropped
     assert sum(dropped.get(p, 5) for p in P_GRID) == runs
     assert r.looks[-1].leader == (2.0 if gamma_init == "qknorm" else 4.0)
@@ -197,19 +195,19 @@ def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, m
 def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
     spec = plan({"min_replicates": 3, "alpha": 0.05, "baseline": 2})
     study = optuna.create_study()
-    _race.check_study(study, spec, "s")  # new and empty: fine
-    _race.record_settings(study, spec)
+    schedule.check_study(study, spec, "s")  # new and empty: fine
+    schedule.record_settings(study, spec)
     assert study.user_attrs["race"]["baseline"] == "norm.p=2.0"
-    _race.check_study(study, spec, "s")  # the same race: resumes
+    schedule.check_study(study, spec, "s")  # the same race: resumes
     with pytest.raises(UserError, match=r"^study 's' was raced with alpha=0.05, not 0.1; rerun "
                                          "with its settings or use another hydra"):
-        _race.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
+        schedule.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
     with pytest.raises(UserError, match=r"^study 's' was raced with budget_steps=None, not 900"):
-        _race.check_study(study, plan({"baseline": 2, "budget_steps": 900}), "s")
+        schedule.check_study(study, plan({"baseline": 2, "budget_steps": 900}), "s")
     grid = optuna.create_study()
     grid.tell(grid.ask(), 1.0)
     with pytest.raises(UserError, match="holds a sweep that was not a race"):
-        _race.check_study(grid, spec, "g")
+        schedule.check_study(grid, spec, "g")
     assert grid.user_attrs == {}  # checked, not touched
 
 
@@ -325,7 +323,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert sorted(calls) == EXPECTED_RUNS  # every run once: nothing finished ran again
 
     study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
-    e = _race.elimination(study)
+    e = readback.elimination(study)
     rows = {row["candidate"]: row for row in e.rows}
     assert {c: (row["outcome"], row["n"], row["after"], row["leader"])
             for c, row in rows.items()} == {
@@ -357,7 +355,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
     assert any(ln.startswith("race: 2 of 4 candidates dropped, 2 left (x=1, x=2); ran 13 of "
                              "16 runs (81% of the grid), 52 core-seconds") for ln in lines)
     assert "| x=4 | dropped | 3 | fold=2 | x=1 | +0.1033 |" in "\n".join(
-        race_section(_race.elimination(study), "r"))
+        race_section(readback.elimination(study), "r"))
 
 
 @pytest.mark.slow
@@ -373,7 +371,7 @@ def test_a_race_launches_no_replicate_once_its_budget_is_spent(cli):
                    for ln in (cli.cwd / "calls.log").read_text().split("\n") if ln)
     assert calls == sorted([(x, f) for x in (1, 2, 4) for f in range(3)] + [(3, 0), (3, 1)])
     study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
-    e = _race.elimination(study)
+    e = readback.elimination(study)
     assert {row["candidate"]: (row["outcome"], row["n"]) for row in e.rows} == {
         "x=1": ("survived", 3), "x=2": ("survived", 3), "x=3": ("dropped", 2),
         "x=4": ("dropped", 3)}
@@ -404,8 +402,8 @@ def test_bad_race_input_exits_2_before_any_job_or_study(cli):
      "assigned: AnyNode is not a ListConfig, list or tuple."),
 ])
 def test_a_misspelt_race_key_or_a_wrong_type_is_one_line_before_the_study(cli, override, message):
-    """hydra.sweeper.race is typed by qknorm/sweep/conf.py's RaceConf: OmegaConf refuses the key
-    or the value before the study is touched, in one line."""
+    """hydra.sweeper.race is typed by qknorm/sweep/race/settings.py's RaceConf: OmegaConf refuses
+    the key or the value before the study is touched, in one line."""
     r = cli("-m", "qknorm.train", "experiment=smoke", "search=p_race", override)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.errors import UserError
-from qknorm.sweep import racestats
+from qknorm.sweep.race import looks, readback
 
 # Four candidates over 4 blocks; the block effect (1, 2, 3, 4) is shared, pairing removes it.
 VALUES = {"a": [1.0, 2.0, 3.0, 4.0],
@@ -32,8 +32,8 @@ def t90(df: int) -> float:
 
 
 def test_a_candidate_whose_90_percent_interval_lies_inside_delta_leaves_level():
-    r = racestats.replay(list(BLOCKS), BLOCKS, set(), n_blocks=4, min_blocks=3, alpha=0.05,
-                    equivalence=0.03)
+    r = looks.replay(list(BLOCKS), BLOCKS, set(), n_blocks=4, min_blocks=3, alpha=0.05,
+                     equivalence=0.03)
     first = r.looks[0]
     assert (first.n, first.leader, first.dropped, first.level, first.decided) == (
         3, "a", ("c",), ("b",), False)  # d is open: the race goes on
@@ -60,16 +60,16 @@ def test_a_candidate_whose_90_percent_interval_lies_inside_delta_leaves_level():
 
 def test_the_race_ends_once_no_comparison_is_open():
     values = {c: BLOCKS[c] for c in "abc"}  # without d, the first look decides everyone
-    r = racestats.replay(list(values), values, set(), n_blocks=4, min_blocks=3, alpha=0.05,
-                    equivalence=0.03)
+    r = looks.replay(list(values), values, set(), n_blocks=4, min_blocks=3, alpha=0.05,
+                     equivalence=0.03)
     assert [lk.n for lk in r.looks] == [3] and r.looks[0].decided and r.over
     assert r.alive == ["a"] and r.need is None
     # The baseline never leaves, but a decided baseline leaves no comparison open either.
-    kept = racestats.replay(list(values), values, set(), 4, 3, 0.05, baseline="b", equivalence=0.03)
+    kept = looks.replay(list(values), values, set(), 4, 3, 0.05, baseline="b", equivalence=0.03)
     assert [lk.n for lk in kept.looks] == [3] and kept.looks[0].level == ()
     assert kept.alive == ["a", "b"] and kept.over
     # The same baseline shown worse (c as the baseline) is decided too.
-    worse = racestats.replay(list(values), values, set(), 4, 3, 0.05, baseline="c", equivalence=0.03)
+    worse = looks.replay(list(values), values, set(), 4, 3, 0.05, baseline="c", equivalence=0.03)
     assert [lk.n for lk in worse.looks] == [3] and worse.alive == ["a", "c"]
 
 
@@ -77,12 +77,12 @@ def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
     # b behind a by 0.02 on every block but 0.0005: certainly worse, and certainly within ±0.05:
     # level (the user called 0.05 negligible); with δ = 0.01 it is outside: dropped.
     values = {"a": {0: 1.0, 1: 2.0, 2: 3.0}, "b": {0: 1.02, 1: 2.0205, 2: 3.02}}
-    r = racestats.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
+    r = looks.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
     assert r.looks[0].level == ("b",) and r.looks[0].dropped == ()
     assert r.looks[0].tests["b"].p_adjusted <= 0.05  # significantly behind as well
-    narrow = racestats.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
+    narrow = looks.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
     assert narrow.looks[0].dropped == ("b",) and narrow.looks[0].level == ()
-    off = racestats.replay(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
+    off = looks.replay(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
     assert all(lk.level == () and not lk.decided for lk in off.looks)
     assert all(t.low is None and t.high is None for lk in off.looks for t in lk.tests.values())
     assert [lk.n for lk in off.looks] == [3, 4] and off.alive == ["a", "b", "d"]
@@ -90,11 +90,11 @@ def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
 
 def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside():
     values = {"a": {0: 1.0, 1: 2.0}, "a2": {0: 1.0, 1: 2.0}}
-    r = racestats.replay(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
+    r = looks.replay(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
     assert r.level() == {"a2": r.looks[0]} and r.looks[0].tests["a2"].low == 0.0
-    test = racestats.Test(0.0, 0.5, 0.5, -0.03, 0.03)
-    assert racestats.is_level(test, 0.03) and not racestats.is_level(test, 0.0299)
-    assert not racestats.is_level(test, None)
+    test = looks.Test(0.0, 0.5, 0.5, -0.03, 0.03)
+    assert looks.is_level(test, 0.03) and not looks.is_level(test, 0.0299)
+    assert not looks.is_level(test, None)
 
 
 @pytest.mark.parametrize("outcome, leader, p_adj, interval, alone, want", [
@@ -111,8 +111,8 @@ def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside(
     ("failed", None, None, (None, None), False, "failed"),
 ])
 def test_each_candidate_gets_one_answer(outcome, leader, p_adj, interval, alone, want):
-    assert racestats.answer(outcome, leader, "me", p_adj, *interval, alpha=0.05, equivalence=0.02,
-                       alone=alone) == want
+    assert looks.answer(outcome, leader, "me", p_adj, *interval, alpha=0.05, equivalence=0.02,
+                        alone=alone) == want
 
 
 # -- the settings -------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def test_bad_equivalence_is_one_line_naming_the_value_and_the_fix(value, message
 
 
 def test_equivalence_is_part_of_the_race_a_study_holds():
-    from qknorm.sweep import race as _race
+    from qknorm.sweep.race import schedule
 
     off, on = race_plan(), race_plan(equivalence=0.02)
     assert (off.equivalence, on.equivalence) == (None, 0.02)
@@ -146,14 +146,14 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
     study = optuna.create_study()
     study.set_user_attr("race", {k: v for k, v in off.settings().items()
                                  if k != "equivalence"})  # raced before the key existed
-    _race.check_study(study, off, "s")
+    schedule.check_study(study, off, "s")
     with pytest.raises(UserError, match=r"^study 's' was raced with equivalence=None, not "
                                          r"0.02; rerun with its settings"):
-        _race.check_study(study, on, "s")
+        schedule.check_study(study, on, "s")
 
 
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
-    from qknorm.sweep import race as _race
+    from qknorm.sweep.race import schedule
     from tests.test_race import parse_space
     from tests.test_race_rungs import frozen, run
 
@@ -163,24 +163,24 @@ def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     # p=1 leads; p=2 is a, b of VALUES shifted (level); p=inf a noisy one (undecided)
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(2)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = _race.state(trials, spec, space)
+    r = schedule.state(trials, spec, space)
     # two blocks: b - a = 0.01, 0: interval 0.005 ± t(0.95, 1) * sd / sqrt 2: too wide
     assert r.looks[0].level == () and r.need == 3
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(3)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = _race.state(trials, spec, space)
+    r = schedule.state(trials, spec, space)
     assert [lk.n for lk in r.looks] == [2, 3] and r.over  # 3 blocks: the last look
     assert r.level() == {(2.0,): r.looks[1]}
     half = t90(2) * 0.01 / math.sqrt(3)
-    assert _race.outcome_attr(spec, r, (2.0,), 3) == {
+    assert schedule.outcome_attr(spec, r, (2.0,), 3) == {
         "outcome": "level", "n": 3, "after": folds[2], "look": 3, "leader": "norm.p=1.0",
         "delta": pytest.approx(0.01), "p": pytest.approx(r.looks[1].tests[(2.0,)].p),
         "p_adjusted": pytest.approx(r.looks[1].tests[(2.0,)].p_adjusted),
         "low": pytest.approx(0.01 - half), "high": pytest.approx(0.01 + half),
         "answer": "level"}
-    assert _race.outcome_attr(spec, r, (math.inf,), 3)["answer"] == "undecided"
-    assert _race.outcome_attr(spec, r, (1.0,), 3)["answer"] == "best"
-    assert "low" not in _race.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
+    assert schedule.outcome_attr(spec, r, (math.inf,), 3)["answer"] == "undecided"
+    assert schedule.outcome_attr(spec, r, (1.0,), 3)["answer"] == "best"
+    assert "low" not in schedule.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
 
 
 # -- a real race through the command line --------------------------------------------------------
@@ -203,10 +203,8 @@ LEVEL_RUNS = sorted([(x, f) for x in (1, 2, 4) for f in range(3)] + [(3, 0), (3,
 
 
 def decisions(cwd):
-    from qknorm.sweep import race as _race
-
     study = optuna.load_study(study_name="r", storage=f"sqlite:///{cwd}/outputs/optuna.db")
-    e = _race.elimination(study)
+    e = readback.elimination(study)
     return study, e, {r["candidate"]: (r["outcome"], r["answer"], r["n"], r["after"],
                                        r["leader"]) for r in e.rows}
 
@@ -286,12 +284,12 @@ def test_the_status_line_counts_a_level_candidate_as_decided():
               "norm.p=2.0": frozen(2.0, {f: run(1.0) for f in folds[:2]}, TrialState.PRUNED,
                                    level),
               "norm.p=inf": frozen(math.inf, {f: run(1.2) for f in folds[:2]})}
-    e = racestats.elimination(settings, trials)
+    e = readback.elimination_of(settings, trials)
     assert [r["answer"] for r in e.rows] == ["racing", "level", "racing"]
     assert _race_line(e) == ("race: 1 of 3 candidates decided (1 level), 2 racing; ran 6 of 9 "
                              "runs (67% of the grid), 180 training steps (67%), 0.005 core-h "
                              "(67% of the grid's estimate); looks by the paired t")
-    folds = racestats.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
+    folds = readback.elimination_of({**settings, "test": "corrected", "ratio": 0.25}, trials)
     assert _race_line(folds).endswith("; looks by the corrected t, n_test/n_train = 1/4")
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from qknorm.errors import UserError
-from qknorm.sweep.race_plan import Dropped, resolve_rungs, step_margins
+from qknorm.sweep.race.rungs import Dropped, resolve_rungs
+from qknorm.sweep.race.settings import step_margins
 from tests.test_race_rungs import race_plan
 
 

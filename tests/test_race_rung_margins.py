@@ -9,7 +9,7 @@ import pytest
 from qknorm.config import Config, OptunaTrialConfig, RaceRungsConfig, validate
 from qknorm.errors import RunPruned, UserError
 from qknorm.sweep import eval_hook
-from qknorm.sweep import race as _race
+from qknorm.sweep.race import schedule
 from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.test_race_rungs import BLOCK, attrs, race_plan, race_study
 
@@ -44,11 +44,11 @@ def test_a_margin_list_gives_each_rung_its_margin_and_a_number_keeps_the_one_mar
 def test_a_study_raced_with_the_one_margin_refuses_per_rung_margins():
     listed, each = race_plan(rungs=[500, 1000]), race_plan(rungs=[500, 1000], margin=[0.1, 0.05])
     study = optuna.create_study()
-    _race.record_settings(study, listed)
-    _race.check_study(study, race_plan(rungs=[500, 1000], margin=[0.05, 0.05]), "s")  # the same
+    schedule.record_settings(study, listed)
+    schedule.check_study(study, race_plan(rungs=[500, 1000], margin=[0.05, 0.05]), "s")  # the same
     with pytest.raises(UserError, match=r"^study 's' was raced with margin=0.05, not \[0.1, "
                                          r"0.05\]; rerun with its settings"):
-        _race.check_study(study, each, "s")
+        schedule.check_study(study, each, "s")
 
 
 @pytest.mark.parametrize("options, message", [

@@ -14,7 +14,8 @@ import pytest
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
 from qknorm.errors import RunPruned
 from qknorm.report.summary import race_section
-from qknorm.sweep import eval_hook, racestats
+from qknorm.sweep import eval_hook
+from qknorm.sweep.race import looks, readback
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
@@ -28,29 +29,29 @@ from qknorm.sweep.study import (
 
 def test_a_run_stops_only_when_above_the_best_other_by_more_than_the_margin():
     others = {"p=2": 2.20, "p=4": 2.26}
-    stop = racestats.stop_at_rung(2.30, others, margin=0.05)
-    assert stop == racestats.Stop("p=2", 2.20, pytest.approx(0.10))  # judged against the best
-    assert racestats.stop_at_rung(2.25, others, 0.05) is None  # Δ = 0.05: not more than the margin
-    assert racestats.stop_at_rung(2.2501, others, 0.05).delta == pytest.approx(0.0501)
-    assert racestats.stop_at_rung(2.10, others, 0.05) is None  # ahead of everyone
-    assert racestats.stop_at_rung(9.0, {}, 0.05) is None  # nobody reached the rung yet: go on
-    assert racestats.stop_at_rung(2.30, {"p=4": 2.26}, 0.05) is None  # only a close one is there
+    stop = looks.stop_at_rung(2.30, others, margin=0.05)
+    assert stop == looks.Stop("p=2", 2.20, pytest.approx(0.10))  # judged against the best
+    assert looks.stop_at_rung(2.25, others, 0.05) is None  # Δ = 0.05: not more than the margin
+    assert looks.stop_at_rung(2.2501, others, 0.05).delta == pytest.approx(0.0501)
+    assert looks.stop_at_rung(2.10, others, 0.05) is None  # ahead of everyone
+    assert looks.stop_at_rung(9.0, {}, 0.05) is None  # nobody reached the rung yet: go on
+    assert looks.stop_at_rung(2.30, {"p=4": 2.26}, 0.05) is None  # only a close one is there
 
 
 def test_runs_of_a_block_launch_best_first_and_the_baseline_first_before_any_result():
-    assert racestats.standing({}, ["p=1", "p=2", "p=4"], baseline="p=2") == ["p=2", "p=1", "p=4"]
-    assert racestats.standing({}, ["p=1", "p=2"]) == ["p=1", "p=2"]  # no baseline: grid order
+    assert looks.standing({}, ["p=1", "p=2", "p=4"], baseline="p=2") == ["p=2", "p=1", "p=4"]
+    assert looks.standing({}, ["p=1", "p=2"]) == ["p=1", "p=2"]  # no baseline: grid order
     values = {"p=1": {0: 2.0, 1: 2.2}, "p=2": {0: 1.8, 1: 1.9}, "p=4": {0: 1.9, 1: 1.7, 2: 9.0}}
     # By mean over the blocks all three completed (0 and 1): p=4 1.80, p=2 1.85, p=1 2.10.
-    assert racestats.standing(values, ["p=1", "p=2", "p=4"], "p=2") == ["p=4", "p=2", "p=1"]
+    assert looks.standing(values, ["p=1", "p=2", "p=4"], "p=2") == ["p=4", "p=2", "p=1"]
     values["p=3"] = {}  # a candidate with no result yet: no common block, baseline first
-    assert racestats.standing(values, ["p=1", "p=2", "p=3"], "p=2") == ["p=2", "p=1", "p=3"]
+    assert looks.standing(values, ["p=1", "p=2", "p=3"], "p=2") == ["p=2", "p=1", "p=3"]
 
 
 def test_completed_leaves_out_the_runs_stopped_at_a_rung():
     runs = {"f=0": {"value": 1.0, "steps": 20}, "f=1": {"value": None, "steps": 10,
                                                          "stopped_at": 10}}
-    assert racestats.completed(runs) == {"f=0": runs["f=0"]}
+    assert readback.completed(runs) == {"f=0": runs["f=0"]}
 
 
 @pytest.mark.parametrize("rungs, message", [
@@ -209,7 +210,7 @@ def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
     from qknorm.errors import UserError
-    from qknorm.sweep import race as _race
+    from qknorm.sweep.race import schedule
 
     off, on = race_plan(), race_plan(rungs=[500, 1000], margin=0.05)
     assert (off.rungs, on.rungs, on.margin) == ((), (500, 1000), 0.05)
@@ -218,10 +219,10 @@ def test_rungs_are_part_of_the_race_a_study_holds():
     study = optuna.create_study()
     study.set_user_attr("race", {k: v for k, v in off.settings().items()
                                  if k not in ("rungs", "margin")})  # raced before rungs existed
-    _race.check_study(study, off, "s")  # the same race
+    schedule.check_study(study, off, "s")  # the same race
     with pytest.raises(UserError, match=r"^study 's' was raced with rungs=None, not \[500, "
                                          r"1000\]; rerun with its settings"):
-        _race.check_study(study, on, "s")
+        schedule.check_study(study, on, "s")
 
 
 def frozen(p: float, runs: dict, state=None, record=None):
@@ -232,7 +233,7 @@ def frozen(p: float, runs: dict, state=None, record=None):
     if record:
         attrs[RACE_OUTCOME_ATTR] = record
     state = state or TrialState.RUNNING
-    done = [r["value"] for r in racestats.completed(runs).values()]
+    done = [r["value"] for r in readback.completed(runs).values()]
     return create_trial(params={"norm.p": p}, state=state,
                         distributions={"norm.p": CategoricalDistribution([1.0, 2.0, math.inf])},
                         user_attrs=attrs,
@@ -248,33 +249,34 @@ F = [f"data.fold={f}" for f in range(3)]
 
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
-    from qknorm.sweep import race as _race
+    from qknorm.sweep.race import schedule
     from tests.test_race import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
     stopped = frozen(math.inf, {F[0]: run(None, steps=10, core_s=1.0, **STOP)})
     trials = [frozen(1.0, {F[0]: run(2.0)}), frozen(2.0, {F[0]: run(1.9)}), stopped]
-    r = _race.state(trials, spec, space)
+    r = schedule.state(trials, spec, space)
     # p=inf is out (not live, lacks fold 0): the race waits only for p=1 and p=2's fold 1.
     assert r.alive == [(1.0,), (2.0,)] and r.gone == {(math.inf,): 2} and r.need == 2
-    assert _race.stopped_block(stopped) == F[0] and _race.block_values(stopped, spec) == {}
+    assert readback.stopped_block(stopped.user_attrs) == F[0]
+    assert readback.block_values(stopped.user_attrs, spec.blocks, spec.sign) == {}
     # fold 1 launches p=2 first: it led fold 0
-    assert _race.step(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
-    assert _race.stop_attr(spec, stopped, F[0], 1) == {
+    assert schedule.step(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
+    assert schedule.stop_attr(spec, stopped, F[0], 1) == {
         "outcome": "stopped", "n": 1, "after": F[0], "step": 10, "leader": "norm.p=2.0",
         "delta": 0.25, "p": None, "p_adjusted": None}
     trials[0] = frozen(1.0, {F[0]: run(2.0), F[1]: run(2.1)})
     trials[1] = frozen(2.0, {F[0]: run(1.9), F[1]: run(1.95)})
-    look = _race.state(trials, spec, space).looks[0]
+    look = schedule.state(trials, spec, space).looks[0]
     assert look.n == 2 and set(look.tests) == {(1.0,)}  # p=inf not tested: it is out
 
 
 def test_the_race_ends_when_every_other_candidate_was_stopped():
     """p=2 (the baseline) would otherwise run folds 1 and 2 alone, paired with nobody."""
     values = {"p=2": {0: 1.9}, "p=4": {}, "p=inf": {}}  # both stopped in fold 0
-    r = racestats.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
-                    alpha=0.05, baseline="p=2")
+    r = looks.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
+                     alpha=0.05, baseline="p=2")
     assert r.over and r.alive == ["p=2"] and not r.looks
     assert r.gone == {"p=4": 2, "p=inf": 2}
 
@@ -300,7 +302,7 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
                                                  "step": 10, "leader": "norm.p=2.0",
                                                  "delta": 0.25, "p": None, "p_adjusted": None}),
     }
-    e = racestats.elimination(settings, trials)
+    e = readback.elimination_of(settings, trials)
     assert e.spent == {"runs": 8, "stopped": 1, "steps": 220, "core_s": 25.0}
     # Every candidate's mean completed run x 3 folds: 90 steps each; core_s 9 + 9 + 18.
     assert e.grid == {"runs": 9, "steps": 270.0, "core_s": 36.0}
@@ -313,19 +315,19 @@ def test_the_elimination_table_shows_where_a_candidate_stopped_and_counts_its_st
             "(a rule, not a test): norm.p=inf; in the race at its end: norm.p=1.0, norm.p=2.0 "
             "(lowest mean: norm.p=2.0).") in lines
     # A race over folds records its test (issue 34); the section names it
-    folds = racestats.elimination({**settings, "test": "corrected", "ratio": 0.25}, trials)
+    folds = readback.elimination_of({**settings, "test": "corrected", "ratio": 0.25}, trials)
     assert any("(one-sided corrected t, n_test/n_train = 1/4, Holm): none;" in ln
                for ln in race_section(folds, "r"))
     assert any(ln.startswith("Compute: 8 of the full grid's 9 runs (89%; 1 of them stopped at a "
                              "rung, counted with their partial steps), 220 of ≈270 training "
                              "steps (81%), 25 of ≈36 core-seconds (69%;") for ln in lines)
-    assert racestats.summary_line(e) == (
+    assert readback.summary_line(e) == (
         "race: 0 of 3 candidates dropped, 1 stopped inside a replicate (norm.p=inf: "
         "data.fold=1 at step 10, Δ +0.2500), 2 left (norm.p=1.0, norm.p=2.0); ran 8 (1 stopped "
         "early) of 9 runs (89% of the grid), 25 core-seconds (69% of the grid's estimate), 220 "
         "training steps (81%)")
     del trials["norm.p=inf"].user_attrs[RACE_RUNS_ATTR][F[0]]  # stopped in its first fold
-    assert racestats.elimination(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
+    assert readback.elimination_of(settings, trials).grid["steps"] == 270.0  # others' mean run: 30
 
 
 # -- the measurement on recorded curves (qknorm.research.rung_error_rates) ---------------------------

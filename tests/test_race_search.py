@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from qknorm.sweep import search_answer
+from qknorm.sweep.race import readback
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = str(REPO / "tests" / "race_task.py")
@@ -29,7 +29,7 @@ SEARCH = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4,5)", "hydra.swe
 
 def answers(cwd: Path) -> dict[str, str]:
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{cwd}/outputs/optuna.db")
-    rows = search_answer.answer(study.get_trials(), study.user_attrs["race"])
+    rows = readback.answer(study.get_trials(), study.user_attrs["race"])
     return {r["candidate"]: r["answer"] for r in rows}
 
 

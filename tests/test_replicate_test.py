@@ -19,7 +19,7 @@ from scipy import stats as sps
 from qknorm import multitest, rundir
 from qknorm.errors import UserError
 from qknorm.report import Options, load, stats, summarize
-from qknorm.sweep import racestats
+from qknorm.sweep.race import looks
 
 from .synthetic_runs import config, final, write_config, write_curve
 
@@ -72,11 +72,11 @@ def test_a_race_look_uses_the_test_it_is_given():
     values = {"a": [1.0, 1.2, 0.9, 1.1], "b": [1.05, 1.22, 0.99, 1.16]}
     d = [b - a for a, b in zip(values["a"], values["b"])]
     test = multitest.for_folds(5)
-    look = racestats.look(values, 0.05, equivalence=0.2, test=test)
+    look = looks.look(values, 0.05, equivalence=0.2, test=test)
     t, p, low, high = by_hand(d, 1 / 4 + 1 / 4, level=0.9)
     assert look.tests["b"].p == pytest.approx(p / 2, rel=1e-12)  # one-sided
     assert (look.tests["b"].low, look.tests["b"].high) == pytest.approx((low, high), rel=1e-12)
-    plain = racestats.look(values, 0.05, equivalence=0.2)
+    plain = looks.look(values, 0.05, equivalence=0.2)
     assert plain.tests["b"].p == pytest.approx(by_hand(d, 1 / 4)[1] / 2, rel=1e-12)
     assert plain.tests["b"].p < look.tests["b"].p  # the plain test is the bolder one
 

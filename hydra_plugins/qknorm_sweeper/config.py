@@ -45,7 +45,7 @@ class QknormOptunaSweeperConf:
     # choice(a, b, ...), or a fixed value. A key written `1/norm.p` searches the reciprocal
     # (0 means inf), so a search space can reach p = inf.
     params: Dict[str, Any] = field(default_factory=dict)
-    # {} (no race), or a race over the replicates, typed by qknorm/sweep/conf.py's RaceConf
+    # {} (no race), or a race over the replicates, typed by qknorm/sweep/race/settings.py's RaceConf
     # (its keys and defaults; docs/race.md): {min_replicates: 3, baseline: 2.0, rungs: [0.5]},
     # or conf/search/p_race.yaml's.
     # A dict, not Optional[RaceConf]: OmegaConf cannot merge a command-line dict into a null

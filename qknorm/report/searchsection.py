@@ -1,6 +1,6 @@
 """summary.md's section for a racing search (search=p_tpe): its answer (the rows of
-qknorm.sweep.search_answer, the same the sweeper's last line and qknorm.status give), and where
-a quadratic fit of the proposals' fold-adjusted values in log p puts the minimiser.
+qknorm.sweep.race.readback.answer, the same the sweeper's last line and qknorm.status give), and
+where a quadratic fit of the proposals' fold-adjusted values in log p puts the minimiser.
 
 The fit: each proposal that completed a fold has a fold-adjusted value (the best's mean plus its
 mean paired difference to the best on the folds both ran: the value the sampler was told); the
@@ -20,16 +20,16 @@ import numpy as np
 
 from qknorm.report import paxis, stats
 from qknorm.report.tables import markdown_table, num, pval
-from qknorm.sweep import search_answer
+from qknorm.sweep.race import readback, verdicts
 
 
 def minimiser(rows: list[dict]) -> dict | None:
     """p*, its fitted mean with the 95% interval, and the range of p whose fitted interval
     reaches below that interval's upper end; None without a fit (too few finite p)."""
-    best = next((r for r in rows if r["answer"] == "best"), None)
+    best = next((r for r in rows if r["answer"] == verdicts.BEST), None)
     if best is None:
         return None
-    points = [(search_answer.p_of(r), best["mean"] + (r["delta"] or 0.0)) for r in rows
+    points = [(readback.p_of(r), best["mean"] + (r["delta"] or 0.0)) for r in rows
               if r is best or r["delta"] is not None]
     ps = np.array([p for p, _ in points if p is not None and math.isfinite(p)], dtype=float)
     values = np.array([v for p, v in points if p is not None and math.isfinite(p)], dtype=float)
@@ -51,14 +51,14 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
     delta = settings.get("equivalence")
     header = ["proposal", "answer", "replicates run", "mean", "Δ vs best", "90% interval of Δ",
               "Holm-adjusted p", "training steps"]
-    table = [[search_answer.short(r), r["answer"] + (" (stopped at a rung)" if r["stopped"]
-                                                     else ""), str(r["n"]),
+    table = [[readback.short(r), r["answer"] + (" (stopped at a rung)" if r["stopped"]
+                                                else ""), str(r["n"]),
               num(r["mean"]) if r["mean"] is not None else "-",
               f"{r['delta']:+.4f}" if r["delta"] is not None else "-",
               f"[{r['low']:+.4f}, {r['high']:+.4f}]" if r["low"] is not None else "-",
               pval(r["p_adjusted"]) if r["p_adjusted"] is not None else "-",
               f"{r['steps']:,}"] for r in rows]
-    out = [f"## Search: study {name}", "", *search_answer.answer_lines(rows, settings), "",
+    out = [f"## Search: study {name}", "", *readback.answer_lines(rows, settings), "",
            "A search that races its proposals (docs/search.md): each proposal ran the "
            "incumbent's first replicate, and on while it led (taking the incumbent's place once "
            "better on all of the incumbent's); once the proposals ended, the close ones ran on "

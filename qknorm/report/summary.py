@@ -13,7 +13,7 @@ from qknorm.report import lrsection, paxis, results, searchsection, stats
 from qknorm.report import readings as two_readings
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, num, pval
-from qknorm.sweep import elimination, racestats, search_answer
+from qknorm.sweep.race import readback, verdicts
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
@@ -119,12 +119,12 @@ def summarize(collection: results.Collection, options: Options,
         out += lrsection.section(s.lr)
     out += _best_section(s.best, s.keys, metric)
     for (name, _), study in collection.studies.items():
-        held = elimination(study) if study is not None else None
-        if held is not None:  # a race's elimination table and the compute it spent
-            out += race_section(held, name)
-        settings = study.user_attrs.get("race") if study is not None else None
-        if search_answer.is_search(settings):  # a racing search's answer
-            out += searchsection.section(search_answer.answer(study.get_trials(), settings),
+        kind = readback.kind(study)
+        if kind == readback.RACE:  # a race's elimination table and the compute it spent
+            out += race_section(readback.elimination(study), name)
+        elif kind == readback.SEARCH:  # a racing search's answer
+            settings = readback.settings_of(study)
+            out += searchsection.section(readback.answer(study.get_trials(), settings),
                                          settings, name)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
@@ -293,7 +293,7 @@ def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]
 
 
 # ---------------------------------------------------------------------------------------------
-# a race's section (the race itself: qknorm/sweep/racestats.py)
+# a race's section (the race itself: qknorm/sweep/race/looks.py)
 
 def _fmt(x, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
@@ -304,7 +304,7 @@ def _count(x: float) -> str:
     return f"{x:,.0f}" if x and math.isfinite(x) else "-"
 
 
-def race_verdict(e: racestats.Elimination) -> str:
+def race_verdict(e: readback.Elimination) -> str:
     """The race's conclusion in one sentence, each kind of exit named for what it is: a drop is
     a test against the leader; a stop is the margin rule at a rung, not a test."""
     def names(outcome: str) -> str:
@@ -312,30 +312,30 @@ def race_verdict(e: racestats.Elimination) -> str:
 
     def answers(answer: str) -> str:
         return ", ".join(r["candidate"] for r in e.rows if r["answer"] == answer) or "none"
-    left = [r for r in e.rows if r["outcome"] == racestats.SURVIVED]
+    left = [r for r in e.rows if r["outcome"] == verdicts.SURVIVED]
     best = min(left, key=lambda r: r["mean"])["candidate"] if left else "none"
     return (f"Verdict: dropped as worse than the leader at a look (one-sided {e.test.short()}, "
             "Holm): "
-            f"{names(racestats.DROPPED)}; stopped at a rung, more than the margin behind the best run of "
-            f"its replicate (a rule, not a test): {names(racestats.STOPPED)}; in the race at its end: "
-            f"{names(racestats.SURVIVED)} (lowest mean: {best})."
+            f"{names(verdicts.DROPPED)}; stopped at a rung, more than the margin behind the best run of "
+            f"its replicate (a rule, not a test): {names(verdicts.STOPPED)}; in the race at its end: "
+            f"{names(verdicts.SURVIVED)} (lowest mean: {best})."
             + (f" Level with the leader within ±{e.equivalence:g} (its {_tost_words(e)}), left "
-               f"the race: {names(racestats.LEVEL)}; in the race at its end but undecided (neither "
-               f"the best nor shown worse or level): {answers(racestats.UNDECIDED)}."
+               f"the race: {names(verdicts.LEVEL)}; in the race at its end but undecided (neither "
+               f"the best nor shown worse or level): {answers(verdicts.UNDECIDED)}."
                if e.equivalence is not None else ""))
 
 
-def _tost_words(e: racestats.Elimination) -> str:
+def _tost_words(e: readback.Elimination) -> str:
     return (f"{1 - 2 * e.alpha:.0%} interval of Δ ({e.test.short()}) inside ±δ, i.e. TOST at alpha "
             f"{e.alpha:g}: two one-sided tests, no correction over candidates or looks")
 
 
-def race_section(e: racestats.Elimination, name: str) -> list[str]:
+def race_section(e: readback.Elimination, name: str) -> list[str]:
     """summary.md's race section: the elimination table and the compute spent vs the grid."""
     header = ["candidate", "outcome", "replicates run", "dropped after / stopped in",
               "leader at that look / best at the rung", "Δ vs leader", "one-sided t p",
               "Holm-adjusted p", "mean"]
-    where = {racestats.DROPPED: lambda r: r["after"], racestats.STOPPED: racestats.stop_place}
+    where = {verdicts.DROPPED: lambda r: r["after"], verdicts.STOPPED: readback.stop_place}
     rows = [[r["candidate"], r["outcome"], str(r["n"]),
              where[r["outcome"]](r) if r["outcome"] in where else "-", r["leader"] or "-",
              _fmt(r["delta"], "+.4f"), _fmt(r["p"], ".3g"), _fmt(r["p_adjusted"], ".3g"),
@@ -368,12 +368,12 @@ def race_section(e: racestats.Elimination, name: str) -> list[str]:
         "these); each with the runs, training steps and core-seconds it cost (a stopped run's "
         "partial ones included).", "", *costs, "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "
-        f"({racestats.share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
+        f"({readback.share(s['runs'], g['runs'])}{stopped}), {_count(s['steps'])} of "
         f"≈{_count(g['steps'])} "
-        f"training steps ({racestats.share(s['steps'], g['steps'])}), {_count(s['core_s'])} of "
-        f"≈{_count(g['core_s'])} core-seconds ({racestats.share(s['core_s'], g['core_s'])}; "
+        f"training steps ({readback.share(s['steps'], g['steps'])}), {_count(s['core_s'])} of "
+        f"≈{_count(g['core_s'])} core-seconds ({readback.share(s['core_s'], g['core_s'])}; "
         "core-seconds = wall_time_s × "
         "threads per run; the grid's steps and core-seconds are estimated as each candidate's "
         "mean run times the number of replicates)."
-        + (f" The race ended early: {racestats.budget_words(e)}, so the survivors were not raced to the "
+        + (f" The race ended early: {readback.budget_words(e)}, so the survivors were not raced to the "
            "last replicate." if e.out_of_budget else ""), ""]

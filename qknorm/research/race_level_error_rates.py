@@ -1,4 +1,4 @@
-"""How often the race (racestats.replay) answers wrongly, and how long it runs, over folds that
+"""How often the race (race.looks.replay) answers wrongly, and how long it runs, over folds that
 are correlated as K-fold cross-validation makes them: the plain paired t and the corrected
 resampled t (qknorm.multitest.for_folds) side by side.
 
@@ -25,8 +25,8 @@ sets). A level candidate dropped because its u_c put it behind on every fold is 
 
 Per cell (K, ρ, test, k, δ, world) it reports the share of races with any wrong "worse" at the
 first look and in the whole race (level world), candidate 0's answer (worse / level / undecided
-/ best; racestats.answer: a survivor that is not the last look's leader is undecided), and mean
-blocks run per candidate (of K). δ off (level world only) is the drop-only racestats. A fixed seed
+/ best; race.looks.answer: a survivor that is not the last look's leader is undecided), and mean
+blocks run per candidate (of K). δ off (level world only) is the drop-only race. A fixed seed
 per cell, the same for both tests (they see the same draws): the same command gives the same
 numbers. JSON out.
 """
@@ -43,7 +43,7 @@ import numpy as np
 
 from qknorm.errors import run_main
 from qknorm.multitest import PAIRED_T, ReplicateTest, for_folds
-from qknorm.sweep import racestats
+from qknorm.sweep.race import looks, verdicts
 
 FOLDS, FIRST_LOOK, ALPHA = (5, 10), 3, 0.05
 KS, DELTAS = (2, 4, 8), (0.5, 1.0, 2.0)
@@ -67,21 +67,21 @@ def simulate(k: int, blocks: int, rho: float, test: ReplicateTest, delta: float 
     means = np.zeros(k)
     means[0] = gap
     runs = draw(np.random.default_rng(seed), means, blocks, rho, races)
-    counts = {"first look any worse": 0, "any worse": 0, racestats.WORSE: 0, racestats.LEVEL: 0,
-              racestats.UNDECIDED: 0, racestats.BEST: 0}
+    counts = {"first look any worse": 0, "any worse": 0, verdicts.WORSE: 0, verdicts.LEVEL: 0,
+              verdicts.UNDECIDED: 0, verdicts.BEST: 0}
     blocks_run = 0
     for one in runs.tolist():  # Python floats: statistics is slow on numpy scalars
-        r = racestats.replay(list(range(k)), {c: dict(enumerate(one[c])) for c in range(k)}, set(),
-                        blocks, FIRST_LOOK, ALPHA, equivalence=delta, test=test)
+        r = looks.replay(list(range(k)), {c: dict(enumerate(one[c])) for c in range(k)}, set(),
+                         blocks, FIRST_LOOK, ALPHA, equivalence=delta, test=test)
         dropped, level, last = r.dropped(), r.level(), r.looks[-1]
         counts["first look any worse"] += bool(r.looks[0].dropped)
         counts["any worse"] += bool(dropped)
         if 0 in dropped:
-            answer = racestats.WORSE
+            answer = verdicts.WORSE
         elif 0 in level:
-            answer = racestats.LEVEL
+            answer = verdicts.LEVEL
         else:
-            answer = racestats.BEST if last.leader == 0 else racestats.UNDECIDED
+            answer = verdicts.BEST if last.leader == 0 else verdicts.UNDECIDED
         counts[answer] += 1
         blocks_run += sum((dropped.get(c) or level.get(c) or last).n for c in range(k))
     return {**{key: n / races for key, n in counts.items()},
@@ -124,8 +124,8 @@ def main() -> None:
         print(f"| {r['folds']} | {r['rho']:.2f} | {r['test']} | {r['k']} | {d} | {r['world']} | "
               + " | ".join(f"{r[key]:.3f}" if lv or key not in ("any worse",
                                                                   "first look any worse")
-                           else "-" for key in ("first look any worse", "any worse", racestats.WORSE,
-                                                racestats.LEVEL, racestats.UNDECIDED, racestats.BEST))
+                           else "-" for key in ("first look any worse", "any worse", verdicts.WORSE,
+                                                verdicts.LEVEL, verdicts.UNDECIDED, verdicts.BEST))
               + f" | {r['mean blocks run']:.2f} |")
     if args.out:
         command = "python -m qknorm.research.race_level_error_rates " + shlex.join(sys.argv[1:])

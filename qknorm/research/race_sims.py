@@ -1,16 +1,16 @@
 """The race and the racing search replayed on a grid's recorded runs: the sweeper's own driver
-(qknorm.sweep.driver) steps them, and each run it asks for is looked up in the grid instead of
-trained.
+(qknorm.sweep.race.driver) steps them, and each run it asks for is looked up in the grid instead
+of trained.
 
 The runs are deterministic (seed, fold and p fix them), so this is what a sweeper would have
 spent and said at the grid's commit, with the basic launcher (a launch's runs one after
-another, in the step's order). In-fold stopping at the rungs (racestats.stop_at_rung, the rule
+another, in the step's order). In-fold stopping at the rungs (race.looks.stop_at_rung, the rule
 the jobs apply) judges a run at each rung against the runs of the same fold that ran before it
 (the race's baseline is never judged; the search judges every run, the incumbent's too); a
 stopped run costs the steps up to its rung.
 
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives)
-through the live sweeper's own race_search.propose: a fresh in-memory study told every
+through the live sweeper's own race.search.propose: a fresh in-memory study told every
 proposal's fold-adjusted value (driver.told), its sampler seeded by (seed, proposal number).
 """
 
@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 
 import optuna
 
-from qknorm.sweep import build_sampler, driver, intensify, propose, racestats
+from qknorm.sweep import build_sampler, propose
+from qknorm.sweep.race import driver, intensify, looks, verdicts
 
 MAX_PROPOSALS = 24  # search=p_tpe's n_trials
 
@@ -35,7 +36,7 @@ def _run(grid: dict, p: float, block: int, ran: dict[int, list[dict]], rungs: Ma
     others = ran.setdefault(block, [])
     for step in sorted(rungs) if judged and run["curve"] else ():
         at = {k: c[step] for k, c in enumerate(others) if step in c}
-        stop = racestats.stop_at_rung(run["curve"][step], at, rungs[step])
+        stop = looks.stop_at_rung(run["curve"][step], at, rungs[step])
         if stop is not None:
             others.append({s: v for s, v in run["curve"].items() if s <= step})
             return None, stop.delta, step, run["core_s"] * step / run["steps"]
@@ -59,9 +60,9 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
             spent["core_s"] += core_s
             (values[p].__setitem__(b, value) if value is not None else stopped.add(p))
     answers = {c: driver.race_verdict(step.race, c, rules, c in stopped).answer for c in cands}
-    return {"best_p": next((c for c, a in answers.items() if a == racestats.BEST), None),
-            "worse": [c for c, a in answers.items() if a == racestats.WORSE],
-            "level": [c for c, a in answers.items() if a == racestats.LEVEL], **spent,
+    return {"best_p": next((c for c, a in answers.items() if a == verdicts.BEST), None),
+            "worse": [c for c, a in answers.items() if a == verdicts.WORSE],
+            "level": [c for c, a in answers.items() if a == verdicts.LEVEL], **spent,
             "distinct_p": len(cands)}
 
 
@@ -103,8 +104,8 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
     search, answer = driver.answer(props, rules)
     by = {props[i].key: j.outcome for i, j in answer.items()}  # stopped: undecided, untested
     return {"best_p": props[search.incumbent].key if search.incumbent is not None else None,
-            "worse": sorted(p for p, o in by.items() if o == racestats.WORSE),
-            "level": sorted(p for p, o in by.items() if o == racestats.LEVEL),
+            "worse": sorted(p for p, o in by.items() if o == verdicts.WORSE),
+            "level": sorted(p for p, o in by.items() if o == verdicts.LEVEL),
             "steps": driver.spent(props), "core_s": core_s, "distinct_p": len(props)}
 
 

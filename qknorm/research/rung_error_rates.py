@@ -1,4 +1,4 @@
-"""How often in-fold stopping (racestats.stop_at_rung) stops a run that would have won its fold,
+"""How often in-fold stopping (race.looks.stop_at_rung) stops a run that would have won its fold,
 measured on recorded curves: `python -m qknorm.research.rung_error_rates SWEEP_DIR... [--out F.json]`.
 
 Each SWEEP_DIR holds a grid's run dirs (final.json, metrics.jsonl, .hydra/config.yaml); only
@@ -25,7 +25,7 @@ run then (a margin at or below it could stop such a run) and the smallest gap of
 run (a margin below it stops that run there); with --rungs 500:0.1,1000:0.04 it lists the runs
 each rung's margin would stop. The gap is to the best of all the fold's recorded runs, never
 less than to the runs a race launched before it, so a run not over the margin here is not
-stopped by the racestats.
+stopped by the race.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from qknorm.errors import UserError, run_main
 from qknorm.multitest import holm
 from qknorm.report import format_p
 from qknorm.research import looks
-from qknorm.sweep import racestats
+from qknorm.sweep.race.looks import paired_t_greater, standing, stop_at_rung
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
 MARGINS = (0.01, 0.02, 0.05, 0.1, 0.2)
@@ -66,11 +66,11 @@ def load_folds(sweep: Path) -> dict[int, dict[float, dict]]:
 
 
 def launch_orders(folds: dict[int, dict[float, dict]], baseline: float) -> dict[int, list]:
-    """Each fold's runs in the order the race launches them (racestats.standing)."""
+    """Each fold's runs in the order the race launches them (race.looks.standing)."""
     orders, finals = {}, {}
     for f in sorted(folds):
         ps = sorted(folds[f])
-        orders[f] = racestats.standing(finals, ps, baseline)
+        orders[f] = standing(finals, ps, baseline)
         for p in ps:
             finals.setdefault(p, {})[f] = folds[f][p]["final"]
     return orders
@@ -84,7 +84,7 @@ def judge_fold(runs: dict[float, dict], order: list, rungs: list[int], margin: f
         for r in rungs:
             earlier = {q: runs[q]["curve"][r] for q in order[:i]
                        if stopped.get(q, math.inf) >= r and r in runs[q]["curve"]}
-            if p != baseline and racestats.stop_at_rung(runs[p]["curve"][r], earlier, margin):
+            if p != baseline and stop_at_rung(runs[p]["curve"][r], earlier, margin):
                 stopped[p] = r
                 break
     return stopped
@@ -131,7 +131,7 @@ def race_view(folds: dict[int, dict[float, dict]], rungs: list[int], margin: flo
     grid_steps = sum(run["steps"] for f in folds for run in folds[f].values())
     for f in sorted(folds):
         alive = [p for p in sorted(folds[f]) if p not in out_of_race]
-        order = racestats.standing({p: finals.get(p, {}) for p in alive}, alive, baseline)
+        order = standing({p: finals.get(p, {}) for p in alive}, alive, baseline)
         stopped = judge_fold(folds[f], order, rungs, margin, baseline)
         for p in alive:
             runs += 1
@@ -203,7 +203,7 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None
     diffs = {p: [v[f] - base[f] for f in sorted(v) if f in base]
              for p, v in values.items() if p != baseline}
     tested = [p for p, d in diffs.items() if len(d) >= 2]
-    adjusted = holm([racestats.paired_t_greater(diffs[p], test) for p in tested])
+    adjusted = holm([paired_t_greater(diffs[p], test) for p in tested])
     return {p for p, q in zip(tested, adjusted, strict=True) if q <= alpha}  # as a race drops
 
 

@@ -12,7 +12,7 @@ Searches, each on the grid's p (a categorical over its points, as `norm.p=choice
   costs the folds it ran.
 - `smac3`: SMAC3's own intensifier (qknorm.research.smac_replay), where `smac` is installed.
 - `race`: search=p_race's rules over every p (race_sims.race; no seed, one answer).
-- `race_search_tpe`, `race_search_gp`: the racing search (qknorm.sweep.intensify via
+- `race_search_tpe`, `race_search_gp`: the racing search (qknorm.sweep.race.intensify via
   race_sims.race_search), in-fold stopping included when --curves is given.
 A trial that repeats a p already run costs nothing. Each is scored against the grid's own answer
 (grid_runs.judge: the corrected t of the grid's fold layout, Holm over the comparisons with the
@@ -42,7 +42,7 @@ from qknorm.config import CONF_DIR
 from qknorm.multitest import for_folds
 from qknorm.research import grid_runs, race_sims
 from qknorm.sweep import step_margins
-from qknorm.sweep.intensify import Rules
+from qknorm.sweep.race.intensify import Rules
 
 SEARCHES = {  # name -> (sampler, pruner); the presets' settings (conf/search/p_tpe.yaml)
     "tpe": (lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=6), None),

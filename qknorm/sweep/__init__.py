@@ -7,15 +7,13 @@ _MODULES; tests/test_faces.py fails an import past it); the modules below are th
   study       the study's record: every attribute name, replicate labels, counting, retries
   specs       samplers, pruners and storages from plain specs
   space       Hydra's sweep grammar -> Optuna distributions
-  plan        every check, before a study is touched (race_plan: the race's settings)
+  plan        every check, before a study is touched (race.settings: the race's)
   launcher    a trial's jobs: overrides, run dirs, outcomes, tell
   schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
-  driver      the racing engine: what a race or a racing search runs next, from its ledger
-              (the live schedules and the replays both step it)
-  race        the race schedule; racestats, its pure statistics
-  race_search the racing search's schedule (a sampler's proposals raced against an incumbent);
-              intensify, its pure rules; search_answer, its answer read back from a study
-  sweep       OptunaSweep: one loop over a schedule
+  race/       the race and the racing search (a sampler's proposals raced against an
+              incumbent): their settings, verdicts, pure rules, driver, schedules and what
+              a study of them reads back (race/__init__.py has its own map)
+  sweep       OptunaSweep: one loop over a schedule, picked by the kind of study
   job         a training job's side of its trial (pruning, rungs)
   slurm, outputs, progress (the status lines)
 
@@ -37,17 +35,17 @@ _FACE = {
     "open_reader": "qknorm.sweep.specs",
     "build_sampler": "qknorm.sweep.specs",
     "read_study": "qknorm.sweep.specs",
-    "elimination": "qknorm.sweep.race",
-    "propose": "qknorm.sweep.race_search",
+    "elimination": "qknorm.sweep.race.readback",
+    "propose": "qknorm.sweep.race.search",
     "status_lines": "qknorm.sweep.progress",
     # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
-    "resolve_rungs": "qknorm.sweep.race_plan",
-    "step_margins": "qknorm.sweep.race_plan",
+    "resolve_rungs": "qknorm.sweep.race.rungs",
+    "step_margins": "qknorm.sweep.race.settings",
 }
-# Modules the rest may import whole: the racing engine's driver, the race's statistics and the
-# racing search's rules are pure functions of recorded values, which the report and the
-# research tools' replays step.
-_MODULES = ["driver", "racestats", "intensify", "search_answer"]
+# Modules the rest may import whole: the race package (qknorm.sweep.race.<module>), whose
+# driver, rules (looks, intensify) and verdicts are pure functions and words of recorded
+# values, which the report, the status and the research tools' replays use.
+_MODULES = ["race"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

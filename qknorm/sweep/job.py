@@ -16,7 +16,7 @@ the values the other candidates' runs of the same block recorded at that rung, a
 (RunPruned, final.json status `pruned`) when it is above the best of them by more than
 optuna.race.margin (or that rung's entry of optuna.race.margins, when the race gave each rung
 its own), leaving `race_stop:<block>` for the sweeper, which takes the candidate out
-of the racestats. The rule itself is racestats.stop_at_rung.
+of the race. The rule itself is race.looks.stop_at_rung.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig
 from qknorm.errors import RunPruned, UserError
 from qknorm.hooks import EvalHook
-from qknorm.sweep import racestats
+from qknorm.sweep.race import looks
 from qknorm.sweep.study import (
     PRUNED_STEP_ATTR,
     PRUNER_ATTR,
@@ -148,7 +148,7 @@ def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judg
             if not others:
                 continue
             unjudged.remove(rung)
-            stop = racestats.stop_at_rung(recorded[str(rung)], others, margins[rung])
+            stop = looks.stop_at_rung(recorded[str(rung)], others, margins[rung])
             if stop is not None:
                 storage.set_trial_user_attr(trial_id, RACE_STOP_ATTR + block, {
                     "step": rung, "value": recorded[str(rung)], "best": stop.best,

@@ -21,8 +21,9 @@ from qknorm.errors import UserError
 from qknorm.multitest import choose
 from qknorm.sweep import slurm
 from qknorm.sweep import specs as optuna_specs
-from qknorm.sweep.conf import race_conf
-from qknorm.sweep.race_plan import RaceSpec, plan_race, resolve_rungs
+from qknorm.sweep.race.readback import kind
+from qknorm.sweep.race.rungs import resolve_rungs
+from qknorm.sweep.race.settings import RaceSpec, plan_race, race_conf
 from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
@@ -105,6 +106,11 @@ class Plan:
     pruner_spec: dict[str, Any]
     fail_values: list[float] | None
     race: RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
+
+    @property
+    def kind(self) -> str:
+        """The kind of study it makes (race.readback.kind): plain, race or search."""
+        return kind(None if self.race is None else self.race.settings())
 
 
 class Planner:
@@ -235,7 +241,7 @@ class Planner:
 
     def _resolve_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                        combo: list[str]) -> RaceSpec:
-        """The race judged at eval steps of its runs (race_plan.resolve_rungs): compose each
+        """The race judged at eval steps of its runs (race.rungs.resolve_rungs): compose each
         candidate's job (the grid may set train.*), read train.max_iters and
         train.eval_interval, resolve the rungs against them; the rungs that do not fit are
         dropped, in one log line. Then the job must take optuna.race.* (qknorm.train does)."""

@@ -37,7 +37,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.rundir import COMPLETED, FAILED, FINAL_FILE, PRUNED, read_final
-from qknorm.sweep import racestats, search_answer
+from qknorm.sweep.race import readback, verdicts
 from qknorm.sweep.study import (
     DUPLICATE_ATTR,
     JOB_DIRS_ATTR,
@@ -46,7 +46,6 @@ from qknorm.sweep.study import (
     PARAMS_ATTR,
     PRUNER_ATTR,
     RACE_CANDIDATE_ATTR,
-    RACE_SETTINGS_ATTR,
     STATUS_ATTR,
     STD_ATTR,
     SURPLUS,
@@ -56,8 +55,8 @@ from qknorm.sweep.study import (
 )
 
 # A candidate the race is done with; level (with the leader, within ±δ) is an answer too.
-DECIDED = (racestats.DROPPED, racestats.LEVEL, racestats.STOPPED, racestats.SURVIVED,
-           racestats.FAILED)
+DECIDED = (verdicts.DROPPED, verdicts.LEVEL, verdicts.STOPPED, verdicts.SURVIVED,
+           verdicts.FAILED)
 
 # run dir -> ((mtime_ns, size) of its final.json, the fields the status reads). A final.json is
 # read once per version: a retried job may write its run dir's final.json again.
@@ -74,10 +73,10 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     trials = study.get_trials(deepcopy=False)  # the one read of the study
     retried = retried_numbers(trials)
     counted = [t for t in trials if holds_slot(t, retried)]
-    settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
-    searched = search_answer.answer(trials, settings)
-    elim = (_elimination(settings, trials, retried)
-            if isinstance(settings, dict) and searched is None else None)
+    settings = readback.settings_of(study)
+    searched = readback.answer(trials, settings)  # None: not a racing search
+    elim = (readback.elimination_of(settings, readback.race_trials(trials))
+            if readback.kind(settings) == readback.RACE else None)
     total = n_trials if n_trials is not None else (
         len(settings["candidates"]) if elim is not None
         else recorded_total(study.user_attrs) or _grid_size(trials))
@@ -85,14 +84,14 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
              _best(study, counted)]
     lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))
     if searched is not None:
-        lines += search_answer.answer_lines(searched, settings)
+        lines += readback.answer_lines(searched, settings)
     return lines
 
 
 # -- line 1: trials and time ----------------------------------------------------------------
 
 def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int | None,
-              slots: int, now: float, elim: racestats.Elimination | None) -> str:
+              slots: int, now: float, elim: readback.Elimination | None) -> str:
     by = {s: sum(t.state.is_finished() and t.user_attrs.get(STATUS_ATTR) == s for t in counted)
           for s in (COMPLETED, PRUNED, FAILED)}
     running = sum(t.state == TrialState.RUNNING for t in counted)
@@ -225,30 +224,20 @@ def _spent_line(trials: list[FrozenTrial], retried: set[int]) -> str:
             f"{core_hours(core_s)} core-h")
 
 
-def _race_line(e: racestats.Elimination) -> str:
+def _race_line(e: readback.Elimination) -> str:
     counts = {o: sum(r["outcome"] == o for r in e.rows) for o in DECIDED}
     decided = sum(counts.values())
     parts = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
     line = (f"race: {decided} of {len(e.rows)} candidates decided"
             f"{f' ({parts})' if parts else ''}, {len(e.rows) - decided} racing; "
             f"ran {e.spent['runs']} of {e.grid['runs']} runs "
-            f"({racestats.share(e.spent['runs'], e.grid['runs'])} of the grid), "
+            f"({readback.share(e.spent['runs'], e.grid['runs'])} of the grid), "
             f"{e.spent['steps']:,.0f} training steps "
-            f"({racestats.share(e.spent['steps'], e.grid['steps'])}), "
+            f"({readback.share(e.spent['steps'], e.grid['steps'])}), "
             f"{core_hours(e.spent['core_s'])} core-h "
-            f"({racestats.share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate); "
+            f"({readback.share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate); "
             f"looks by the {e.test.short()}")
     return line
-
-
-def _elimination(settings: dict, trials: list[FrozenTrial],
-                 retried: set[int]) -> racestats.Elimination:
-    """race.elimination(study) on the trials already read: each candidate's latest trial that
-    is neither a retried original nor surplus (race._counted)."""
-    current = {t.user_attrs[RACE_CANDIDATE_ATTR]: t for t in trials
-               if t.number not in retried and t.user_attrs.get(STATUS_ATTR) != SURPLUS
-               and RACE_CANDIDATE_ATTR in t.user_attrs}
-    return racestats.elimination(settings, current)
 
 
 def core_hours(core_s: float) -> str:

@@ -2,9 +2,12 @@
 
 The loop (qknorm/sweep/sweep.py) asks a schedule, each pass, what to do; a schedule answers from
 the study and its own trials, tells the trials it is done with, and never calls back into the
-loop (Optuna's pruners and study/_optimize.py are the pattern). Two schedules exist: EveryReplicate
-here (each trial runs every replicate, then is told) and RaceSchedule (qknorm/sweep/race.py: a
-trial per candidate, run a look at a time).
+loop (Optuna's pruners and study/_optimize.py are the pattern). Three schedules exist:
+EveryReplicate here (each trial runs every replicate, then is told), RaceSchedule
+(qknorm/sweep/race/schedule.py: a trial per candidate, run a look at a time) and
+RaceSearchSchedule (qknorm/sweep/race/search.py: a trial per proposal, raced against the
+incumbent). Each also answers, for its kind of study, what the sweep does before and after the
+loop (prepare_study, log_plan, final_lines): the loop never asks which one it runs.
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ import optuna
 from optuna.trial import TrialState
 
 from qknorm.effective import effective_key, flatten, task_tree
+from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
 from qknorm.sweep import launcher as trial_jobs
+from qknorm.sweep import slurm
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
+from qknorm.sweep.race.readback import search_lines
 from qknorm.sweep.study import (
     CONFIG_KEY_ATTR,
+    COUNTED,
     DUPLICATE_ATTR,
     ERROR_ATTR,
+    JOB_DIRS_ATTR,
     JOBS_ATTR,
     MEAN_ATTR,
     N_ATTR,
@@ -32,12 +40,29 @@ from qknorm.sweep.study import (
     STD_ATTR,
     Heartbeat,
     Tally,
+    block_label,
+    replicates_option,
 )
 
 log = logging.getLogger(__name__)
 
 
 class Schedule(Protocol):
+    def __init__(self, plan: Plan, launcher: Launcher, objectives: list[str], n_jobs: int,
+                 heartbeat: Heartbeat) -> None: ...
+
+    @staticmethod
+    def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        """Before the loop: refuse a study this sweep cannot extend (UserError), ready it."""
+
+    @staticmethod
+    def log_plan(plan: Plan) -> None:
+        """Log what the sweep will do, after the plan's first line (none: nothing to add)."""
+
+    @staticmethod
+    def final_lines(study: optuna.Study) -> list[str]:
+        """The lines the sweep prints at its end, after the study's counts and files."""
+
     def settle(self, study: optuna.Study) -> bool:
         """Tell the trials the schedule is done with; True when the sweep is done."""
 
@@ -72,6 +97,22 @@ class EveryReplicate:
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.pending: list[optuna.Trial] = []  # admitted, to launch
         self.repeats: list[tuple[optuna.Trial, int]] = []  # (trial, the trial it repeats)
+
+    @staticmethod
+    def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        check_replicates(study, plan, study_name)
+        # a scancelled job's trial, failed by the sweep that saw it end: run it again
+        slurm.retry_interrupted(study)
+
+    @staticmethod
+    def log_plan(plan: Plan) -> None:
+        """Nothing beyond the plan's first line."""
+
+    @staticmethod
+    def final_lines(study: optuna.Study) -> list[str]:
+        """None; but a study a racing search made (check_replicates lets a plain sweep extend
+        one whose trials all ran its replicates) still ends with the search's answer."""
+        return search_lines(study)
 
     def settle(self, study: optuna.Study) -> bool:
         finished = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
@@ -156,3 +197,24 @@ class EveryReplicate:
         log.info("trial %d [%s] not run: same effective config as trial %d, told its result "
                  "(%s)", trial.number, label, number, original.state.name)
 
+
+def check_replicates(study: optuna.Study, plan: Plan, study_name: str) -> None:
+    """A trial's value is the mean over its replicates: a study holds one replicate set. A rerun
+    with another set (data.fold=0,1,2 after 0,1) would find its trials done and end without a
+    word, or mix means over different folds; refused, naming what the study holds."""
+    want = [block_label(c) for c in plan.combinations]
+    held: dict[tuple[str, ...], int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(STATUS_ATTR) in COUNTED and JOB_DIRS_ATTR in t.user_attrs:
+            labels = tuple(t.user_attrs[JOB_DIRS_ATTR])
+            held[labels] = held.get(labels, 0) + 1
+    other = [labels for labels in held if sorted(labels) != sorted(want)]
+    if not other:
+        return
+    have, option = other[0], replicates_option
+    raise UserError(
+        f"study {study_name!r} holds {held[have]} trial(s) run on the replicates "
+        f"{option(have)}, not {option(want)}; a trial's value is the mean over its "
+        f"replicates, so one study keeps one set: rerun with "
+        f"'hydra.sweeper.replicates={option(have)}' to extend it with more trials, or run "
+        "the new set in its own study with hydra.sweeper.study_name=NEW_NAME")

@@ -44,11 +44,13 @@ PRUNED_STEP_ATTR = "pruned_step"  # the first replicate job pruned: its siblings
 # Trial system attrs:
 RETRIED_ATTR = "failed_trial"  # on a retry: the number of the trial it retries (Optuna's name)
 HEARTBEAT_ATTR = "heartbeat"  # last heartbeat (Unix time), in a journal storage
-# A race (qknorm/sweep/race.py). The study and its trials both say "race", kept for studies
-# raced before these names existed; the constants tell them apart.
+# A race or a racing search (qknorm/sweep/race/). The study and its trials both say "race",
+# kept for studies raced before these names existed; the constants tell them apart.
 # Study, set by every sweeper when it opens the study:
 N_TRIALS_ATTR = "n_trials"  # the total its latest sweeper was given (the status's ETA from a URL)
-RACE_SETTINGS_ATTR = "race"  # study: the race's settings, which a rerun must match
+# study: the race's settings, which a rerun must match; a racing search's name its sampler
+# (`search`); none for a plain sweep. The study's kind: race.readback.kind reads it.
+RACE_SETTINGS_ATTR = "race"
 RACE_OUTCOME_ATTR = "race"  # trial: how its race ended and the look that decided it
 RACE_CANDIDATE_ATTR = "race_candidate"  # trial: the candidate as overrides, norm.p=2.0
 RACE_RUNS_ATTR = "race_runs"  # trial: block label -> {value, steps, core_s[, stopped_at]}

@@ -3,8 +3,11 @@
 Everything the user can get wrong is checked first (plan.py), before the study is created or
 touched. Then each pass of the loop asks the schedule what to do: tell the trials it is done
 with, launch the jobs it wants run (through any Hydra launcher), or ask Optuna for new trials.
-The plain sweep (schedule.EveryReplicate) and the race (race.RaceSchedule) are the two
-schedules; the loop calls down into them, and they never call back up.
+The schedule is picked from SCHEDULES by the kind of study the plan makes: the plain sweep
+(schedule.EveryReplicate), the race (race.schedule.RaceSchedule) or the racing search
+(race.search.RaceSearchSchedule). It also answers for what differs between them before and
+after the loop (its checks of the study, its plan's log lines, its last lines); the loop calls
+down into it, and it never calls back up.
 """
 
 from __future__ import annotations
@@ -22,15 +25,16 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
-from qknorm.sweep import outputs, race, race_search, racestats, search_answer, slurm
+from qknorm.sweep import outputs
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.progress import status_lines
+from qknorm.sweep.race.readback import PLAIN, RACE, SEARCH
+from qknorm.sweep.race.schedule import RaceSchedule
+from qknorm.sweep.race.search import RaceSearchSchedule
 from qknorm.sweep.schedule import EveryReplicate, Schedule
 from qknorm.sweep.study import (
-    COUNTED,
-    JOB_DIRS_ATTR,
     PARAMS_ATTR,
     PRUNER_ATTR,
     SAMPLER_SEED_ATTR,
@@ -38,13 +42,15 @@ from qknorm.sweep.study import (
     SURPLUS,
     Heartbeat,
     Tally,
-    block_label,
     record_total,
-    replicates_option,
     surplus,
 )
 
 log = logging.getLogger(__name__)
+
+# The schedule of each kind of study (plan.kind, race.readback.kind).
+SCHEDULES: dict[str, type[Schedule]] = {
+    PLAIN: EveryReplicate, RACE: RaceSchedule, SEARCH: RaceSearchSchedule}
 
 
 class OptunaSweep:
@@ -64,25 +70,22 @@ class OptunaSweep:
     def sweep(self, arguments: list[str]) -> None:
         s = self.settings
         plan = Planner(s, self.hydra_context, self.config).plan(list(arguments))
+        schedule_class = SCHEDULES[plan.kind]
         url = optuna_specs.absolute_url(s.storage, Path.cwd())
         storage = optuna_specs.open_storage(url, s.heartbeat_interval, s.grace_period)
-        study = self._open_study(storage, plan)
-        _log_plan(s, plan)
+        study = self._open_study(storage, plan, schedule_class)
+        _log_plan(s, plan, schedule_class)
         launcher = Launcher(self.launcher, self.hydra_context, self.config, self.sweep_dir,
                             s.study_name, url, plan)
         with Heartbeat(storage, s.heartbeat_interval) as heartbeat:
-            schedule: Schedule = (
-                EveryReplicate(plan, launcher, s.objectives, s.n_jobs, heartbeat)
-                if plan.race is None else
-                race_search.RaceSearchSchedule(plan, s.objectives, s.n_jobs, heartbeat)
-                if plan.race.search else
-                race.RaceSchedule(plan, s.objectives, s.n_jobs, heartbeat))
+            schedule = schedule_class(plan, launcher, s.objectives, s.n_jobs, heartbeat)
             stop_message = self._run(study, plan, schedule, launcher, heartbeat)
-        self._report(study, plan)
+        self._report(study, plan, schedule_class)
         if stop_message:
             raise UserError(stop_message, exit_code=1)
 
-    def _open_study(self, storage: optuna.storages.BaseStorage, plan: Plan) -> optuna.Study:
+    def _open_study(self, storage: optuna.storages.BaseStorage, plan: Plan,
+                    schedule_class: type[Schedule]) -> optuna.Study:
         s = self.settings
         study = optuna.create_study(study_name=s.study_name, storage=storage,
                                     sampler=plan.sampler, pruner=plan.pruner,
@@ -92,13 +95,7 @@ class OptunaSweep:
             raise UserError(f"study {s.study_name!r} in {s.storage} was created with "
                             f"direction {have}, not {plan.directions}; use another "
                             "hydra.sweeper.study_name")
-        if plan.race is not None:
-            race.check_study(study, plan.race, s.study_name)
-            race.record_settings(study, plan.race)
-        else:
-            check_replicates(study, plan, s.study_name)
-            # a scancelled job's trial, failed by the sweep that saw it end: run it again
-            slurm.retry_interrupted(study)
+        schedule_class.prepare_study(plan, study, s.study_name)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
         plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
@@ -165,7 +162,7 @@ class OptunaSweep:
                      trial.number, plan.n_trials)
         return [t for t in batch if t.number not in extra]
 
-    def _report(self, study: optuna.Study, plan: Plan) -> None:
+    def _report(self, study: optuna.Study, plan: Plan, schedule_class: type[Schedule]) -> None:
         s = self.settings
         paths = outputs.write(study, self.sweep_dir, s.objectives, plan.n_trials, s.storage)
         tally = Tally.of(study)
@@ -173,13 +170,8 @@ class OptunaSweep:
               f"({tally.failed} failed)")
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
-        settings = study.user_attrs.get(search_answer.SETTINGS_ATTR)
-        rows = search_answer.answer(study.get_trials(deepcopy=False), settings)
-        if rows is not None:
-            for line in search_answer.answer_lines(rows, settings):
-                print(line)
-        elif plan.race is not None:
-            print(racestats.summary_line(race.elimination(study)))
+        for line in schedule_class.final_lines(study):
+            print(line)
 
 
 def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> dict[str, Any]:
@@ -218,54 +210,8 @@ def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> d
     return {**spec, "seed": free}
 
 
-def check_replicates(study: optuna.Study, plan: Plan, study_name: str) -> None:
-    """A trial's value is the mean over its replicates: a study holds one replicate set. A rerun
-    with another set (data.fold=0,1,2 after 0,1) would find its trials done and end without a
-    word, or mix means over different folds; refused, naming what the study holds."""
-    want = [block_label(c) for c in plan.combinations]
-    held: dict[tuple[str, ...], int] = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(STATUS_ATTR) in COUNTED and JOB_DIRS_ATTR in t.user_attrs:
-            labels = tuple(t.user_attrs[JOB_DIRS_ATTR])
-            held[labels] = held.get(labels, 0) + 1
-    other = [labels for labels in held if sorted(labels) != sorted(want)]
-    if not other:
-        return
-    have, option = other[0], replicates_option
-    raise UserError(
-        f"study {study_name!r} holds {held[have]} trial(s) run on the replicates "
-        f"{option(have)}, not {option(want)}; a trial's value is the mean over its "
-        f"replicates, so one study keeps one set: rerun with "
-        f"'hydra.sweeper.replicates={option(have)}' to extend it with more trials, or run "
-        "the new set in its own study with hydra.sweeper.study_name=NEW_NAME")
-
-
-def _log_plan(s: Settings, plan: Plan) -> None:
+def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule]) -> None:
     log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", s.study_name,
              s.storage, plan.n_trials, len(plan.combinations),
              optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
-    spec = plan.race
-    if spec is None:
-        return
-    if spec.search:
-        log.info("a search that races its proposals over %d replicates: %s proposes one at a "
-                 "time; each runs the incumbent's replicates one after another and leaves as "
-                 "worse (one-sided %s at alpha=%g), level, or takes the incumbent's place when "
-                 "better on every replicate the incumbent ran (docs/search.md)", len(spec.blocks),
-                 spec.search, spec.test.short(), spec.alpha)
-    else:
-        log.info("race over %d replicates: every candidate runs the first %d, then those "
-                 "significantly worse than the leader stop (alpha=%g, baseline %s)",
-                 len(spec.blocks), spec.min_replicates, spec.alpha,
-                 spec.labels.get(spec.baseline, "none"))
-    if spec.rungs:
-        log.info("in-fold stopping: a run more than its margin above the best other run of "
-                 "its replicate at a rung stops there, and its candidate leaves the race; "
-                 "rungs: %s", spec.rung_words())
-    if spec.equivalence is not None:
-        log.info("equivalence: a candidate whose %g%% paired t-interval of its difference to "
-                 "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
-                 100 * (1 - 2 * spec.alpha), spec.equivalence, spec.alpha)
-    if spec.budget_steps is not None:
-        log.info("budget: no replicate launches once the race's runs took %d training steps",
-                 spec.budget_steps)
+    schedule_class.log_plan(plan)

@@ -35,25 +35,21 @@ candidates of the look). What it does not: every further look is another chance 
 which favours it when candidates are level. docs/race.md has the measured rates.
 
 Everything here is a pure function of the values. The sweeper replays the race from the values
-recorded in the study (qknorm/sweep/race.py), so a resumed sweep, or a second
-sweeper on the same study, reaches the same decisions; the report reads the decisions back.
+recorded in the study (qknorm/sweep/race/schedule.py, through qknorm/sweep/race/driver.py), so
+a resumed sweep, or a second sweeper on the same study, reaches the same decisions; the report
+reads the decisions back (qknorm/sweep/race/readback.py). The words of the decisions are
+qknorm/sweep/race/verdicts.py's.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from qknorm.multitest import PAIRED_T, ReplicateTest, holm, no_spread, tost_interval, within
-from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR
-
-DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
-LEVEL = "level"  # left the race level with the leader (equivalence, TOST)
-# A candidate's answer (verdict): behind (dropped, stopped at a rung, or a baseline shown
-# behind), level within ±δ, the best (the leader at the end), or none of these.
-WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
+from qknorm.sweep.race.verdicts import BEST, DROPPED, LEVEL, STOPPED, SURVIVED, UNDECIDED, WORSE
 
 
 @dataclass(frozen=True)
@@ -230,164 +226,3 @@ def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | Non
         return LEVEL
     return WORSE if p_adjusted is not None and p_adjusted <= alpha else UNDECIDED
 
-
-def completed(runs: Mapping[str, dict]) -> dict[str, dict]:
-    """The block results of runs that went to the end (not stopped at a rung)."""
-    return {b: r for b, r in runs.items() if r.get("stopped_at") is None}
-
-
-def block_values(user_attrs: Mapping[str, object], blocks: Sequence[str],
-                 sign: float = 1.0) -> dict[int, float]:
-    """A trial's completed blocks (user attr RACE_RUNS_ATTR): block index -> sign * value."""
-    runs = completed(user_attrs.get(RACE_RUNS_ATTR, {}))
-    return {i: sign * runs[b]["value"] for i, b in enumerate(blocks) if b in runs}
-
-
-def stopped_block(user_attrs: Mapping[str, object]) -> str | None:
-    """The block in which a trial's run was stopped at a rung (it is out), or None."""
-    runs = user_attrs.get(RACE_RUNS_ATTR, {})
-    return next((b for b, r in runs.items() if r.get("stopped_at") is not None), None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading a race back from its Optuna study: the elimination table and the compute it spent.
-
-
-
-@dataclass
-class Elimination:
-    blocks: list[str]
-    baseline: str | None
-    rows: list[dict]  # per candidate, in grid order: label, outcome, n, after, leader, delta, ...
-    spent: dict[str, float]  # runs, steps, core_s the race ran
-    grid: dict[str, float]  # the same for the full grid (steps, core_s: estimated)
-    budget_steps: int | None = None  # the race's budget, if it had one
-    equivalence: float | None = None  # δ, if the race took out level candidates
-    alpha: float = 0.05  # the race's
-    test: ReplicateTest = PAIRED_T  # its looks' test (a study raced before the key: paired)
-
-    @property
-    def out_of_budget(self) -> bool:
-        """Its budget is spent with replicates left to run: it ended (or ends) there."""
-        return (self.budget_steps is not None and self.spent["steps"] >= self.budget_steps
-                and any(r["outcome"] in (SURVIVED, "racing") and r["n"] < len(self.blocks)
-                        for r in self.rows))
-
-
-def elimination(settings: dict, trials: Mapping[str, object]) -> Elimination:
-    """The race a study holds: its settings (study user attr `race`) and each candidate's
-    counted trial by label (the sweeper's `_race.race_trials` picks them). A run stopped at a
-    rung counts in the compute spent (its partial steps and core-seconds), not in the mean."""
-    blocks = list(settings["blocks"])
-    runs_of = {label: dict(t.user_attrs.get(RACE_RUNS_ATTR, {})) if t is not None else {}
-               for label, t in ((c, trials.get(c)) for c in settings["candidates"])}
-    rows = []
-    spent = {"runs": 0, "stopped": 0, "steps": 0, "core_s": 0.0}
-    records = {label: (trials[label].user_attrs.get(RACE_OUTCOME_ATTR, {})
-                       if trials.get(label) is not None else {})
-               for label in settings["candidates"]}
-    survivors = sum(r.get("outcome") == SURVIVED for r in records.values())
-    equivalence = settings.get("equivalence")  # a study raced before the key: None
-    for label in settings["candidates"]:
-        t, record = trials.get(label), records[label]
-        runs, done = runs_of[label], completed(runs_of[label])
-        outcome = record.get("outcome") or ("racing" if t is not None else "not started")
-        row = {"candidate": label, "outcome": outcome, "n": len(runs),
-               "mean": statistics.fmean(r["value"] for r in done.values()) if done
-               else math.nan,
-               **{k: record.get(k) for k in ("after", "step", "leader", "delta", "p",
-                                             "p_adjusted", "low", "high")}}
-        row["answer"] = answer(outcome, row["leader"], label, row["p_adjusted"], row["low"],
-                               row["high"], settings["alpha"], equivalence, survivors == 1)
-        # What the candidate's runs cost (a stopped run's partial steps and core-seconds too).
-        for key in ("steps", "core_s"):
-            row[key] = sum(r[key] for r in runs.values() if r.get(key) is not None)
-        rows.append(row)
-        spent["runs"] += len(runs)
-        spent["stopped"] += len(runs) - len(done)
-        for key in ("steps", "core_s"):
-            spent[key] += row[key]
-    return Elimination(blocks, settings.get("baseline"), rows, spent,
-                       _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"),
-                       equivalence, settings["alpha"], settings_test(settings))
-
-
-def settings_test(settings: Mapping[str, object]) -> ReplicateTest:
-    """The looks' test as a study's race settings record it (a race or a racing search; one
-    raced before the key existed: the paired t)."""
-    return (ReplicateTest(settings["test"], settings["ratio"]) if settings.get("test")
-            else PAIRED_T)
-
-
-def steps_spent(trials: Iterable[object]) -> int:
-    """The training steps of every run the trials' race_runs record (a run stopped at a rung:
-    its steps to the rung)."""
-    return sum(r.get("steps") or 0 for t in trials
-               for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
-
-
-def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:
-    """The full grid's runs, steps and core-seconds: every candidate's mean completed run,
-    times the number of blocks; for a candidate with none (stopped in its first block), the
-    mean completed run of all candidates (same model, same steps)."""
-    grid: dict[str, float] = {"runs": len(runs_of) * n_blocks}
-    for key in ("steps", "core_s"):
-        means = {}
-        for label, runs in runs_of.items():
-            known = [r[key] for r in completed(runs).values() if r.get(key) is not None]
-            means[label] = statistics.fmean(known) if known else None
-        seen = [m for m in means.values() if m is not None]
-        fallback = statistics.fmean(seen) if seen else math.nan
-        grid[key] = sum((fallback if m is None else m) * n_blocks for m in means.values())
-    return grid
-
-
-def share(part: float, whole: float) -> str:
-    return f"{part / whole:.0%}" if whole and math.isfinite(whole) else "-"
-
-
-def summary_line(e: Elimination) -> str:
-    """One line for the console at the end of a race."""
-    dropped = [r for r in e.rows if r["outcome"] == DROPPED]
-    level = [r for r in e.rows if r["outcome"] == LEVEL]
-    stopped = [r for r in e.rows if r["outcome"] == STOPPED]
-    left = [r for r in e.rows if r["outcome"] == SURVIVED]
-    racing = [r for r in e.rows if r["outcome"] in ("racing", "not started")]
-    line = f"race: {len(dropped)} of {len(e.rows)} candidates dropped, "
-    if level:
-        line += (f"{len(level)} level with the leader within ±{e.equivalence:g} ("
-                 + ", ".join(r["candidate"] for r in level) + "), ")
-    if stopped:
-        line += (f"{len(stopped)} stopped inside a replicate ("
-                 + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {_fmt(r['delta'], '+.4f')}"
-                             for r in stopped) + "), ")
-    line += f"{len(left)} left ({', '.join(r['candidate'] for r in left) or 'none'})"
-    undecided = [r for r in left if r["answer"] == UNDECIDED]
-    if undecided and not racing and e.equivalence is not None:  # without δ, none is decided
-        line += f", {len(undecided)} of them undecided"
-    if racing:  # held by another sweeper on this study, or by one that was killed
-        line += (f", {len(racing)} still racing elsewhere "
-                 f"({', '.join(r['candidate'] for r in racing)})")
-    partial = f" ({e.spent['stopped']} stopped early)" if e.spent.get("stopped") else ""
-    line += (f"; ran {e.spent['runs']}{partial} of "
-             f"{e.grid['runs']} runs ({share(e.spent['runs'], e.grid['runs'])} of the grid)")
-    if e.spent["core_s"]:
-        line += (f", {e.spent['core_s']:,.0f} core-seconds "
-                 f"({share(e.spent['core_s'], e.grid['core_s'])} of the grid's estimate)")
-    if e.spent["steps"]:
-        line += (f", {e.spent['steps']:,.0f} training steps "
-                 f"({share(e.spent['steps'], e.grid['steps'])})")
-    return line + (f"; {budget_words(e)}" if e.out_of_budget else "")
-
-
-def budget_words(e: Elimination) -> str:
-    return (f"its budget of {e.budget_steps:,} training steps is spent: no further replicate "
-            "was launched")
-
-
-def stop_place(row: dict) -> str:
-    return f"{row['after']} at step {row['step']}"
-
-
-def _fmt(x, spec: str) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)

@@ -1,6 +1,19 @@
-"""A race's settings (hydra.sweeper.race), every one checked before a study is touched: the
-candidates (the grid's points), the blocks (replicate combinations) they race over, and the
-rules that take a candidate out (qknorm/sweep/racestats.py)."""
+"""A race's settings (hydra.sweeper.race): typed as written, then every value checked before a
+study is touched: the candidates (the grid's points), the blocks (replicate combinations) they
+race over, and the rules that take a candidate out (qknorm/sweep/race/looks.py; a racing
+search's, qknorm/sweep/race/intensify.py).
+
+hydra.sweeper.race stays a plain mapping in the sweeper's schema (the plugin's config.py):
+OmegaConf cannot merge a command-line dict (`++hydra.sweeper.race={...}`) into a null
+structured node, and null/{} must mean "no race". `race_conf` types the mapping through
+OmegaConf against RaceConf, every default written there once, so a misspelt key or a value of
+the wrong type fails with OmegaConf's own words, in one line, as any other config key does;
+`plan_race` checks the values and makes the RaceSpec the schedules run. The rungs' own checks
+and their resolution to eval steps are qknorm/sweep/race/rungs.py's.
+"""
+
+# OmegaConf 2.3 reads typing.Optional/List in structured configs, not `X | None`.
+# ruff: noqa: UP006, UP007, UP035, UP045
 
 from __future__ import annotations
 
@@ -8,13 +21,94 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
 
-from qknorm.errors import UserError
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from qknorm.errors import UserError, did_you_mean, first_line
 from qknorm.multitest import PAIRED_T, ReplicateTest
-from qknorm.sweep.conf import RaceConf
+from qknorm.sweep.race.rungs import checked_rungs, resolve_rungs
 from qknorm.sweep.space import SearchSpace, format_value
+
+
+@dataclass
+class RaceConf:
+    # Every candidate (grid point) runs the first min_replicates replicates; after each further
+    # one, those significantly worse than the leader leave (one-sided t, Holm).
+    min_replicates: int = 3
+    alpha: float = 0.05
+    # The candidate never dropped, e.g. 2.0 (a p), or {norm: lp, norm.p: 2.0}; null: none.
+    baseline: Any = None
+    # Where a run is judged inside its replicate: more than its margin (val loss) above the best
+    # other candidate's run of that replicate, it stops there and its candidate leaves. A list:
+    # fractions of train.max_iters in (0, 1), e.g. [0.25, 0.5] (the plan resolves each to the
+    # eval step at or below it, so one preset fits any run length), or whole steps >= 1.
+    # `margin`: one number for every rung, or a list, one per rung, e.g. [0.1, 0.04]. Both are
+    # lists, not a mapping step -> margin, so that `hydra.sweeper.race.rungs=[0.5]` on the command
+    # line replaces the preset's list (Hydra merges a mapping into a mapping, and cannot merge
+    # a list into one). Typed by race_conf: OmegaConf types no union of a number and a list.
+    rungs: Any = None
+    margin: Any = 0.05
+    # No replicate launches once the race's runs took this many training steps; null: none.
+    budget_steps: Optional[int] = None
+    # δ (objective units, nats for a loss): at a look, a candidate whose paired (1 - 2 alpha)
+    # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it
+    # (TOST at alpha); the race ends once no comparison is open. null: off.
+    equivalence: Optional[float] = None
+    # The test of a look (qknorm/multitest.py): auto (corrected resampled t over data.fold,
+    # whose folds share training text; the plain paired t over seeds), corrected or paired.
+    test: str = "auto"
+    # A racing search (a tpe, gp or random sampler) makes new proposals until this share of
+    # budget_steps is spent, then confirms its incumbent against the close ones (docs/search.md).
+    # Without a budget it proposes until n_trials are made. Not used by a race.
+    explore: float = 0.8
+
+
+@dataclass
+class _RungList:
+    rungs: Optional[List[Any]] = None  # fractions and steps: rungs.checked_rungs tells them
+
+
+@dataclass
+class _Margin:
+    margin: float = 0.05
+
+
+@dataclass
+class _Margins:
+    margin: List[float] = field(default_factory=list)
+
+
+def _typed(schema: type, key: str, value: Any) -> Any:
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), {key: value}))
+
+
+def race_conf(spec: Any) -> RaceConf | None:
+    """hydra.sweeper.race typed (None: no race, for null or {}); UserError on a bad key or type."""
+    if spec is None or spec == {}:
+        return None
+    if not isinstance(spec, dict):
+        raise UserError(f"hydra.sweeper.race={spec!r} must be null or a mapping, e.g. "
+                        "{min_replicates: 3, baseline: 2.0, rungs: [0.5]}")
+    for key in spec:
+        if key not in RaceConf.__dataclass_fields__:
+            hint = did_you_mean("hydra.sweeper.race", key, list(RaceConf.__dataclass_fields__))
+            raise UserError(f"hydra.sweeper.race.{key} is not a race key; {hint}"
+                            "docs/race.md lists them")
+    try:
+        conf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RaceConf), spec))
+        if not isinstance(conf.rungs, dict):  # a mapping: checked_rungs says what to write
+            conf.rungs = _typed(_RungList, "rungs", conf.rungs).rungs
+        margins = _Margins if isinstance(conf.margin, list) else _Margin
+        conf.margin = _typed(margins, "margin", conf.margin).margin
+        return conf
+    except OmegaConfBaseException as e:
+        key = str(e.full_key).split(".")[0].split("[")[0]  # rungs[1] -> rungs, as written
+        raise UserError(f"hydra.sweeper.race.{key}={spec.get(key)!r}: "
+                        f"{first_line(str(e))}") from None
+
 
 SEARCH_SAMPLERS = ("tpe", "gp", "random")  # what may propose a racing search's candidates
 
@@ -40,7 +134,7 @@ class RaceSpec:
     # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
     # it from the replicate keys and the fold layout, hydra.sweeper.race.test overrides).
     test: ReplicateTest = PAIRED_T
-    # A racing search (qknorm/sweep/race_search.py): the sampler that proposes the candidates
+    # A racing search (qknorm/sweep/race/search.py): the sampler that proposes the candidates
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
     explore: float = 0.8  # a search's share of budget_steps for new proposals (RaceConf)
@@ -189,100 +283,6 @@ def _one_or_each(margins: Sequence[float], margin: Any) -> tuple[float, tuple[fl
     return (float(margin) if isinstance(margin, (int, float)) else RaceConf.margin), ()
 
 
-def _is_margin(m: Any) -> bool:
-    return isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m) and m > 0
-
-
-def _rung_kind(r: Any) -> str | None:
-    """'fraction' (of train.max_iters, in (0, 1)), 'step' (a whole step >= 1), None: neither."""
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
-        return None
-    if 0 < r < 1:
-        return "fraction"
-    return "step" if r >= 1 and float(r).is_integer() else None
-
-
-def checked_rungs(rungs: Any, margin: Any) -> tuple[tuple[int | float, ...], tuple[float, ...]]:
-    """hydra.sweeper.race.rungs and .margin as written, checked without the task's config: the
-    rungs (fractions of train.max_iters in (0, 1), or whole steps >= 1, as ints) and each
-    one's margin. UserError, one line naming the value and the fix, on anything else."""
-    key, example = "hydra.sweeper.race.rungs", "e.g. [0.25, 0.5] (fractions of train.max_iters)"
-    if not rungs:
-        return (), ()
-    if isinstance(rungs, dict):  # the form before rungs were fractions: {500: 0.1, 1000: 0.04}
-        raise UserError(f"{key}={rungs!r}: rungs are a list and their margins another, not a "
-                        f"mapping; write {key}=[{','.join(map(str, rungs))}] hydra.sweeper.race."
-                        f"margin=[{','.join(map(str, rungs.values()))}]")
-    if not isinstance(rungs, (list, tuple)):
-        raise UserError(f"{key}={rungs!r} must be a list, {example}, or null for none")
-    kinds = [_rung_kind(r) for r in rungs]
-    for r, kind in zip(rungs, kinds, strict=True):
-        if kind is None:
-            raise UserError(f"{key}={list(rungs)} has {r!r}: a rung is a fraction of "
-                            "train.max_iters in (0, 1), e.g. 0.25, or a whole training step "
-                            ">= 1, e.g. 500")
-    if len(set(kinds)) > 1:
-        raise UserError(f"{key}={list(rungs)} mixes fractions of train.max_iters and steps; "
-                        f"give all as one, {example}")
-    if any(b <= a for a, b in zip(rungs, rungs[1:])):
-        raise UserError(f"{key}={list(rungs)} must be increasing, {example}")
-    margins = list(margin) if isinstance(margin, (list, tuple)) else [margin] * len(rungs)
-    if len(margins) != len(rungs):
-        raise UserError(f"hydra.sweeper.race.margin={margins} gives {len(margins)} margin(s) "
-                        f"for the {len(rungs)} rung(s) of {key}={list(rungs)}; give one per "
-                        "rung, or one number for every rung, e.g. hydra.sweeper.race.margin=0.05")
-    if not all(_is_margin(m) for m in margins):
-        shown = f"{margin:g}" if isinstance(margin, (int, float)) else margin
-        raise UserError(f"hydra.sweeper.race.margin={shown} must be a number > 0 (val loss "
-                        "units: how far behind the best run of a fold a run may be at a rung), "
-                        "e.g. 0.05, or one such number per rung, e.g. [0.1, 0.04]")
-    steps = [int(r) if kind == "step" else r for r, kind in zip(rungs, kinds, strict=True)]
-    return tuple(steps), tuple(float(m) for m in margins)
-
-
-class Dropped(NamedTuple):
-    """A rung left out for runs of this length (resolve_rungs): as written, its step, why."""
-    rung: int | float
-    step: int
-    why: str
-
-    def __str__(self) -> str:
-        return f"{self.rung:g} (step {self.step}: {self.why})"
-
-
-def resolve_rungs(rungs: Any, margin: Any, max_iters: int, eval_interval: int
-                  ) -> tuple[tuple[int, ...], tuple[float, ...], list[Dropped]]:
-    """The rungs as eval steps of runs of max_iters steps that evaluate every eval_interval
-    steps, each rung's margin, and the rungs that do not fit, left out: a fraction f is the
-    largest multiple of eval_interval at or below f * max_iters (a run is judged at its
-    evals); a step is itself and must be an eval step (UserError: it was typed as one). A
-    rung at step 0 or at/after max_iters, or at a step an earlier rung has, is dropped.
-    Pure (no Hydra): the plan and the research replays (qknorm/research) call it."""
-    values, margins = checked_rungs(rungs, margin)
-    steps: list[int] = []
-    kept: list[float] = []
-    dropped: list[Dropped] = []
-    for value, m in zip(values, margins, strict=True):
-        if isinstance(value, int):
-            step = value
-            if step % eval_interval:
-                raise UserError(f"hydra.sweeper.race.rungs={list(values)} has {step}, not an "
-                                "eval step (a multiple of train.eval_interval="
-                                f"{eval_interval}); use e.g. "
-                                f"{max(1, step // eval_interval) * eval_interval}")
-        else:  # + 1e-9: 0.29 * 100 is 28.999999999999996 in floats, and means step 29
-            step = math.floor(value * max_iters / eval_interval + 1e-9) * eval_interval
-        why = ("before the first eval" if step == 0 else
-               f"not before train.max_iters={max_iters}, the run's end" if step >= max_iters
-               else "an earlier rung's step" if step in steps else None)
-        if why:
-            dropped.append(Dropped(value, step, why))
-        else:
-            steps.append(step)
-            kept.append(m)
-    return tuple(steps), tuple(kept), dropped
-
-
 def step_margins(race: Mapping[str, Any], max_iters: int, eval_interval: int) -> dict[int, float]:
     """A race's settings as a preset writes them (conf/search/*.yaml's hydra.sweeper.race) ->
     {step: margin} for runs of max_iters steps (resolve_rungs; the dropped rungs left out)."""
@@ -325,5 +325,3 @@ def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashab
                         for c in candidates)
     raise UserError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
                     f"({choices}); pick one of them, or null for none")
-
-

@@ -1,7 +1,7 @@
 """The racing search: hydra.sweeper.race with a tpe, gp or random sampler (search=p_tpe).
 
 The sampler proposes one candidate at a time, and each is raced against the incumbent block by
-block (qknorm/sweep/intensify.py: the rules, the answer). The study holds everything: each
+block (qknorm/sweep/race/intensify.py: the rules, the answer). The study holds everything: each
 trial's block results (user attr `race_runs`, as a race keeps them) and the settings (study
 user attr `race`, with `search`: the sampler), so a rerun after a kill, or a second sweeper on
 the study, replays the same decisions and runs only what is missing. Proposals are ordered by
@@ -26,13 +26,20 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from qknorm.rundir import COMPLETED
-from qknorm.sweep import driver, intensify, racestats, search_answer
 from qknorm.sweep import launcher as trial_jobs
 from qknorm.sweep import specs as optuna_specs
-from qknorm.sweep.launcher import Job, JobResult
+from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
-from qknorm.sweep.race import keep_runs, with_block
+from qknorm.sweep.race import driver, intensify, readback
+from qknorm.sweep.race.schedule import (
+    check_study,
+    completed_jobs,
+    keep_runs,
+    log_limits,
+    record_settings,
+    with_block,
+)
+from qknorm.sweep.race.verdicts import FAILED, INCUMBENT, PARKED, RACING
 from qknorm.sweep.schedule import room
 from qknorm.sweep.study import (
     JOB_DIRS_ATTR,
@@ -55,7 +62,9 @@ class RaceSearchSchedule:
     the end the incumbent is told COMPLETE with its mean over its blocks, and the proposals
     still open (racing, parked) PRUNED: the answer (driver.answer) says what they are."""
 
-    def __init__(self, plan: Plan, objectives: list[str], n_jobs: int, heartbeat: Heartbeat):
+    def __init__(self, plan: Plan, launcher: Launcher, objectives: list[str], n_jobs: int,
+                 heartbeat: Heartbeat):
+        # launcher: the loop's (a schedule's common signature); the search's jobs need none
         self.plan, self.spec, self.objectives = plan, plan.race, objectives
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.mine: dict[int, optuna.Trial] = {}
@@ -68,17 +77,39 @@ class RaceSearchSchedule:
         self.waiting = False  # a killed sweeper's retries wait to be asked
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
+    @staticmethod
+    def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        """Before the loop: a rerun must search as the study was searched (check_study), which
+        then keeps the search's settings."""
+        check_study(study, plan.race, study_name)
+        record_settings(study, plan.race)
+
+    @staticmethod
+    def log_plan(plan: Plan) -> None:
+        spec = plan.race
+        log.info("a search that races its proposals over %d replicates: %s proposes one at a "
+                 "time; each runs the incumbent's replicates one after another and leaves as "
+                 "worse (one-sided %s at alpha=%g), level, or takes the incumbent's place when "
+                 "better on every replicate the incumbent ran (docs/search.md)", len(spec.blocks),
+                 spec.search, spec.test.short(), spec.alpha)
+        log_limits(spec)
+
+    @staticmethod
+    def final_lines(study: optuna.Study) -> list[str]:
+        """The console's last line: the search's answer (readback.answer_lines)."""
+        return readback.search_lines(study)
+
     def _replay(self, study: optuna.Study) -> list[FrozenTrial]:
-        """The search's next step (qknorm/sweep/driver.py), from the study: once per pass of
+        """The search's next step (qknorm/sweep/race/driver.py), from the study: once per pass of
         the loop (settle)."""
         everything = study.get_trials(deepcopy=False)
-        self.trials, self.props = search_answer.ledger(everything, self.settings,
-                                                       self.spec.sign)
+        self.trials, self.props = readback.ledger(everything, self.settings,
+                                                  self.spec.sign)
         self.waiting = any(t.state == TrialState.WAITING for t in everything)
         # Read once: nothing is asked before the next pass, which reads the study again.
         self.room = room(study, self.plan, everything)
         self.step = driver.search_step(
-            self.props, search_answer.rules(self.settings), self.spec.budget_steps,
+            self.props, readback.rules(self.settings), self.spec.budget_steps,
             self.spec.explore, self.n_jobs, self.room, self.exhausted)
         self.search = self.step.search
         return everything
@@ -98,9 +129,9 @@ class RaceSearchSchedule:
             judged = self.search.judged[i]
             with trial_jobs.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
-            jobs = self._completed_jobs(trial)
+            jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
             dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
-            if judged.outcome == intensify.INCUMBENT:
+            if judged.outcome == INCUMBENT:
                 trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
             else:  # out, or still racing when the search ended (its answer says undecided)
                 trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
@@ -134,9 +165,9 @@ class RaceSearchSchedule:
                 continue
             runs = with_block(trial, combo, job, written[trial.number], self.objectives[0])
             if runs is None:
-                trial.set_user_attr(RACE_OUTCOME_ATTR, {"outcome": intensify.FAILED})
-                trial_jobs.tell(study, trial, [*self._completed_jobs(trial), job], self.plan,
-                                self.objectives)
+                trial.set_user_attr(RACE_OUTCOME_ATTR, {"outcome": FAILED})
+                jobs_done = completed_jobs(trial, self.spec.blocks, self.objectives[0])
+                trial_jobs.tell(study, trial, [*jobs_done, job], self.plan, self.objectives)
                 self._forget(trial)
                 continue
             keep_runs(trial, runs)
@@ -166,7 +197,7 @@ class RaceSearchSchedule:
         """Take the asked trials; one that repeats an earlier proposal (two sweepers proposed
         the same point at once) is given up before it runs, as a surplus trial is."""
         everything = study.get_trials(deepcopy=False)
-        earlier, frozen = search_answer.proposals(everything), {t.number: t for t in everything}
+        earlier, frozen = readback.proposals(everything), {t.number: t for t in everything}
         for trial in trials:
             if RETRIED_ATTR not in frozen[trial.number].system_attrs and any(
                     t.number < trial.number and t.params == trial.params for t in earlier):
@@ -182,13 +213,6 @@ class RaceSearchSchedule:
     def _forget(self, trial: optuna.Trial) -> None:
         del self.mine[trial.number]
         self.heartbeat.discard(trial._trial_id)
-
-    def _completed_jobs(self, trial: optuna.Trial | FrozenTrial) -> list[JobResult]:
-        runs = racestats.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
-        dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
-        return [JobResult(COMPLETED, dirs.get(b, "?"),
-                          {self.objectives[0]: runs[b]["value"]})
-                for b in self.spec.blocks if b in runs]
 
 
 def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple[dict, Any]],
@@ -235,9 +259,9 @@ def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
 
 
 def _words(j: intensify.Judgement) -> str:
-    if j.outcome == intensify.INCUMBENT:
+    if j.outcome == INCUMBENT:
         return f"the incumbent after {j.n} replicates"
-    if j.outcome in (intensify.RACING, intensify.PARKED):
+    if j.outcome in (RACING, PARKED):
         return f"still in the search when it ended, after {j.n} replicates"
     if j.delta is None:
         return f"{j.outcome} after {j.n} replicates"

@@ -1,6 +1,6 @@
 """The racing engine: what a race or a racing search does next, as pure functions of what its
-runs recorded. One driver for every caller: the live schedules (qknorm/sweep/race.py,
-race_search.py) read the ledger from the study and launch what a step asks for; the replays
+runs recorded. One driver for every caller: the live schedules (qknorm/sweep/race/schedule.py,
+search.py) read the ledger from the study and launch what a step asks for; the replays
 (qknorm/research/race_sims.py) read it from recorded grids; the tests from tables.
 
 A step answers, from the ledger alone: the runs to launch now (candidate or proposal, block),
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from qknorm.sweep import intensify, racestats
-from qknorm.sweep.intensify import Proposal, Rules, Search
+from qknorm.sweep.race import intensify, looks, verdicts
+from qknorm.sweep.race.intensify import Proposal, Rules, Search
 
 
 def spent(props: Sequence[Proposal]) -> int:
@@ -67,7 +67,7 @@ def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     going = exploring(props, budget, explore, room, exhausted)
     search = intensify.replay(props, rules, confirm=not going)
     n_fit = fits(props, budget)
-    racing = sum(j.outcome == intensify.RACING for j in search.judged.values())
+    racing = sum(j.outcome == verdicts.RACING for j in search.judged.values())
     runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
     if n_fit == 0:
         return SearchStep(search, [], False, True, False)
@@ -77,8 +77,8 @@ def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     return SearchStep(search, runs, False, not search.needs and not going, going)
 
 
-OUT = (racestats.WORSE, racestats.LEVEL, racestats.UNDECIDED, racestats.STOPPED,
-       intensify.FAILED)  # decided: its trial is told and runs no more
+OUT = (verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.STOPPED,
+       verdicts.FAILED)  # decided: its trial is told and runs no more
 
 
 def closed(step: SearchStep) -> set[int]:
@@ -111,7 +111,7 @@ def told(props: Sequence[Proposal], search: Search) -> list[float | None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The race: every candidate of a grid, a look at a time (qknorm/sweep/racestats.py's rules).
+# The race: every candidate of a grid, a look at a time (qknorm/sweep/race/looks.py's rules).
 
 @dataclass(frozen=True)
 class RaceLedger:
@@ -123,23 +123,23 @@ class RaceLedger:
 
 @dataclass(frozen=True)
 class RaceStep:
-    race: racestats.Race
+    race: looks.Race
     runs: list[tuple[Hashable, int]]  # (candidate, block) to launch now, in launch order
 
 
 def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
               budget: int | None, rungs: bool) -> RaceStep:
     """The race's next step: the looks so far, and the blocks the next look needs, block by
-    block, best candidate first within a block (racestats.standing), so that a run is judged
+    block, best candidate first within a block (looks.standing), so that a run is judged
     at its rungs against the leader's. With rungs, one block a launch: a candidate stopped
     there runs no other."""
-    race = racestats.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
-                            rules.min_blocks, rules.alpha, baseline,
-                            budget is not None and ledger.steps >= budget, rules.equivalence,
-                            rules.test)
+    race = looks.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
+                        rules.min_blocks, rules.alpha, baseline,
+                        budget is not None and ledger.steps >= budget, rules.equivalence,
+                        rules.test)
     if race.over:
         return RaceStep(race, [])
-    order = racestats.standing(ledger.values, race.alive, baseline)
+    order = looks.standing(ledger.values, race.alive, baseline)
     runs = [(c, b) for b in range(race.need) for c in order
             if c in ledger.live and b not in ledger.values.get(c, {})]
     if rungs and runs:
@@ -150,24 +150,24 @@ def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
 @dataclass(frozen=True)
 class RaceVerdict:
     outcome: str  # dropped, level, survived, stopped, failed
-    look: racestats.Look | None  # the look that decided it (else the last one)
-    test: racestats.Test | None  # its test at that look (None: the leader, or no look)
-    answer: str  # best, level, worse, undecided, or the outcome (racestats.answer)
+    look: looks.Look | None  # the look that decided it (else the last one)
+    test: looks.Test | None  # its test at that look (None: the leader, or no look)
+    answer: str  # best, level, worse, undecided, or the outcome (looks.answer)
 
 
-def race_verdict(race: racestats.Race, c: Hashable, rules: Rules, stopped: bool = False,
+def race_verdict(race: looks.Race, c: Hashable, rules: Rules, stopped: bool = False,
                  failed: bool = False) -> RaceVerdict:
     """What the race says of candidate c (its trial's record, the replay's score). Δ and the
     interval are candidate - leader in the values' units (lower is better)."""
     dropped, level = race.dropped(), race.level()
-    outcome = (racestats.FAILED if failed else racestats.STOPPED if stopped
-               else racestats.DROPPED if c in dropped else racestats.LEVEL if c in level
-               else racestats.SURVIVED)
+    outcome = (verdicts.FAILED if failed else verdicts.STOPPED if stopped
+               else verdicts.DROPPED if c in dropped else verdicts.LEVEL if c in level
+               else verdicts.SURVIVED)
     lk = (dropped.get(c) or level.get(c)
           or (race.looks[-1] if race.looks and not failed else None))
     test = lk.tests.get(c) if lk is not None else None
     low, high = (None, None) if test is None else (test.low, test.high)
-    word = racestats.answer(outcome, None if lk is None else lk.leader, c,
-                            None if test is None else test.p_adjusted, low, high, rules.alpha,
-                            rules.equivalence, alone=len(race.alive) == 1)
+    word = looks.answer(outcome, None if lk is None else lk.leader, c,
+                        None if test is None else test.p_adjusted, low, high, rules.alpha,
+                        rules.equivalence, alone=len(race.alive) == 1)
     return RaceVerdict(outcome, lk, test, word)

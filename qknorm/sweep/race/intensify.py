@@ -21,7 +21,7 @@ incumbent on the blocks both ran:
 
 So while the search *explores*, a level or worse proposal costs one block (less when a rung
 stops it) and the budget goes on new proposals. Once it *confirms* (`confirm=True`: no room for
-proposals is left, or the exploration share of the budget is spent; qknorm/sweep/driver.py
+proposals is left, or the exploration share of the budget is spent; qknorm/sweep/race/driver.py
 decides), the incumbent runs every block, and each parked challenger behind by less than δ on
 its mean runs on, block by block, until its test calls it level or worse, it takes over, or
 the blocks run out (undecided); one behind by δ or more runs a second block, for a test (the
@@ -55,10 +55,17 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from qknorm.multitest import PAIRED_T, ReplicateTest, holm, tost_interval, within
-from qknorm.sweep.racestats import LEVEL, STOPPED, UNDECIDED, WORSE, paired_t_greater
-
-INCUMBENT, RACING, FAILED = "incumbent", "racing", "failed"
-PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
+from qknorm.sweep.race.looks import paired_t_greater
+from qknorm.sweep.race.verdicts import (
+    FAILED,
+    INCUMBENT,
+    LEVEL,
+    PARKED,
+    RACING,
+    STOPPED,
+    UNDECIDED,
+    WORSE,
+)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,17 @@
-"""Race mode's checks and its state in the study (the statistics live in qknorm/sweep/racestats.py).
+"""The race's schedule (RaceSchedule) and what both racing schedules keep in the study: the
+settings a rerun must match, each launched block's result. The race's rules are pure
+(qknorm/sweep/race/looks.py, stepped by qknorm/sweep/race/driver.py); this module adapts them
+to a study.
 
-With `hydra.sweeper.race` set, a trial is one candidate (a grid point) that runs its replicate
-blocks a look at a time; the sweeper (_sweep.py, _run_race) launches them. Everything the race
-decides follows from what the study holds: each trial's block results (user attr `race_runs`)
-and the race settings (study user attr `race`). So a rerun after a kill, or another sweeper on
-the same study, replays the same looks and runs only the blocks still missing.
+With `hydra.sweeper.race` set (and the grid sampler), a trial is one candidate (a grid point)
+that runs its replicate blocks a look at a time; the sweep's loop (qknorm/sweep/sweep.py)
+launches them. Everything the race decides follows from what the study holds: each trial's
+block results (user attr `race_runs`) and the race settings (study user attr `race`). So a
+rerun after a kill, or another sweeper on the same study, replays the same looks and runs only
+the blocks still missing.
 
-With `rungs`, a candidate whose run of a block was stopped at a rung (qknorm/sweep/job.py, the job
-side) leaves the race: its block result says `stopped_at`, and the replay counts it out.
+With `rungs`, a candidate whose run of a block was stopped at a rung (qknorm/sweep/job.py, the
+job side) leaves the race: its block result says `stopped_at`, and the replay counts it out.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import driver, racestats
 from qknorm.sweep import launcher as trial_jobs
-from qknorm.sweep.intensify import Rules
-from qknorm.sweep.launcher import Job, JobResult
+from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
-from qknorm.sweep.race_plan import RaceSpec
+from qknorm.sweep.race import driver, looks, readback
+from qknorm.sweep.race.intensify import Rules
+from qknorm.sweep.race.settings import RaceSpec
+from qknorm.sweep.race.verdicts import STOPPED
 from qknorm.sweep.schedule import room
 from qknorm.sweep.space import SearchSpace
 from qknorm.sweep.study import (
@@ -37,12 +42,9 @@ from qknorm.sweep.study import (
     RACE_RUNS_ATTR,
     RACE_SETTINGS_ATTR,
     RACE_STOP_ATTR,
-    STATUS_ATTR,
-    SURPLUS,
     Heartbeat,
     block_label,
     left_to_retry,
-    retried_numbers,
 )
 
 log = logging.getLogger(__name__)
@@ -68,50 +70,33 @@ def record_settings(study: optuna.Study, race: RaceSpec) -> None:
         study.set_user_attr(RACE_SETTINGS_ATTR, race.settings())
 
 
-def _counted(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials a race counts, in order: not a killed sweeper's retried original (its retry
-    inherits the original's block results), not a surplus one."""
-    retried = retried_numbers(trials)
-    return [t for t in trials
-            if t.number not in retried and t.user_attrs.get(STATUS_ATTR) != SURPLUS]
-
-
 def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashable, FrozenTrial]:
-    """Each candidate's latest counted trial, by its grid point."""
-    return {space.candidate(t): t for t in _counted(trials) if t.params}
-
-
-def block_values(trial: FrozenTrial | optuna.Trial, race: RaceSpec) -> dict[int, float]:
-    """Block index -> sign * objective, for the blocks the trial completed."""
-    return racestats.block_values(trial.user_attrs, race.blocks, race.sign)
-
-
-def stopped_block(trial: FrozenTrial | optuna.Trial) -> str | None:
-    """The block in which the trial's run was stopped at a rung (it is out), or None."""
-    return racestats.stopped_block(trial.user_attrs)
+    """Each candidate's latest counted trial (readback.counted), by its grid point."""
+    return {space.candidate(t): t for t in readback.counted(trials) if t.params}
 
 
 def step(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> driver.RaceStep:
     """The race replayed from the study (driver.race_step): looks so far, who is in, and the
     runs the next look needs, in launch order."""
     current = current_trials(trials, space)
-    values = {c: block_values(t, race) for c, t in current.items()}
+    values = {c: readback.block_values(t.user_attrs, race.blocks, race.sign)
+              for c, t in current.items()}
     # Not started yet, or running/waiting for a sweeper: it can still run blocks. A candidate
     # stopped at a rung is out, like a failed one: it leaves before the next look, untested.
     live = {c for c in race.candidates
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
-                                    and stopped_block(current[c]) is None)}
+                                    and readback.stopped_block(current[c].user_attrs) is None)}
     ledger = driver.RaceLedger(race.candidates, values, live,
-                               racestats.steps_spent(current.values()))
+                               readback.steps_spent(current.values()))
     return driver.race_step(ledger, rules(race), race.baseline, race.budget_steps,
                             bool(race.rungs))
 
 
-def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> racestats.Race:
+def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> looks.Race:
     return step(trials, race, space).race
 
 
-def outcome_attr(race: RaceSpec, result: racestats.Race, c: Hashable, n_run: int,
+def outcome_attr(race: RaceSpec, result: looks.Race, c: Hashable, n_run: int,
                  failed: bool = False) -> dict[str, Any]:
     """The trial user attr `race`: how the candidate's race ended, with the look that decided
     it (Δ in the objective's units: candidate - leader; driver.race_verdict). With
@@ -143,7 +128,7 @@ def stop_attr(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
     """The trial user attr `race` of a candidate stopped at a rung: the block, the step, its
     val loss there minus the best other run's (Δ > margin) and which candidate that was."""
     stop = trial.user_attrs[RACE_RUNS_ATTR][block]
-    return {"outcome": racestats.STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
+    return {"outcome": STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
             "leader": stop.get("best"), "delta": stop.get("delta"), "p": None,
             "p_adjusted": None}
 
@@ -191,18 +176,29 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def race_trials(study: optuna.Study) -> dict[str, FrozenTrial]:
-    """Each candidate's latest counted trial, by its label (what the report has)."""
-    return {t.user_attrs[RACE_CANDIDATE_ATTR]: t for t in _counted(study.get_trials(deepcopy=False))
-            if RACE_CANDIDATE_ATTR in t.user_attrs}
+def completed_jobs(trial: FrozenTrial | optuna.Trial, blocks: tuple[str, ...],
+                   objective: str) -> list[JobResult]:
+    """The trial's completed blocks as job results, in block order; not one stopped at a
+    rung."""
+    runs = readback.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
+    dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
+    return [JobResult(COMPLETED, dirs.get(b, "?"), {objective: runs[b]["value"]})
+            for b in blocks if b in runs]
 
 
-def elimination(study: optuna.Study) -> racestats.Elimination | None:
-    """The race a study holds (for the console line and the report), or None: no race."""
-    settings = study.user_attrs.get(RACE_SETTINGS_ATTR)
-    if not isinstance(settings, dict) or settings.get("search"):
-        return None  # no race (a racing search answers with race_search.answer)
-    return racestats.elimination(settings, race_trials(study))
+def log_limits(spec: RaceSpec) -> None:
+    """The plan's lines every racing schedule logs after its own: the rungs, δ, the budget."""
+    if spec.rungs:
+        log.info("in-fold stopping: a run more than its margin above the best other run of "
+                 "its replicate at a rung stops there, and its candidate leaves the race; "
+                 "rungs: %s", spec.rung_words())
+    if spec.equivalence is not None:
+        log.info("equivalence: a candidate whose %g%% paired t-interval of its difference to "
+                 "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
+                 100 * (1 - 2 * spec.alpha), spec.equivalence, spec.alpha)
+    if spec.budget_steps is not None:
+        log.info("budget: no replicate launches once the race's runs took %d training steps",
+                 spec.budget_steps)
 
 
 class RaceSchedule:
@@ -212,12 +208,35 @@ class RaceSchedule:
     study (state), so blocks and decisions of another sweeper, or of a killed one, count; while
     a look needs another sweeper's blocks there is nothing to launch and the loop waits."""
 
-    def __init__(self, plan: Plan, objectives: list[str], n_jobs: int, heartbeat: Heartbeat):
+    def __init__(self, plan: Plan, launcher: Launcher, objectives: list[str], n_jobs: int,
+                 heartbeat: Heartbeat):
+        # launcher: the loop's (a schedule's common signature); a race composes no config
         self.plan, self.spec, self.objectives = plan, plan.race, objectives
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.mine: dict[int, optuna.Trial] = {}  # this sweeper's candidates still racing
-        self.race = racestats.Race()
+        self.race = looks.Race()
         self.step = driver.RaceStep(self.race, [])
+
+    @staticmethod
+    def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        """Before the loop: a rerun must race as the study was raced (check_study), which then
+        keeps the race's settings."""
+        check_study(study, plan.race, study_name)
+        record_settings(study, plan.race)
+
+    @staticmethod
+    def log_plan(plan: Plan) -> None:
+        spec = plan.race
+        log.info("race over %d replicates: every candidate runs the first %d, then those "
+                 "significantly worse than the leader stop (alpha=%g, baseline %s)",
+                 len(spec.blocks), spec.min_replicates, spec.alpha,
+                 spec.labels.get(spec.baseline, "none"))
+        log_limits(spec)
+
+    @staticmethod
+    def final_lines(study: optuna.Study) -> list[str]:
+        """The console's last line: what the race dropped, kept and spent."""
+        return [readback.summary_line(readback.elimination(study))]
 
     def settle(self, study: optuna.Study) -> bool:
         """Tell my candidates the race is done with: dropped ones PRUNED, and once it is over,
@@ -233,13 +252,13 @@ class RaceSchedule:
                 self._forget(self.mine[t.number])
         for trial in list(self.mine.values()):
             c = self.plan.space.candidate(trial)
-            stopped = stopped_block(trial)
+            stopped = readback.stopped_block(trial.user_attrs)
             if c not in dropped and c not in level and not self.race.over and stopped is None:
                 continue
-            jobs = self._completed_jobs(trial)
+            jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
             if stopped is not None:  # stopped at a rung: out, whatever the looks say
                 trial.set_user_attr(RACE_OUTCOME_ATTR, stop_attr(self.spec, trial, stopped,
-                                                                   len(jobs) + 1))
+                                                                 len(jobs) + 1))
                 self._tell_stopped(study, trial, jobs, stopped)
             else:
                 trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(self.spec, self.race, c, len(jobs)))
@@ -289,17 +308,9 @@ class RaceSchedule:
         del self.mine[trial.number]
         self.heartbeat.discard(trial._trial_id)
 
-    def _completed_jobs(self, trial: optuna.Trial) -> list[JobResult]:
-        """The trial's completed blocks as job results, in block order; not one stopped at a
-        rung."""
-        runs = racestats.completed(trial.user_attrs.get(RACE_RUNS_ATTR, {}))
-        dirs = trial.user_attrs.get(JOB_DIRS_ATTR, {})
-        return [JobResult(COMPLETED, dirs.get(b, "?"), {self.objectives[0]: runs[b]["value"]})
-                for b in self.spec.blocks if b in runs]
-
     def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, job: JobResult) -> None:
         race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
-        jobs = self._completed_jobs(trial)
+        jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
         trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(
             self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
         trial_jobs.tell(study, trial, [*jobs, job], self.plan, self.objectives)
@@ -318,7 +329,7 @@ class RaceSchedule:
                  self.spec.margin_at(stop["stopped_at"]))
 
     def _tell_level(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
-                    look: racestats.Look) -> None:
+                    look: looks.Look) -> None:
         """Level with the leader: told PRUNED with its mean over the blocks it ran, as a
         dropped candidate is (its runs are results; the race needs no more of them)."""
         trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
@@ -333,7 +344,7 @@ class RaceSchedule:
                  plan.race.equivalence, look.n, plan.race.alpha, plan.race.test.short())
 
     def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
-                      look: racestats.Look) -> None:
+                      look: looks.Look) -> None:
         trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]

@@ -1,0 +1,29 @@
+"""The words a race and a racing search say of a candidate, one vocabulary for both: its trial's
+record (the trial user attr `race`), the console's last line, qknorm.status and the report.
+
+How it left, or stands (the trial's outcome):
+  DROPPED   a race's look found it significantly worse than the leader (Holm)
+  LEVEL     a look found it level with the leader (or the incumbent) within ±δ (TOST)
+  STOPPED   a run of it was stopped inside its replicate, at a rung (the margin rule)
+  SURVIVED  in the race at its end
+  FAILED    a run of it failed
+  RACING    still running replicates (a search's challenger on its way to a takeover)
+  NOT_STARTED  a race's candidate no sweeper has asked for yet
+  INCUMBENT the racing search's best of the moment
+  PARKED    a search's challenger behind by less than δ while it explores, confirmed later
+
+The answer (what the race says of it at the end):
+  BEST      the leader of the last look, or the search's incumbent
+  WORSE     dropped, stopped at a rung, or shown behind (Holm p <= alpha, not level)
+  LEVEL     level within ±δ
+  UNDECIDED any other survivor
+"""
+
+from __future__ import annotations
+
+DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
+LEVEL = "level"  # left the race level with the leader (equivalence, TOST)
+RACING, NOT_STARTED = "racing", "not started"
+INCUMBENT = "incumbent"
+PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
+WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
