@@ -87,11 +87,14 @@ class RaceSearchSchedule:
     @staticmethod
     def log_plan(plan: Plan) -> None:
         spec = plan.race
+        budget = (f"{spec.explore:.0%} of the budget is spent or " if spec.budget_steps
+                  else "")
         log.info("a search that races its proposals over %d replicates: %s proposes one at a "
-                 "time; each runs the incumbent's replicates one after another and leaves as "
-                 "worse (one-sided %s at alpha=%g), level, or takes the incumbent's place when "
-                 "better on every replicate the incumbent ran (docs/search.md)", len(spec.blocks),
-                 spec.search, spec.test.short(), spec.alpha)
+                 "time; each runs the incumbent's first replicate and goes on only while it "
+                 "leads (δ/2 on the first), taking the incumbent's place once better on every "
+                 "replicate the incumbent ran; once %sn_trials are made, the close ones run on "
+                 "until level or worse (one-sided %s at alpha=%g; docs/search.md)",
+                 len(spec.blocks), spec.search, budget, spec.test.short(), spec.alpha)
         log_limits(spec)
 
     @staticmethod
