@@ -352,6 +352,12 @@ def test_the_measurement_replays_the_rule_run_by_run_and_scores_its_stops():
     assert m.halving_fold(fold, [500, 1000], eta=2) == {4.0: 500, math.inf: 500, 1.0: 1000}
     assert m.gaps({0: fold}, "winner") == {500: 0.0, 1000: 0.0}
     assert m.gaps({0: fold}, "any") == {500: pytest.approx(0.30), 1000: pytest.approx(0.30)}
+    # The race's view, stepped by the sweeper's driver: on fold 0 as above (p=4 and inf stop at
+    # 500, p=1 at 1000: 2000 + 500 + 500 + 1000 steps); then p=2 is the one left, and a race of
+    # one is over, as the sweeper ends it: fold 1 runs nothing.
+    view = m.race_view({0: fold, 1: fold}, [500, 1000], 0.05, baseline=2.0)
+    assert view == {"runs": 4, "steps": 4000, "grid_runs": 8, "grid_steps": 16000,
+                    "out": [1.0, 4.0, math.inf]}
 
 
 # -- one real race through the command line, on the smoke model ---------------------------------

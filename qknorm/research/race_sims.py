@@ -48,7 +48,7 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
          baseline: float | None) -> dict:
     """The race (p_race's rules) over every p of the grid: its answer and its cost."""
     cands, values, stopped = sorted(grid), {p: {} for p in grid}, set()
-    spent, ran = {"steps": 0, "core_s": 0.0}, {}
+    spent, ran = {"steps": 0, "core_s": 0.0, "runs": 0}, {}
     while True:
         ledger = driver.RaceLedger(cands, values, set(cands) - stopped, spent["steps"])
         step = driver.race_step(ledger, rules, baseline, budget, bool(rungs))
@@ -58,12 +58,13 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
             value, _, steps, core_s = _run(grid, p, b, ran, rungs, judged=p != baseline)
             spent["steps"] += steps
             spent["core_s"] += core_s
+            spent["runs"] += 1
             (values[p].__setitem__(b, value) if value is not None else stopped.add(p))
     answers = {c: driver.race_verdict(step.race, c, rules, c in stopped).answer for c in cands}
     return {"best_p": next((c for c, a in answers.items() if a == verdicts.BEST), None),
             "worse": [c for c, a in answers.items() if a == verdicts.WORSE],
             "level": [c for c, a in answers.items() if a == verdicts.LEVEL], **spent,
-            "distinct_p": len(cands)}
+            "stopped": sorted(stopped), "distinct_p": len(cands)}
 
 
 def sampler_factory(name: str, preset: Mapping) -> Callable[[int], optuna.samplers.BaseSampler]:

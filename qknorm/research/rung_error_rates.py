@@ -41,7 +41,8 @@ from qknorm import rundir
 from qknorm.errors import UserError, run_main
 from qknorm.multitest import holm
 from qknorm.report import format_p
-from qknorm.research import looks
+from qknorm.research import looks, race_sims
+from qknorm.sweep.race.intensify import Rules
 from qknorm.sweep.race.looks import paired_t_greater, standing, stop_at_rung
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
@@ -124,24 +125,18 @@ def score(folds: dict[int, dict[float, dict]], stops: dict[int, dict[float, int]
 
 def race_view(folds: dict[int, dict[float, dict]], rungs: list[int], margin: float,
               baseline: float) -> dict:
-    """The race as the sweeper runs it: a candidate stopped in a fold runs no later fold."""
-    out_of_race: set[float] = set()
-    finals: dict[float, dict[int, float]] = {}
-    runs = steps = 0
-    grid_steps = sum(run["steps"] for f in folds for run in folds[f].values())
-    for f in sorted(folds):
-        alive = [p for p in sorted(folds[f]) if p not in out_of_race]
-        order = standing({p: finals.get(p, {}) for p in alive}, alive, baseline)
-        stopped = judge_fold(folds[f], order, rungs, margin, baseline)
-        for p in alive:
-            runs += 1
-            steps += stopped.get(p, folds[f][p]["steps"])
-            if p in stopped:
-                out_of_race.add(p)
-            else:
-                finals.setdefault(p, {})[f] = folds[f][p]["final"]
-    return {"runs": runs, "steps": steps, "grid_runs": sum(map(len, folds.values())),
-            "grid_steps": grid_steps, "out": sorted(out_of_race)}
+    """The race as the sweeper runs it, stopping by the rungs alone: the sweeper's driver
+    (race_sims.race) steps it over these folds with looks that never drop (alpha below any
+    p-value), so a candidate leaves only when a run of it is stopped at a rung, and runs no
+    later fold."""
+    grid = {p: [{"fold": f, "value": folds[f][p]["final"], "steps": folds[f][p]["steps"],
+                 "core_s": 0.0, "curve": folds[f][p]["curve"]} for f in sorted(folds)]
+            for p in folds[min(folds)]}
+    never = Rules(len(folds), 1, alpha=-1.0)
+    out = race_sims.race(grid, None, never, dict.fromkeys(rungs, margin), baseline)
+    return {"runs": out["runs"], "steps": out["steps"], "grid_runs": sum(map(len, folds.values())),
+            "grid_steps": sum(run["steps"] for f in folds for run in folds[f].values()),
+            "out": out["stopped"]}
 
 
 def gaps(folds: dict[int, dict[float, dict]], who: str) -> dict[int, float]:
