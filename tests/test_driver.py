@@ -178,3 +178,13 @@ def test_the_answer_gives_a_one_block_proposal_its_difference_untested():
     _, answer = driver.answer([done("a", [1.0, 1.2]), done("b", [1.03])], RULES)
     assert answer[1].outcome == "undecided" and answer[1].delta == pytest.approx(0.03)
     assert answer[1].p is None and answer[1].low is None
+
+
+def test_confirming_a_cut_launch_keeps_the_incumbent_and_the_closest_challenger():
+    inc = Proposal("a", {0: 1.0}, steps=1000, run=1000)
+    far, close = (Proposal(k, {0: v}, steps=1000, run=1000) for k, v in (("b", 1.015),
+                                                                         ("c", 1.005)))
+    # 3000 spent of 5000: two runs fit; no room for proposals, so it confirms: the incumbent's
+    # fold 1, then c (0.005 behind) before b (0.015 behind).
+    step = driver.search_step([inc, far, close], RULES, 5000, 0.8, 1, 0)
+    assert not step.exploring and step.runs == [(0, 1), (2, 1)]
