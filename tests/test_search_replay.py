@@ -99,9 +99,10 @@ def test_the_replay_table_prints_each_search_as_counts_over_seeds():
     score = {"seeds": 20, "best_not_grid_worse": 19, "best_is_grid_best": 12,
              "worse_all_grid_worse": 20, "level_all_within_delta": 18, "steps_median": 25500.0,
              "distinct_p_median": 7.5}
-    data = {"landscapes": {"flat": {"searches": {"smac3": {"26667": {**score, "seeds": 3,
-                                                                       "best_not_grid_worse": 3}},
+    data = {"landscapes": {"flat": {"searches": {"smac3": {"26667": {
+        **score, "seeds": 3, "best_not_grid_worse": 3, "best_is_grid_best": 2}},
                                                  "race_search_tpe": {"26667": score}}}}}
     lines = replay_table.table(data, "26667").splitlines()
     assert lines[2] == "| flat | race_search_tpe | 19/20 | 12/20 | 20/20 | 18/20 | 25,500 | 7.5 |"
-    assert lines[3].startswith("| flat | smac3 | 3/3 |")  # the racing search first
+    # the racing search first; SMAC3 gives a best p and calls nothing worse or level
+    assert lines[3] == "| flat | smac3 | 3/3 | 2/3 | no claim | no claim | 25,500 | 7.5 |"

@@ -20,6 +20,8 @@ COLUMNS = [("best_not_grid_worse", "best p not grid-worse"), ("best_is_grid_best
                                                            "level calls within δ"),
            ("steps_median", "median steps"), ("distinct_p_median", "distinct p")]
 ORDER = ["race_search_tpe", "race_search_gp", "race", "smac3", "tpe", "gp", "tpe_median_pruned"]
+VERDICTS = ("worse_all_grid_worse", "level_all_within_delta")  # only a race's answer has them
+CLAIMLESS = {"smac3", "tpe", "gp", "tpe_median_pruned"}  # give a best p, call nothing worse
 
 
 def rows(name: str, searches: dict, budget: str) -> list[list[str]]:
@@ -29,7 +31,8 @@ def rows(name: str, searches: dict, budget: str) -> list[list[str]]:
         if not score or not score.get("seeds"):
             continue
         n = score["seeds"]
-        cells = [f"{score[k]}/{n}" if k not in ("steps_median", "distinct_p_median")
+        cells = ["no claim" if k in VERDICTS and search in CLAIMLESS
+                 else f"{score[k]}/{n}" if k not in ("steps_median", "distinct_p_median")
                  else f"{score[k]:,.0f}" if k == "steps_median" else f"{score[k]:g}"
                  for k, _ in COLUMNS]
         out.append([name, search, *cells])
