@@ -106,3 +106,7 @@ def test_the_replay_table_prints_each_search_as_counts_over_seeds():
     assert lines[2] == "| flat | race_search_tpe | 19/20 | 12/20 | 20/20 | 18/20 | 25,500 | 7.5 |"
     # the racing search first; SMAC3 gives a best p and calls nothing worse or level
     assert lines[3] == "| flat | smac3 | 3/3 | 2/3 | no claim | no claim | 25,500 | 7.5 |"
+
+    data["landscapes"]["flat"].update(best=2.0, worse=[])
+    assert replay_table.compact(data, "26667").splitlines()[2] == (
+        "| flat | 2, 0 p | 19/20 | 3/3 | 20/20, 18/20 | - |")

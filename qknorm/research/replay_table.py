@@ -3,7 +3,7 @@ so the numbers there are typed once, by the replay:
 
     python -m qknorm.research.replay_table docs/results/landscapes/search_replay.json
 
-One row per (grid or landscape, search) at each budget: over seeds, how often its best p is not
+One row per (grid or landscape, search) at each budget (`--compact`: one row per landscape): over seeds, how often its best p is not
 one the grid shows worse, is the grid's best, every p it calls worse is worse on the grid, every
 p it calls level is within δ of the grid's best, and its median steps and distinct p.
 """
@@ -48,13 +48,36 @@ def table(data: dict, budget: str) -> str:
     return "\n".join(lines)
 
 
+def compact(data: dict, budget: str) -> str:
+    """One row per landscape: the grid's answer, each search's "best p not grid-worse" (seeds
+    of seeds), then how often the racing search's (TPE) and the race's worse and level calls
+    are all right."""
+    searches = [s for s in ORDER if any(s in e["searches"] for e in data["landscapes"].values())]
+    lines = ["| landscape | grid: best, worse | " + " | ".join(searches)
+             + " | racing search: worse calls right, level calls within δ | race: the same |",
+             "|" + "---|" * (len(searches) + 4)]
+    for name, e in data["landscapes"].items():
+        cell = {s: e["searches"].get(s, {}).get(budget) or {} for s in searches}
+        best = [f"{c['best_not_grid_worse']}/{c['seeds']}" if c.get("seeds") else "-"
+                for c in cell.values()]
+        calls = [f"{c['worse_all_grid_worse']}/{c['seeds']}, "
+                 f"{c['level_all_within_delta']}/{c['seeds']}" if c else "-"
+                 for c in (cell.get("race_search_tpe", {}), cell.get("race", {}))]
+        lines.append(f"| {name} | {e['best']:g}, {len(e['worse'])} p | " + " | ".join(best)
+                     + f" | {calls[0]} | {calls[1]} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", type=Path, nargs="+")
     ap.add_argument("--budget", default="26667", help="the budget's column (default 26667)")
+    ap.add_argument("--compact", action="store_true",
+                    help="landscapes: one row each, every search's best-p column side by side")
     args = ap.parse_args(argv)
     for path in args.json:
-        print(table(json.loads(path.read_text()), args.budget))
+        data = json.loads(path.read_text())
+        print(compact(data, args.budget) if args.compact else table(data, args.budget))
     return 0
 
 
