@@ -3,9 +3,10 @@ so the numbers there are typed once, by the replay:
 
     python -m qknorm.research.replay_table docs/results/landscapes/search_replay.json
 
-One row per (grid or landscape, search) at each budget (`--compact`: one row per landscape): over seeds, how often its best p is not
-one the grid shows worse, is the grid's best, every p it calls worse is worse on the grid, every
-p it calls level is within δ of the grid's best, and its median steps and distinct p.
+One row per (grid or landscape, search) at each budget (`--compact`: one row per landscape):
+over seeds, how often its best p is not one the grid shows worse, is the grid's best, every p it
+calls worse is worse on the grid, every p it calls level is within δ of the grid's best, and its
+median steps and distinct p.
 """
 
 from __future__ import annotations
