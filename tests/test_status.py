@@ -342,3 +342,67 @@ def test_the_cli_reads_postgresql_in_read_only_transactions(tmp_path, postgres_u
     with pytest.raises(Exception) as e:  # Optuna wraps the driver's error: its cause says why
         reader.set_study_user_attr(study_id, "x", 1)
     assert "cannot execute INSERT in a read-only transaction" in str(e.value.__cause__)
+
+
+# -- a racing search: its proposals counted by their answer ------------------------------------
+
+SEARCH_SETTINGS = {"min_replicates": 2, "alpha": 0.05, "equivalence": 0.02, "blocks": F,
+                   "candidates": [], "rungs": None, "margin": None, "budget_steps": None,
+                   "search": "tpe"}
+
+
+def search_trial(number: int, p: float, state: TrialState, values: list[float],
+                 **attrs) -> FrozenTrial:
+    told = None if state != TrialState.COMPLETE else sum(values) / len(values)
+    t = trial(number, state, 600 - 10 * number, None if state == TrialState.RUNNING else 50,
+              told, params={"norm.p": p}, **attrs)
+    t.user_attrs.update({RACE_CANDIDATE_ATTR: f"norm.p={p}",
+                         RACE_RUNS_ATTR: {F[i]: run(v) for i, v in enumerate(values)}})
+    return t
+
+
+def search_study(url: str, ended: bool = False) -> optuna.Study:
+    """8 proposals against the incumbent p=2 (2.00, 2.10, 2.20 on folds 0-2, still running):
+    p=4.87 and p=8 behind by 0.30 and 0.50 ± 0.01 on all three folds (worse), p=2.5 by
+    0.0015 ± 0.0005 (level within ±0.02), p=1.5 one fold run (undecided), p=3 failed before
+    its first fold, p=1.2 and p=6 still running (racing). `ended`: the search's end told the
+    incumbent COMPLETE, and p=1.2 and p=6 PRUNED."""
+    study = new_study(url, "q")
+    study.set_user_attr(RACE_SETTINGS_ATTR, SEARCH_SETTINGS)
+    pruned = {"status": "pruned"}
+    running, told = (TrialState.PRUNED, pruned) if ended else (TrialState.RUNNING, {})
+    for t in [
+        search_trial(0, 2.0, TrialState.COMPLETE if ended else TrialState.RUNNING,
+                     [2.00, 2.10, 2.20], **({"status": "completed"} if ended else {})),
+        search_trial(1, 4.872838681541604, TrialState.PRUNED, [2.30, 2.41, 2.49], **pruned),
+        search_trial(2, 8.0, TrialState.PRUNED, [2.50, 2.62, 2.68], **pruned),
+        search_trial(3, 2.5, TrialState.PRUNED, [2.001, 2.102, 2.2015], **pruned),
+        search_trial(4, 1.5, TrialState.PRUNED, [2.05], **pruned),
+        search_trial(5, 3.0, TrialState.FAIL, [], status="failed"),
+        search_trial(6, 1.2, running, [2.03], **told),
+        search_trial(7, 6.0, running, [], **told),
+    ]:
+        study.add_trial(t)
+    return study
+
+
+def test_a_search_counts_its_proposals_by_their_answer_and_its_best_is_the_answers(tmp_path):
+    study = search_study(f"sqlite:///{tmp_path}/o.db")
+    lines = status_lines(study, n_trials=10, now=NOW)
+    # Not "0 complete, 4 pruned, 1 failed, 3 running": 6 proposals have an answer (the
+    # incumbent's is best), 2 race on. No trial is COMPLETE yet: no job time for an ETA.
+    assert lines[0] == ("trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, "
+                        "2 racing; elapsed 10m00s, ETA unknown (no trial completed yet)")
+    # The answer's best, not "best: none yet": mean (2.0 + 2.1 + 2.2) / 3, sample std 0.1.
+    assert lines[1] == "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"
+    assert lines[3] == (
+        "search: best norm.p=2 (mean 2.1000 over 3 replicates); level with it within ±0.02: "
+        "norm.p=2.5; worse: norm.p=4.873, norm.p=8; undecided: norm.p=1.5; "
+        "racing: norm.p=1.2, norm.p=6; 8 proposals, 420 training steps")
+    # Its end: every proposal has an answer (p=1.2's one fold: undecided; p=6 ran none:
+    # failed), none races, and the time runs from the first start (600 s before NOW) to the
+    # last end (p=6's: 530 - 50 s before NOW).
+    ended = status_lines(search_study(f"sqlite:///{tmp_path}/e.db", ended=True), 8, now=NOW)
+    assert ended[:2] == [
+        "trials 8/8: 1 best, 2 worse, 1 level, 2 undecided, 2 failed, 0 racing; elapsed 2m00s, "
+        "done", "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"]

@@ -7,7 +7,13 @@ every tell). docs/status.md explains the lines.
   spent: 6 jobs, 120 training steps, 0.0167 core-h
 
 Trials are counted as the sweeper counts them (qknorm/sweep/study.py, holds_slot): a stale trial
-that was retried and a surplus trial hold no slot. The ETA:
+that was retried and a surplus trial hold no slot. A racing search counts its proposals by their
+answer (readback.answer: best, worse, level, undecided, failed; the rest racing), and its best
+is the answer's, with its mean over its replicates:
+
+  trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, 2 racing; elapsed 10m00s, ...
+
+The ETA:
 
   plain  median job time x jobs left / slots, where a job's time is a completed trial's wall
          time (ask to tell) / its n jobs, and jobs left = (total - finished trials) x the jobs
@@ -58,6 +64,10 @@ from qknorm.sweep.study import (
 DECIDED = (verdicts.DROPPED, verdicts.LEVEL, verdicts.STOPPED, verdicts.SURVIVED,
            verdicts.FAILED)
 
+# A racing search's answers (readback.answer), in the order its status line counts them.
+ANSWERS = (verdicts.BEST, verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.FAILED,
+           verdicts.RACING)
+
 # run dir -> ((mtime_ns, size) of its final.json, the fields the status reads). A final.json is
 # read once per version: a retried job may write its run dir's final.json again.
 _finals: dict[str, tuple[tuple[int, int], dict[str, Any] | None]] = {}
@@ -80,8 +90,8 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     total = n_trials if n_trials is not None else (
         len(settings["candidates"]) if elim is not None
         else recorded_total(study.user_attrs) or _grid_size(trials))
-    lines = [_progress(trials, counted, total, slots, now, elim),
-             _best(study, counted)]
+    lines = [_progress(trials, counted, total, slots, now, elim, searched),
+             _best(study, counted) if searched is None else _search_best(searched)]
     lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))
     if searched is not None:
         lines += readback.answer_lines(searched, settings)
@@ -91,14 +101,21 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
 # -- line 1: trials and time ----------------------------------------------------------------
 
 def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int | None,
-              slots: int, now: float, elim: readback.Elimination | None) -> str:
-    by = {s: sum(t.state.is_finished() and t.user_attrs.get(STATUS_ATTR) == s for t in counted)
-          for s in (COMPLETED, PRUNED, FAILED)}
+              slots: int, now: float, elim: readback.Elimination | None,
+              searched: list[dict] | None) -> str:
     running = sum(t.state == TrialState.RUNNING for t in counted)
-    finished = sum(by.values())
+    if searched is None:
+        by = {s: sum(t.state.is_finished() and t.user_attrs.get(STATUS_ATTR) == s
+                     for t in counted) for s in (COMPLETED, PRUNED, FAILED)}
+        finished = sum(by.values())
+        words = (f"{by[COMPLETED]} complete, {by[PRUNED]} pruned, {by[FAILED]} failed, "
+                 f"{running} running")
+    else:  # a racing search: its proposals by their answer (the incumbent's is best)
+        by = {w: sum(r["answer"] == w for r in searched) for w in ANSWERS}
+        finished = len(searched) - by[verdicts.RACING]
+        words = ", ".join(f"{n} {w}" for w, n in by.items())
     shown = f"{finished}/{total}" if total is not None else f"{finished} so far"
-    line = (f"trials {shown}: {by[COMPLETED]} complete, {by[PRUNED]} pruned, "
-            f"{by[FAILED]} failed, {running} running")
+    line = f"trials {shown}: {words}"
     starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     if not starts:
         return line + "; not started"
@@ -183,6 +200,19 @@ def _best(study: optuna.Study, counted: list[FrozenTrial]) -> str:
         if isinstance(std, (int, float)) and math.isfinite(std):
             line += f" ± {std:.4f}"
         line += f" (n={n})"
+    return line
+
+
+def _search_best(rows: list[dict]) -> str:
+    """A racing search's best: its answer's (readback.answer_lines), with its trial, its mean
+    and std over the replicates it completed, and n as the answer counts them."""
+    best = next((r for r in rows if r["answer"] == verdicts.BEST), None)
+    if best is None or best["mean"] is None:
+        return "best: none yet"
+    line = f"best: trial {best['number']} ({readback.short(best)}) {best['mean']:.4f}"
+    if best["n"] > 1:
+        line += (f" ± {best['std']:.4f}" if best["std"] is not None else "") + \
+            f" (n={best['n']})"
     return line
 
 

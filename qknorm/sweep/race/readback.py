@@ -299,9 +299,10 @@ def _proposal(t: FrozenTrial, settings: dict, sign: float) -> intensify.Proposal
 
 
 def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
-    """One row per proposal: label, answer (best, level, worse, undecided, racing, failed),
-    replicates run, mean, Δ vs the best with its interval and Holm-adjusted p, steps; None
-    when the settings are not a racing search's."""
+    """One row per proposal: label, trial number, answer (best, level, worse, undecided,
+    racing, failed), replicates run, mean (and sample std) over the completed ones, Δ vs the
+    best with its interval and Holm-adjusted p, steps; None when the settings are not a racing
+    search's."""
     if kind(settings) != SEARCH:
         return None
     props_t, props = ledger(trials, settings, settings.get("sign", 1.0))
@@ -316,11 +317,13 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
         # A run stopped at a rung is out of the search, but no test called it worse (the margin
         # rule saves compute; on noisy curves it stops level p): its answer is undecided.
         word = {INCUMBENT: BEST, STOPPED: UNDECIDED}.get(j.outcome, j.outcome) if j else RACING
+        values = [r["value"] for r in done.values()]
         rows.append({"candidate": t.user_attrs.get(RACE_CANDIDATE_ATTR, str(t.params)),
-                     "params": dict(t.params), "answer": word,
+                     "number": t.number, "params": dict(t.params), "answer": word,
                      "stopped": j is not None and j.outcome == STOPPED,
-                     "n": len(runs), "mean": statistics.fmean(r["value"] for r in done.values())
-                     if done else None, "delta": j.delta if j else None,
+                     "n": len(runs), "mean": statistics.fmean(values) if values else None,
+                     "std": statistics.stdev(values) if len(values) > 1 else None,
+                     "delta": j.delta if j else None,
                      "low": j.low if j else None, "high": j.high if j else None,
                      "p_adjusted": j.p if j else None,
                      "steps": sum(r.get("steps") or 0 for r in runs.values())})
