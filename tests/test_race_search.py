@@ -108,3 +108,50 @@ def test_a_search_ends_within_its_budget_even_with_proposals_still_racing(cli):
     assert "racing" not in got.values() and list(got.values()).count("best") == 1
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
     assert all(t.state.is_finished() for t in study.trials)
+
+
+class _NoHeartbeat:
+    def discard(self, trial_id: int) -> None:
+        pass
+
+
+def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
+    """A TPE proposal's p (4.872838681541604) reads in the trial's log lines as the answer
+    line names it, to 4 significant digits: norm.p=4.873, not the float's 16 digits."""
+    from qknorm.sweep.plan import Plan
+    from qknorm.sweep.race.search import RaceSearchSchedule
+    from qknorm.sweep.race.settings import RaceSpec
+    from qknorm.sweep.space import parse_space
+    from qknorm.sweep.study import RACE_RUNS_ATTR
+
+    space, _ = parse_space({"norm.p": "interval(1.0, 16.0)"}, [])
+    blocks = ("data.fold=0", "data.fold=1")
+    spec = RaceSpec(min_replicates=2, alpha=0.05, baseline=None, candidates=(), labels={},
+                    blocks=blocks, sign=1.0, rungs=(), margin=0.0, equivalence=0.02,
+                    search="tpe")
+    plan = Plan(space=space, base_overrides=[], combinations=[[b] for b in blocks],
+                directions=["minimize"], n_trials=2, sampler=optuna.samplers.RandomSampler(0),
+                sampler_spec={}, pruner=optuna.pruners.NopPruner(), pruner_spec={},
+                fail_values=None, race=spec)
+    study = optuna.create_study()
+    RaceSearchSchedule.prepare_study(plan, study, study.study_name)
+    schedule = RaceSearchSchedule(plan, None, ["best_val_loss"], 1, _NoHeartbeat())
+    # The incumbent p=2 (1.0, 1.1) and p=4.87, behind by 0.30 and 0.31: worse (paired t on
+    # one degree of freedom, t = 0.305 / 0.005 = 61, one-sided p 0.005).
+    for p, values in ((2.0, (1.0, 1.1)), (4.872838681541604, (1.30, 1.41))):
+        study.enqueue_trial({"norm.p": p})
+        trial = study.ask(space.distributions)
+        schedule.admit(study, [trial])
+        trial.set_user_attr(RACE_RUNS_ATTR, {b: {"value": v, "steps": 100}
+                                             for b, v in zip(blocks, values)})
+    with caplog.at_level("INFO"):
+        assert schedule.settle(study)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("trial ")]
+    assert said == [
+        "trial 0 [norm.p=2] COMPLETE: best_val_loss=1.05 (mean of 2)",
+        "trial 0 [norm.p=2]: the incumbent after 2 replicates",
+        "trial 1 [norm.p=4.873]: worse against the incumbent after 2 replicates: Δ +0.305, "
+        "interval [+0.2734, +0.3366], one-sided p 0.00522"]
+    assert readback.search_lines(study) == [  # the same names as the answer
+        "search: best norm.p=2 (mean 1.0500 over 2 replicates); worse: norm.p=4.873; "
+        "2 proposals, 400 training steps"]

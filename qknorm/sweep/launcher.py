@@ -116,17 +116,17 @@ def unless_failed_elsewhere(trial: optuna.Trial):
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,
-         objectives: list[str]) -> None:
-    """COMPLETE with the mean over the jobs, PRUNED when one was pruned, else FAIL (or fail_value)."""
+         objectives: list[str], label: str | None = None) -> None:
+    """COMPLETE with the mean over the jobs, PRUNED when one was pruned, else FAIL (or fail_value).
+    `label`: the trial in the log line (default: its overrides, plan.space.label)."""
     with unless_failed_elsewhere(trial):
-        _tell(study, trial, jobs, plan, objectives)
+        _tell(study, trial, jobs, plan, objectives, label or plan.space.label(trial.params))
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult], plan: Plan,
-          objectives: list[str]) -> None:
+          objectives: list[str], label: str) -> None:
     trial.set_user_attr(JOBS_ATTR, [j.run_dir for j in jobs])
     trial.set_user_attr(N_ATTR, len(jobs))
-    label = plan.space.label(trial.params)
     bad = [j for j in jobs if j.status not in (COMPLETED, PRUNED)]
     values, error = None, ""
     if not bad and not any(j.status == PRUNED for j in jobs):

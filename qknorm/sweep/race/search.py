@@ -135,11 +135,10 @@ class RaceSearchSchedule:
             jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
             dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
             if judged.outcome == INCUMBENT:
-                trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
+                trial_jobs.tell(study, trial, jobs, self.plan, self.objectives, _shown(trial))
             else:  # out, or still racing when the search ended (its answer says undecided)
                 trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
-            log.info("trial %d [%s]: %s", trial.number,
-                     self.plan.space.label(trial.params), _words(judged))
+            log.info("trial %d [%s]: %s", trial.number, _shown(trial), _words(judged))
             self._forget(trial)
         return self.step.over and not self.mine and not self.waiting  # killed sweepers' too
 
@@ -170,7 +169,8 @@ class RaceSearchSchedule:
             if runs is None:
                 trial.set_user_attr(RACE_OUTCOME_ATTR, {"outcome": FAILED})
                 jobs_done = completed_jobs(trial, self.spec.blocks, self.objectives[0])
-                trial_jobs.tell(study, trial, [*jobs_done, job], self.plan, self.objectives)
+                trial_jobs.tell(study, trial, [*jobs_done, job], self.plan, self.objectives,
+                                _shown(trial))
                 self._forget(trial)
                 continue
             keep_runs(trial, runs)
@@ -208,7 +208,7 @@ class RaceSearchSchedule:
                 study.tell(trial, state=TrialState.FAIL)
                 self.heartbeat.discard(trial._trial_id)
                 log.info("trial %d not run: another sweeper proposed %s first", trial.number,
-                         _label(self.plan, trial))
+                         _shown(trial))
                 continue
             trial.set_user_attr(RACE_CANDIDATE_ATTR, _label(self.plan, trial))
             self.mine[trial.number] = trial
@@ -258,7 +258,14 @@ def _seed(spec: dict[str, Any], n: int) -> int | None:
 
 
 def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
+    """The proposal as its trial records it (RACE_CANDIDATE_ATTR): its overrides."""
     return plan.space.label(trial.params)
+
+
+def _shown(trial: FrozenTrial | optuna.Trial) -> str:
+    """The proposal as the log says it: as the answer names it (readback.short, norm.p=4.873),
+    so one proposal reads the same in every line."""
+    return readback.short({"params": dict(trial.params)})
 
 
 def _words(j: intensify.Judgement) -> str:
