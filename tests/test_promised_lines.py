@@ -1,6 +1,7 @@
 """Lines and columns the docs promise, by value: the sweeper's status lines after every tell
 (docs/status.md), `python -m qknorm.status` on a folder of several sweeps (one block per study),
-a race's "N of them undecided" (docs/race.md) and trials.csv's `race` column saying `level`."""
+a race's "N of them undecided" (docs/race.md), trials.csv's `race` column saying `level`, and
+README.md's docs tree naming every docs page."""
 
 from __future__ import annotations
 
@@ -110,3 +111,15 @@ def test_the_sweeper_logs_the_status_lines_after_every_tell(cli):
     spent = [ln.split("] ", 1)[-1] for ln in out.splitlines() if "spent: " in ln]
     assert len(best) == 2 and spent[0].startswith("spent: 1 jobs, 20 training steps, ")
     assert spent[1].startswith("spent: 2 jobs, 40 training steps, ")
+
+
+def test_the_readmes_docs_tree_names_every_docs_page():
+    """README.md's "Documentation" tree lists each docs/*.md with one line."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text()
+    tree = readme.split("## Documentation", 1)[1].split("```")[1]
+    listed = {line.split("── ", 1)[1].split()[0] for line in tree.splitlines() if "── " in line}
+    pages = {p.name for p in (repo / "docs").glob("*.md")}
+    assert sorted(pages - listed) == []

@@ -6,7 +6,7 @@
   stats      numbers only: intervals, paired tests, fits
   readings   best and final val loss side by side, and whether they order p alike
   lrsens     the learning-rate reading: LR sensitivity per norm, max stable lr (a sweep over lr)
-  plots      figures against p, and the face every figure is reached through
+  plots      figures against p (loss, time, γ, entropy, learned p) and render
   canvas     what every figure shares: canvas, labels, colours, gids, --by series, legend
   stepplots  figures over training steps
   deltaplot  the paired Δ vs the baseline, per p

@@ -2,9 +2,10 @@
 against p (metric_vs_p on one Axes; loss_vs_p, time_vs_p, gamma_vs_p, entropy_vs_p, learned_p)
 drawn here, and `render` to bytes. Kinds without p (norm=none, rms) have no x position, so they
 are drawn as horizontal lines at their mean with a shaded 95% interval: a level every p can be
-read against. The figures over steps (stepplots), the paired Δ (deltaplot), the learning-rate
-reading's (lrplots), Optuna's plots (studyplots) and p's ticks (paxis) are re-exported (`name as
-name`): the report, scripts/ and tests reach every figure as plots.<name>.
+read against. Nothing is re-exported: the figures over steps (stepplots), the paired Δ
+(deltaplot), the learning-rate reading's (lrplots) and Optuna's plots (studyplots) are modules of
+their own, which the report (build.figures), scripts/ and tests import whole (`from qknorm.report
+import stepplots`); p's axis and ticks are paxis's.
 """
 
 from __future__ import annotations

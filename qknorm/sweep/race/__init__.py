@@ -19,7 +19,8 @@ study holds, so a resumed sweep, or a second sweeper on the study, decides the s
   looks      the race's rules: a look's tests (Holm, TOST), the replay, the rung stop, the order
   intensify  the racing search's rules: a challenger against the incumbent, the final answer
   driver     what a race or a search runs next, from its ledger of recorded values
-  schedule   RaceSchedule (the sweep's loop runs it), and what both schedules keep in a study
+  schedule   RaceSchedule (the sweep's loop runs it), and what it and RaceSearchSchedule
+             keep in a study
   search     RaceSearchSchedule, and `propose` (a sampler's next proposal, also the replays')
   readback   from a study: its kind (plain, race, search), the race's elimination table and
              console line, the search's proposals and answer (light: the status line reads it)
