@@ -213,7 +213,9 @@ def tree(uri: str, experiment: str):
 def assert_run_mirrors_run_dir(client, run, run_dir: Path) -> None:
     rows, final, config = rundir.read_metrics(run_dir), rundir.read_final(run_dir), read_config(run_dir)
     t = run.data.tags
-    assert t["status"] == final["status"] and t["git_sha"] == final["git_sha"]
+    # A run outside a git work tree has git_sha null: its tag says unknown (so this holds from
+    # a checkout and from a copy without .git alike).
+    assert t["status"] == final["status"] and t["git_sha"] == (final["git_sha"] or "unknown")
     assert t["run_dir"] == str(run_dir.resolve()) and t["p"] == str(config["norm.p"])
     assert run.data.params["norm.p"] == str(config["norm.p"])
     assert run.data.params["seed"] == str(config["seed"])
@@ -492,6 +494,23 @@ def test_mlflow_single_run_is_one_top_level_run(tmp_path):
     assert single.data.tags["qknorm.key"] == f"run:{run.resolve()}"
     assert_run_mirrors_run_dir(client, single, run)
     assert export(run, uri).present == 1 and len(tree(uri, "synthetic")[1]) == 1
+
+
+def test_mlflow_a_run_without_a_git_sha_is_tagged_unknown(tmp_path):
+    """A run trained outside a git work tree (final.json git_sha null) is tagged unknown."""
+    needs("mlflow")
+    from qknorm.tracking.mlflow import export
+
+    run = tmp_path / "run"
+    synthetic_runs.write_config(run, synthetic_runs.config(4.0, 0))
+    (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "RUN"}}))
+    synthetic_runs.write_curve(run, 1.5, 10.0, 4.0)
+    rundir.write_final(run, synthetic_runs.final("completed", 1.5, 3.0, 4.0, 0, 0, git_sha=None))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    export(run, uri)
+    client, paths = tree(uri, "synthetic")
+    assert paths["data.fold=0"].data.tags["git_sha"] == "unknown"
+    assert_run_mirrors_run_dir(client, paths["data.fold=0"], run)
 
 
 def test_mlflow_export_holds_the_store_lock_while_it_writes(tmp_path, monkeypatch):
