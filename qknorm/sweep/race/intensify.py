@@ -16,8 +16,8 @@ incumbent on the blocks both ran:
   least `min_blocks`), it **takes over** (SMAC's rule: better on the instances both ran, no
   test). A challenger ahead never leaves as level: a p better by a little more than δ could be
   called level after two blocks (a TOST on one degree of freedom) and the worse p kept.
-- A run stopped inside a block at a rung (the margin rule, qknorm/sweep/job.py) is out as
-  worse.
+- A run stopped inside a block at a rung (the margin rule, qknorm/sweep/job.py) is out,
+  untested.
 
 So while the search *explores*, a level or worse proposal costs one block (less when a rung
 stops it) and the budget goes on new proposals. Once it *confirms* (`confirm=True`: no room for
@@ -34,8 +34,9 @@ more blocks.
 
 The answer (`final`): the incumbent is the best; every other proposal is compared with it once
 more, on the blocks both ran, and the one-sided p-values are Holm-adjusted over those
-comparisons: level (TOST inside ±δ), worse (Holm p <= alpha, or stopped at a rung), else
-undecided. What the stops during the search control: each look is one test at alpha against
+comparisons: level (TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal
+stopped at a rung is `stopped`, which the answer reads as undecided (the margin rule tests
+nothing; readback.answer). What the stops during the search control: each look is one test at alpha against
 the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
 answer's Holm carries the claim). What the answer controls: family-wise error of its worse
 calls at alpha over the comparisons with the final incumbent, given that incumbent; the
@@ -72,7 +73,7 @@ from qknorm.sweep.race.verdicts import (
 class Proposal:
     key: Hashable  # the candidate (the trial's params, in the space's order)
     values: Mapping[int, float]  # block index -> value (lower is better), completed blocks
-    stopped: bool = False  # a run of it was stopped at a rung: out, worse
+    stopped: bool = False  # a run of it was stopped at a rung: out (untested)
     live: bool = True  # can run more blocks (its trial is not finished)
     rung_delta: float | None = None  # stopped: how far behind the best run it was at the rung
     steps: int = 0  # training steps its runs took (a stopped run: up to its rung)
