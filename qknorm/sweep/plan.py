@@ -230,9 +230,9 @@ class Planner:
         job = base + list(first.values())
         job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
                     "optuna.storage=x", "optuna.trial=0"]
-        self._compose(job + job_keys, "the task config",
-                      "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
-        self._check_p_is_read(space, job)
+        cfg = self._compose(job + job_keys, "the task config",
+                            "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
+        _check_p_is_read(space, cfg)
         for p in space.params:
             self._compose_values(job, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
         for fixed in space.fixed:
@@ -323,19 +323,6 @@ class Planner:
         hint = f"; keep the values that fit: {key}={','.join(fits)}" if keep and fits else ""
         raise UserError(f"{where}={values}: {bad}{hint}")
 
-    def _check_p_is_read(self, space: SearchSpace, job: list[str]) -> None:
-        """A search of p (norm.p or 1/norm.p) under a norm that reads no p (norm.kind none or
-        rms) would train the same model at every p."""
-        searched = [p.name for p in space.params if p.key == "norm.p"]
-        if not searched:
-            return
-        cfg = self._compose(job, "the task config", "the task needs the keys it searches")
-        kind = OmegaConf.select(cfg, "norm.kind")
-        if isinstance(kind, str) and kind not in P_KINDS:
-            raise UserError(f"hydra.sweeper.params.{searched[0]} searches norm.p, but "
-                            f"norm.kind={kind} reads no p (every trial would train the same "
-                            "model); drop the search of p, or pick norm=lp")
-
     def _compose(self, overrides: list[str], where: str, fix: str) -> DictConfig:
         try:
             return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -343,6 +330,17 @@ class Planner:
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             reason = " ".join(lines[:2]) if lines else type(e).__name__
             raise UserError(f"{where}: {reason} -- {fix}") from None
+
+
+def _check_p_is_read(space: SearchSpace, cfg: DictConfig) -> None:
+    """A search of p (norm.p or 1/norm.p) under a norm that reads no p (norm.kind none or rms)
+    would train the same model at every p. `cfg`: the job's config, composed once already."""
+    searched = [p.name for p in space.params if p.key == "norm.p"]
+    norm_kind = OmegaConf.select(cfg, "norm.kind")
+    if searched and isinstance(norm_kind, str) and norm_kind not in P_KINDS:
+        raise UserError(f"hydra.sweeper.params.{searched[0]} searches norm.p, but "
+                        f"norm.kind={norm_kind} reads no p (every trial would train the same "
+                        "model); drop the search of p, or pick norm=lp")
 
 
 def job_problem(cfg: DictConfig) -> str | None:
