@@ -474,16 +474,22 @@ def test_mlflow_every_ending_a_late_final_json_and_a_topped_up_study(tmp_path):
     assert {f.path for f in client.list_artifacts(parent, "second")} == {"second/trials.csv"}
 
 
-def test_mlflow_single_run_is_one_top_level_run(tmp_path):
-    needs("mlflow")
-    from qknorm.tracking.mlflow import export
-
+def single_run(tmp_path, **final_fields):
+    """A synthetic single run (Hydra mode RUN, p = 4, fold 0) and an MLflow store beside it."""
     run = tmp_path / "run"
     synthetic_runs.write_config(run, synthetic_runs.config(4.0, 0))
     (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "RUN"}}))
     synthetic_runs.write_curve(run, 1.5, 10.0, 4.0)
-    rundir.write_final(run, synthetic_runs.final("completed", 1.5, 3.0, 4.0, 0, 0))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rundir.write_final(run, synthetic_runs.final("completed", 1.5, 3.0, 4.0, 0, 0,
+                                                 **final_fields))
+    return run, f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_mlflow_single_run_is_one_top_level_run(tmp_path):
+    needs("mlflow")
+    from qknorm.tracking.mlflow import export
+
+    run, uri = single_run(tmp_path)
     summary = export(run, uri)
     assert (summary.exported, summary.present, summary.incomplete) == (1, 0, 0)
     client, paths = tree(uri, "synthetic")
@@ -501,12 +507,7 @@ def test_mlflow_a_run_without_a_git_sha_is_tagged_unknown(tmp_path):
     needs("mlflow")
     from qknorm.tracking.mlflow import export
 
-    run = tmp_path / "run"
-    synthetic_runs.write_config(run, synthetic_runs.config(4.0, 0))
-    (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"mode": "RUN"}}))
-    synthetic_runs.write_curve(run, 1.5, 10.0, 4.0)
-    rundir.write_final(run, synthetic_runs.final("completed", 1.5, 3.0, 4.0, 0, 0, git_sha=None))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run, uri = single_run(tmp_path, git_sha=None)
     export(run, uri)
     client, paths = tree(uri, "synthetic")
     assert paths["data.fold=0"].data.tags["git_sha"] == "unknown"
