@@ -51,10 +51,11 @@ class SearchStep:
 
 
 def exploring(props: Sequence[Proposal], budget: int | None, explore: float, room: int,
-              exhausted: bool) -> bool:
+              exhausted: bool, n_fit: int | None) -> bool:
     """The search still makes new proposals: it has room for one, its sampler proposes new
-    ones, and (with a budget) less than the `explore` share of it is spent."""
-    return (room > 0 and not exhausted and fits(props, budget) != 0
+    ones, a run still fits (`n_fit`, fits()), and (with a budget) less than the `explore`
+    share of it is spent."""
+    return (room > 0 and not exhausted and n_fit != 0
             and (budget is None or spent(props) < explore * budget))
 
 
@@ -64,9 +65,9 @@ def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     proposals it may still make (n_trials less those made); `exhausted`: its sampler proposed
     only repeats. A new proposal is made while fewer than `slots` challengers race and the
     launch has a free slot for its first block; blocks run the incumbent's first."""
-    going = exploring(props, budget, explore, room, exhausted)
-    search = intensify.replay(props, rules, confirm=not going)
     n_fit = fits(props, budget)
+    going = exploring(props, budget, explore, room, exhausted, n_fit)
+    search = intensify.replay(props, rules, confirm=not going)
     racing = sum(j.outcome == verdicts.RACING for j in search.judged.values())
     runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
     if n_fit == 0:

@@ -71,9 +71,7 @@ class RaceSearchSchedule:
         self.settings = plan.race.settings()
         self.trials: list[FrozenTrial] = []  # the proposals' trials, in proposal order
         self.props: list[intensify.Proposal] = []
-        self.search = intensify.Search()
-        self.step = driver.SearchStep(self.search, [], False, False, True)
-        self.room = 0  # proposals still to make (n_trials less the finished and running)
+        self.step = driver.SearchStep(intensify.Search(), [], False, False, True)
         self.waiting = False  # a killed sweeper's retries wait to be asked
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
@@ -110,11 +108,9 @@ class RaceSearchSchedule:
                                                   self.spec.sign)
         self.waiting = any(t.state == TrialState.WAITING for t in everything)
         # Read once: nothing is asked before the next pass, which reads the study again.
-        self.room = room(study, self.plan, everything)
         self.step = driver.search_step(
             self.props, readback.rules(self.settings), self.spec.budget_steps,
-            self.spec.explore, self.n_jobs, self.room, self.exhausted)
-        self.search = self.step.search
+            self.spec.explore, self.n_jobs, room(study, self.plan, everything), self.exhausted)
         return everything
 
     def settle(self, study: optuna.Study) -> bool:
@@ -129,7 +125,7 @@ class RaceSearchSchedule:
             i = index.get(trial.number)
             if i not in done:
                 continue
-            judged = self.search.judged[i]
+            judged = self.step.search.judged[i]
             with trial_jobs.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
             jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
@@ -143,7 +139,7 @@ class RaceSearchSchedule:
         return self.step.over and not self.mine and not self.waiting  # killed sweepers' too
 
     def _outcome(self, i: int, j: intensify.Judgement) -> dict[str, Any]:
-        inc = j.against if j.against is not None else self.search.incumbent
+        inc = j.against if j.against is not None else self.step.search.incumbent
         return {"outcome": j.outcome, "n": j.n,
                 "incumbent": None if inc is None else _label(self.plan, self.trials[inc]),
                 "delta": j.delta, "p": j.p, "low": j.low, "high": j.high}
@@ -190,7 +186,7 @@ class RaceSearchSchedule:
         return 1
 
     def _propose(self, study: optuna.Study) -> dict[str, Any] | None:
-        told = [(t.params, v) for t, v in zip(self.trials, driver.told(self.props, self.search),
+        told = [(t.params, v) for t, v in zip(self.trials, driver.told(self.props, self.step.search),
                                               strict=True)]
         spec = self.plan.sampler_spec
         return propose(lambda n: optuna_specs.build_sampler({**spec, "seed": _seed(spec, n)}, None),
