@@ -295,7 +295,7 @@ def _proposal(t: FrozenTrial, settings: dict, sign: float) -> intensify.Proposal
         tuple(t.params.values()), block_values(t.user_attrs, settings["blocks"], sign),
         stopped is not None, t.state == TrialState.RUNNING and stopped is None,
         runs[stopped].get("delta") if stopped else None,
-        sum(r.get("steps") or 0 for r in runs.values()), max(whole, default=0))
+        steps_spent([t]), max(whole, default=0))
 
 
 def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
@@ -326,7 +326,7 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
                      "delta": j.delta if j else None,
                      "low": j.low if j else None, "high": j.high if j else None,
                      "p_adjusted": j.p if j else None,
-                     "steps": sum(r.get("steps") or 0 for r in runs.values())})
+                     "steps": props[i].steps})  # the ledger summed its runs
     return rows
 
 
