@@ -269,12 +269,14 @@ def test_the_report_summary_carries_the_elimination_table(tmp_path):
 
 TASK = str(REPO / "tests" / "race_task.py")
 # n_jobs=2 of 4 candidates: the first look needs all four, so the sweeper runs two, finds the look
-# not ready and asks the other two (the path a second sweeper's candidates would take).
+# not ready and asks the other two (the path a second sweeper's candidates would take). A killed
+# sweep's trials are made stale by age_heartbeats, so the grace period can be long: a live
+# sweeper's heartbeat late by seconds under CI load must not get its trial failed and rerun.
 RACE = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4)", "hydra.sweeper.study_name=r",
         "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=null",
         "hydra.sweeper.n_jobs=2", "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
         "++hydra.sweeper.race={min_replicates:2,alpha:0.05,baseline:2}",
-        "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5",
+        "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=60",
         "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
 # What the table in race_task.py makes the race do: x=3 out after 2 folds, x=4 after 3.
 EXPECTED_RUNS = sorted([(1, f) for f in range(4)] + [(2, f) for f in range(4)]

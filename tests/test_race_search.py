@@ -23,7 +23,7 @@ SEARCH = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4,5)", "hydra.swe
           "hydra.sweeper.n_trials=5", "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
           "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
           "++hydra.sweeper.race={min_replicates:2,alpha:0.05,equivalence:0.05}",
-          "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=5",
+          "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=60",
           "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
 
 

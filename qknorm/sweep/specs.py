@@ -19,7 +19,8 @@ from typing import Any
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
-from sqlalchemy.engine import make_url
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
 
 from qknorm.errors import UserError, first_line
 from qknorm.sweep.study import HEARTBEAT_ATTR, holds_slot, retried_numbers, retry
@@ -310,6 +311,26 @@ def read_study(name: str, url: str, storage: optuna.storages.BaseStorage | None 
         raise UserError(f"study {name!r} in {url} cannot be loaded ({first_line(e)})") from None
 
 
+def serialize_writers(engine: Engine) -> None:
+    """Every transaction on this SQLite engine starts with BEGIN IMMEDIATE (SQLAlchemy's
+    recipe for the pysqlite driver), so that a read-then-write is one step between processes.
+
+    Python's sqlite3 begins a transaction only at the first write: Optuna's "pop a WAITING
+    trial" (read its state, then set RUNNING; the FOR UPDATE is a no-op in SQLite) then lets
+    two sweepers that ask at once both take the same enqueued trial, a stale trial's retry
+    included, and run its jobs twice (tests/test_specs.py has the two processes that do it).
+    PostgreSQL locks the row; the journal file takes a lock of its own."""
+    @event.listens_for(engine, "connect")
+    def _driver_begins_nothing(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made while the tables were created began the old way
+
+
 def open_storage(url: str, heartbeat_interval: int | None = None,
                  grace_period: int | None = None) -> optuna.storages.BaseStorage:
     """Connect (creating the tables of a new database). Raises UserError when unreachable."""
@@ -324,9 +345,12 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
         engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(
+            storage = optuna.storages.RDBStorage(
                 url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period, heartbeat_stale_trial_callback=callback)
+            if url.startswith("sqlite"):
+                serialize_writers(storage.engine)
+            return storage
         except Exception as e:  # SQLAlchemy/driver errors vary by backend
             # Two sweepers started at once on a new database both create its tables; the
             # slower one sees "already exists" (tables) or a UNIQUE failure (alembic's version
