@@ -148,6 +148,9 @@ class TrackerConfig:
     # is taken from the directory the command starts in, like the Optuna storage)
     uri: str = "sqlite:///outputs/mlflow.db"
     experiment: str | None = None  # mlflow: the experiment's name; null: the config's `name`
+    # Where the run's log is not a terminal: a progress line every this many seconds
+    # (qknorm/ticker.py); 0: none. On a terminal tqdm's bar shows the same.
+    progress_s: float = 30.0
 
 
 @dataclass
@@ -339,6 +342,8 @@ def _check_arch(m: ModelConfig) -> None:
 
 def _check_tracker(tracker: TrackerConfig) -> None:
     _choice("tracker.kind", tracker.kind, TRACKERS)
+    _check(math.isfinite(tracker.progress_s) and tracker.progress_s >= 0,
+           f"tracker.progress_s={tracker.progress_s} must be seconds >= 0 (0: no progress line)")
     missing = missing_package(tracker.kind)
     _check(missing is None, str(missing))
 

@@ -33,6 +33,7 @@ from qknorm.effective import BOOKKEEPING, flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
 from qknorm.hooks import EvalHook
 from qknorm.model import LanguageModel
+from qknorm.ticker import Ticker
 from qknorm.tokenizer import bits_per, text_per_token
 
 log = logging.getLogger(__name__)
@@ -245,6 +246,9 @@ def _loop(run: Run, first_step: int, resumed: bool) -> None:
     tokens_per_step = t.batch_size * run.cfg.model.block_size
     bar = tqdm(total=t.max_iters, initial=first_step, disable=None, desc="train", unit="it",
                dynamic_ncols=True)
+    # Not a terminal (tqdm draws nothing): a progress line in the log instead (qknorm/ticker.py)
+    ticker = Ticker(first_step, t.max_iters, tokens_per_step,
+                    run.cfg.tracker.progress_s if bar.disable else 0, log.info)
     progress = run.progress
     tick, tokens_at_tick, intervals = time.perf_counter(), progress.tokens, 0
     for step in range(first_step, t.max_iters + 1):
@@ -269,6 +273,8 @@ def _loop(run: Run, first_step: int, resumed: bool) -> None:
         progress.step = step + 1
         progress.tokens += tokens_per_step
         bar.update(1)
+        if ticker.due():
+            ticker.tick(step + 1, loss.item())
     bar.close()
 
 

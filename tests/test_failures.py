@@ -47,6 +47,8 @@ BAD_INPUTS = [
     # 200 KB of NUL bytes: one symbol, which a model predicts at loss 0 learning nothing
     ("one_symbol", ["data.path=nul.txt", "data.sha256=null"],
      ["nul.txt has 1 distinct character", "at least 2"], False),
+    ("progress_negative", ["tracker.progress_s=-1"],
+     ["tracker.progress_s=-1.0", "seconds >= 0 (0: no progress line)"], True),
     ("sweep_without_m", ["norm.p=1,2"], ["norm.p=1,2", "add -m"], True),
     # the data group (issue 37)
     ("text_without_path", ["data=text"], ["data=text", "add data.path=<a UTF-8 file>"], True),

@@ -390,9 +390,12 @@ def test_a_search_counts_its_proposals_by_their_answer_and_its_best_is_the_answe
     study = search_study(f"sqlite:///{tmp_path}/o.db")
     lines = status_lines(study, n_trials=10, now=NOW)
     # Not "0 complete, 4 pruned, 1 failed, 3 running": 6 proposals have an answer (the
-    # incumbent's is best), 2 race on. No trial is COMPLETE yet: no job time for an ETA.
+    # incumbent's is best), 2 race on. No trial is COMPLETE yet, but 14 runs are done in 600 s:
+    # at most 11 are left (2 proposals not made x 3 folds, p=1.2's 2 folds, p=6's 3), 600 x 11 /
+    # 14 = 471 s; 600 / 14 = 43 s a run.
     assert lines[0] == ("trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, "
-                        "2 racing; elapsed 10m00s, ETA unknown (no trial completed yet)")
+                        "2 racing; elapsed 10m00s, ETA ≤ 7m51s (11 runs left at most x 43s "
+                        "per run so far)")
     # The answer's best, not "best: none yet": mean (2.0 + 2.1 + 2.2) / 3, sample std 0.1.
     assert lines[1] == "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"
     assert lines[3] == (
@@ -406,3 +409,12 @@ def test_a_search_counts_its_proposals_by_their_answer_and_its_best_is_the_answe
     assert ended[:2] == [
         "trials 8/8: 1 best, 2 worse, 1 level, 2 undecided, 2 failed, 0 racing; elapsed 2m00s, "
         "done", "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"]
+
+
+def test_a_search_with_a_step_budget_paces_its_eta_by_the_budgets_steps_left(tmp_path):
+    study = search_study(f"sqlite:///{tmp_path}/o.db")
+    study.set_user_attr(RACE_SETTINGS_ATTR, {**SEARCH_SETTINGS, "budget_steps": 1000})
+    # 420 steps in 600 s: 1.43 s a step; 580 left x 600 / 420 = 828.6 s
+    assert status_lines(study, n_trials=10, now=NOW)[0].endswith(
+        "elapsed 10m00s, ETA ≤ 13m49s (580 of the budget's 1,000 steps left x 1.43 s a step "
+        "so far)")

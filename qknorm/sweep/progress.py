@@ -24,6 +24,10 @@ The ETA:
   race   elapsed / runs done x runs left, where runs left are every block still missing of the
          candidates still racing (the throughput so far: a race's trials live as long as the
          race, so their wall time says nothing about one run's).
+  search elapsed / steps run x the budget's steps left (budget_steps); without a budget,
+         elapsed / runs done x runs left at most (every proposal not made yet and every
+         racing one running all its blocks). Its proposals stay open to the end, so, as in a
+         race, the pace so far is all there is.
 
 "≤": the jobs left are an upper bound, because a pruner (a trial's PRUNER_ATTR spec, other than
 none) may stop trials early and a race drops candidates. The time per job stays an estimate.
@@ -59,6 +63,7 @@ from qknorm.sweep.study import (
     recorded_total,
     retried_numbers,
 )
+from qknorm.ticker import duration
 
 # A candidate the race is done with; level (with the leader, within ±δ) is an answer too.
 DECIDED = (verdicts.DROPPED, verdicts.LEVEL, verdicts.STOPPED, verdicts.SURVIVED,
@@ -90,7 +95,7 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     total = n_trials if n_trials is not None else (
         len(settings["candidates"]) if elim is not None
         else recorded_total(study.user_attrs) or _grid_size(trials))
-    lines = [_progress(trials, counted, total, slots, now, elim, searched),
+    lines = [_progress(trials, counted, total, slots, now, elim, searched, settings),
              _best(study, counted) if searched is None else _search_best(searched)]
     lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))
     if searched is not None:
@@ -102,7 +107,7 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
 
 def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int | None,
               slots: int, now: float, elim: readback.Elimination | None,
-              searched: list[dict] | None) -> str:
+              searched: list[dict] | None, settings: dict | None) -> str:
     running = sum(t.state == TrialState.RUNNING for t in counted)
     if searched is None:
         by = {s: sum(t.state.is_finished() and t.user_attrs.get(STATUS_ATTR) == s
@@ -127,6 +132,9 @@ def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int 
     line += f"; elapsed {duration(elapsed)}, "
     if total is None:
         return line + "ETA unknown (the total is not known: give n_trials)"
+    if searched is not None:
+        return line + _search_eta(searched, elapsed, settings.get("budget_steps"), total,
+                                  len(settings["blocks"]))
     bound = "≤ " if elim is not None or _pruned_sometimes(trials) else ""
     if elim is not None:
         runs_done = elim.spent["runs"]
@@ -150,6 +158,28 @@ def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int 
                    f"median job / {slots} slot{'s' if slots != 1 else ''})")
 
 
+def _search_eta(searched: list[dict], elapsed: float, budget: int | None, total: int | None,
+                n_blocks: int) -> str:
+    """A racing search's ETA at the pace so far (its proposals stay open until it ends, so no
+    trial's wall time says what a run takes). With a step budget: elapsed / steps run x the
+    budget's steps left; without: elapsed / runs done x runs left at most (every proposal not
+    yet made, and every racing one, running all its blocks)."""
+    steps = sum(r["steps"] for r in searched)
+    runs = sum(r["n"] for r in searched)
+    if budget is not None:
+        if not steps:
+            return "ETA unknown (no run finished yet)"
+        left = max(budget - steps, 0)
+        return (f"ETA ≤ {duration(elapsed / steps * left)} ({left:,} of the budget's "
+                f"{budget:,} steps left x {elapsed / steps:.3g} s a step so far)")
+    if not runs:
+        return "ETA unknown (no run finished yet)"
+    left = (max((total or 0) - len(searched), 0) * n_blocks
+            + sum(n_blocks - r["n"] for r in searched if r["answer"] == verdicts.RACING))
+    return (f"ETA ≤ {duration(elapsed / runs * left)} ({left} runs left at most x "
+            f"{duration(elapsed / runs)} per run so far)")
+
+
 def _pruned_sometimes(trials: list[FrozenTrial]) -> bool:
     """Whether the latest trial was asked under a pruner that may stop trials early."""
     spec = next((t.user_attrs[PRUNER_ATTR] for t in reversed(trials)
@@ -164,18 +194,6 @@ def _grid_size(trials: list[FrozenTrial]) -> int | None:
         if isinstance(space, dict) and "grid_id" in t.system_attrs:
             return math.prod(len(v) for v in space.values())
     return None
-
-
-def duration(seconds: float) -> str:
-    """45s, 12m30s, 2h05m, 3d04h: two units, enough for an ETA."""
-    s = max(int(round(seconds)), 0)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 # -- line 2: the best so far ----------------------------------------------------------------
