@@ -51,6 +51,9 @@ class QknormOptunaSweeperConf:
     # A dict, not Optional[RaceConf]: OmegaConf cannot merge a command-line dict into a null
     # structured node.
     race: Dict[str, Any] = field(default_factory=dict)
+    # true: check everything and log the plan (runs, steps, a time from a step measured here;
+    # qknorm/sweep/cost.py), then stop before the study is opened: nothing asked, run or written.
+    dry_run: bool = False
 
 
 ConfigStore.instance().store(

@@ -65,18 +65,20 @@ class Settings:
     grace_period: int | None
     params: dict[str, Any]
     race: dict[str, Any] | None = None  # hydra.sweeper.race as given; None: no race
+    dry_run: bool = False
 
     @classmethod
     def of(cls, study_name: str, storage: str, direction: Any, objectives: Any,
            n_trials: int | None, n_jobs: int, sampler: Any, pruner: Any, replicates: Any,
            max_failure_rate: float, fail_value: Any, heartbeat_interval: int,
-           grace_period: int | None, params: Any, race: Any = None) -> Settings:
+           grace_period: int | None, params: Any, race: Any = None,
+           dry_run: bool = False) -> Settings:
         return cls(study_name, storage, _to_container(direction), list(_to_container(objectives)),
                    n_trials, n_jobs, dict(_to_container(sampler) or {}),
                    dict(_to_container(pruner) or {"name": "none"}),
                    dict(_to_container(replicates) or {}), max_failure_rate,
                    _to_container(fail_value), heartbeat_interval, grace_period,
-                   dict(_to_container(params) or {}), _to_container(race) or None)
+                   dict(_to_container(params) or {}), _to_container(race) or None, dry_run)
 
 
 # docs/race.md's smoke race: checked to run (12 smoke runs, seconds each).
@@ -106,6 +108,7 @@ class Plan:
     pruner_spec: dict[str, Any]
     fail_values: list[float] | None
     race: RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
+    job: Config | None = None  # the first job's config, when the task is qknorm.train (cost.py)
 
     @property
     def kind(self) -> str:
@@ -172,7 +175,7 @@ class Planner:
                          directions, self.s.objectives, sampler_spec["name"],
                          pruner_spec["name"], self.s.n_trials)
         n_trials = self._n_trials(space)
-        self._check_keys(space, base, replicates)
+        job = self._check_keys(space, base, replicates)
         if race is not None and race.rungs:
             race = self._resolve_rungs(race, space, base, combinations[0])
         if race is not None:
@@ -181,7 +184,8 @@ class Planner:
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
-                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race)
+                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
+                    job=task_config(job))
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
@@ -218,7 +222,7 @@ class Planner:
         return [float(v) for v in values]
 
     def _check_keys(self, space: SearchSpace, base: list[str],
-                    replicates: dict[str, list[Any]]) -> None:
+                    replicates: dict[str, list[Any]]) -> DictConfig:
         """Compose the job config with every param value and replicate value, so a key that is
         not in the config (or a value of the wrong type) fails now, not in job 37. Every job gets
         a value of each replicate key, so the checks compose with one (a preset's data.fold=9 is
@@ -238,6 +242,7 @@ class Planner:
         for fixed in space.fixed:
             self._compose(job + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
+        return cfg
 
     def _resolve_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                        combo: list[str]) -> RaceSpec:
@@ -343,17 +348,22 @@ def _check_p_is_read(space: SearchSpace, cfg: DictConfig) -> None:
                         "model); drop the search of p, or pick norm=lp")
 
 
-def job_problem(cfg: DictConfig) -> str | None:
-    """What to_config finds wrong with a job config the planner composed (hydra node and all),
-    as its one line; None when nothing is, or when the task is not qknorm.train (another
-    schema, e.g. tests/race_task.py)."""
+def task_config(cfg: DictConfig) -> Config | None:
+    """A job config the planner composed (hydra node and all) as the task reads it, checked
+    (to_config: raises UserError); None when the task is not qknorm.train (another schema,
+    e.g. tests/race_task.py)."""
     if OmegaConf.get_type(cfg) is not Config:
         return None
     job = copy.deepcopy(cfg)
     with open_dict(job):  # the job's own config, as Hydra hands it to the task
         job.pop("hydra", None)
+    return to_config(job)
+
+
+def job_problem(cfg: DictConfig) -> str | None:
+    """What task_config finds wrong with a job config, as its one line; None when nothing is."""
     try:
-        to_config(job)
+        task_config(cfg)
     except UserError as e:
         return str(e)
     return None

@@ -24,8 +24,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
-from qknorm.errors import UserError
-from qknorm.sweep import outputs
+from qknorm.errors import UserError, first_line
+from qknorm.sweep import cost, outputs
 from qknorm.sweep import specs as optuna_specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
@@ -71,6 +71,10 @@ class OptunaSweep:
         s = self.settings
         plan = Planner(s, self.hydra_context, self.config).plan(list(arguments))
         schedule_class = SCHEDULES[plan.kind]
+        if s.dry_run:  # the plan and its cost, before the storage is even opened
+            _log_plan(s, plan, schedule_class)
+            print("dry run (hydra.sweeper.dry_run=true): nothing was asked, run or written")
+            return
         url = optuna_specs.absolute_url(s.storage, Path.cwd())
         storage = optuna_specs.open_storage(url, s.heartbeat_interval, s.grace_period)
         study = self._open_study(storage, plan, schedule_class)
@@ -215,3 +219,18 @@ def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule]) -> None:
              s.storage, plan.n_trials, len(plan.combinations),
              optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
     schedule_class.log_plan(plan)
+    log.info("%s", _cost_line(plan))
+
+
+def _cost_line(plan: Plan) -> str:
+    """The plan's runs and steps at most, and their time at a step measured here (cost.py)."""
+    train = plan.job.train if plan.job is not None else None
+    work = cost.work(plan.n_trials, len(plan.combinations), train and train.max_iters,
+                     train and train.eval_interval, plan.race and plan.race.budget_steps)
+    if plan.job is None:
+        return cost.line(work, None)
+    try:
+        pace = cost.measure(plan.job)
+    except Exception as e:  # an estimate must not stop a sweep the planner passed
+        return cost.line(work, None) + f"; no time estimate ({first_line(e)})"
+    return cost.line(work, pace)

@@ -1,0 +1,117 @@
+"""What a sweep will cost, said before it starts: its runs and training steps at most, and a time
+from a step and an eval measured on this host with the first job's config.
+
+The sweeper logs the line at launch and, with `hydra.sweeper.dry_run=true`, stops there: nothing
+asked, launched or written. Every kind of sweep runs at most n_trials x its replicate blocks
+(a race: its candidates x blocks; a search: its proposals x blocks); a race's drops, a rung's
+stops and a pruner only cut that, and a race's `budget_steps` caps the steps. So the line is an
+upper bound of the work, and an estimate of its time:
+
+  plan: at most 24 runs (8 trials x 3 replicates), 48,000 training steps and 216 evals; about
+  1h02m one run at a time: 0.0700 s a step and 1.63 s an eval, measured here (cpu, 2 threads)
+
+The time counts training steps and evals; not a job's start-up (imports, data: seconds a job,
+docs/performance.md) nor waiting for a launcher. It is one run at a time on this host: runs in
+parallel (n_jobs) share its cores, and a SLURM node is another machine.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from qknorm.config import Config
+from qknorm.ticker import duration
+
+# Steps are timed (after one untimed) until this much time or MAX_STEPS steps: a few steps for a
+# mean, and a launch that barely waits even where a step takes seconds (the default model's
+# on 2 CPU cores).
+MEASURE_S = 1.0
+MAX_STEPS = 50
+
+
+@dataclass(frozen=True)
+class Work:
+    """A sweep's work at most: runs, and (for qknorm.train's jobs) training steps and evals."""
+
+    trials: int
+    blocks: int
+    steps: int | None = None
+    evals: int | None = None
+    capped: bool = False  # the steps are the race's budget_steps
+
+    @property
+    def runs(self) -> int:
+        return self.trials * self.blocks
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Seconds a training step and an eval (train and val losses) took here, and where."""
+
+    step_s: float
+    eval_s: float
+    where: str
+
+
+def work(trials: int, blocks: int, max_iters: int | None, eval_interval: int | None,
+         budget_steps: int | None = None) -> Work:
+    """n_trials x blocks runs of max_iters steps each, evals at step 0, every eval_interval
+    and at the end (qknorm.train's loop); a budget caps the steps (and the evals with them)."""
+    if max_iters is None or eval_interval is None:
+        return Work(trials, blocks)
+    runs = trials * blocks
+    per_run = max_iters // eval_interval + 1 + (max_iters % eval_interval != 0)
+    steps, evals = runs * max_iters, runs * per_run
+    if budget_steps is not None and budget_steps < steps:
+        evals = math.ceil(evals * budget_steps / steps)
+        return Work(trials, blocks, budget_steps, evals, capped=True)
+    return Work(trials, blocks, steps, evals)
+
+
+def measure(cfg: Config) -> Pace:
+    """Build the job's run (qknorm.train.setup) and time its training step and an eval batch
+    as the loop runs them, on the job's device and threads (restored afterwards)."""
+    import torch
+
+    from qknorm.bench.steps import time_steps
+    from qknorm.train import estimate_loss, setup
+
+    threads = torch.get_num_threads()
+    try:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        run = setup(cfg)
+        time_steps(run, 1)  # the first step pays for lazy init and allocation
+        start, n = time.perf_counter(), 0
+        while n < MAX_STEPS and time.perf_counter() - start < MEASURE_S:
+            time_steps(run, 1)
+            n += 1
+        step_s = (time.perf_counter() - start) / n
+        # An eval is eval_iters batches of each of train and val: time one, count them all.
+        batches = run.eval_batches["val"]
+        estimate_loss(run.compiled, batches[:1], run.autocast)  # untimed, as the first step
+        start = time.perf_counter()
+        estimate_loss(run.compiled, batches[1:2] or batches[:1], run.autocast)
+        eval_s = (time.perf_counter() - start) * 2 * len(batches)
+        where = f"{run.device.type}, {torch.get_num_threads()} thread" + (
+            "s" if torch.get_num_threads() != 1 else "")
+    finally:
+        torch.set_num_threads(threads)
+    return Pace(step_s, eval_s, where)
+
+
+def line(w: Work, pace: Pace | None) -> str:
+    """The plan's line (the module doc's example)."""
+    head = f"plan: at most {w.runs:,} runs ({w.trials} trials x {w.blocks} replicate" + (
+        "s)" if w.blocks != 1 else ")")
+    if w.steps is None:
+        return head + "; no time estimate (the jobs are not qknorm.train's)"
+    head += (f", {w.steps:,} training steps{' (budget_steps)' if w.capped else ''} and "
+             f"{w.evals:,} evals")
+    if pace is None:
+        return head
+    seconds = w.steps * pace.step_s + w.evals * pace.eval_s
+    return (f"{head}; about {duration(seconds)} one run at a time: {pace.step_s:.3g} s a step "
+            f"and {pace.eval_s:.3g} s an eval, measured here ({pace.where})")
