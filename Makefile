@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/python scripts/install_torch.py "$(TORCH_SPEC)" --index "$(TORCH_INDEX)"
-	$(BIN)/pip install --quiet -e ".[sweep,dev,postgres,slurm,tracking,kjv,bpe,replay]"  # the sweeps, the tests, the cluster, tracker, corpus and replay tests' extras
+	$(BIN)/pip install --quiet -e ".[sweep,dev,postgres,slurm,tracking,dashboard,kjv,bpe,replay]"  # the sweeps, the tests, the cluster, tracker, dashboard, corpus and replay tests' extras
 	touch $@
 
 install: $(BIN)/.installed  ## create .venv and install qknorm with the CPU build of torch

@@ -145,5 +145,5 @@ def test_the_layer_needs_torch_alone_and_make_install_adds_every_extra_the_tests
     assert r.returncode == 0, r.stderr
     assert [line.split("#")[0].strip() for line in r.stdout.splitlines() if " -e " in line] == [
         f'{tmp_path}/venv/bin/pip install --quiet -e '
-        '".[sweep,dev,postgres,slurm,tracking,kjv,bpe,replay]"']
+        '".[sweep,dev,postgres,slurm,tracking,dashboard,kjv,bpe,replay]"']
     assert '-e ".[sweep,dev]"' in (REPO / ".ci" / "floors.sh").read_text()
