@@ -24,16 +24,17 @@ def test_the_work_is_trials_x_blocks_runs_of_max_iters_steps_with_their_evals():
     assert cost.work(4, 2, None, None).steps is None  # not qknorm.train's jobs
 
 
-def test_the_line_adds_steps_and_evals_at_the_measured_pace():
-    pace = cost.Pace(0.07, 1.5, "cpu, 2 threads")
-    # 240000 x 0.07 + 1080 x 1.5 = 16800 + 1620 = 18420 s = 5 h 07 m
+def test_the_line_adds_setups_steps_and_evals_at_the_measured_pace():
+    pace = cost.Pace(0.5, 0.07, 1.5, "cpu, 2 threads")
+    # 120 x 0.5 + 240000 x 0.07 + 1080 x 1.5 = 60 + 16800 + 1620 = 18480 s = 5 h 08 m
     assert cost.line(cost.work(24, 5, 2000, 250), pace) == (
         "plan: at most 120 runs (24 trials x 5 replicates), 240,000 training steps and 1,080 "
-        "evals; about 5h07m one run at a time: 0.07 s a step and 1.5 s an eval, measured here "
-        "(cpu, 2 threads)")
+        "evals; about 5h08m one run at a time: 0.5 s a run's setup, 0.07 s a step and 1.5 s an "
+        "eval, measured here (cpu, 2 threads)")
+    # 60 + 26667 x 0.07 + 121 x 1.5 = 60 + 1866.7 + 181.5 = 2108.2 s
     assert cost.line(cost.work(24, 5, 2000, 250, 26_667), pace).startswith(
         "plan: at most 120 runs (24 trials x 5 replicates), 26,667 training steps "
-        "(budget_steps) and 121 evals; about 34m08s")  # 26667 x 0.07 + 121 x 1.5 = 2048.2 s
+        "(budget_steps) and 121 evals; about 35m08s")
     assert cost.line(cost.work(3, 1, None, None), None) == (
         "plan: at most 3 runs (3 trials x 1 replicate); no time estimate (the jobs are not "
         "qknorm.train's)")
@@ -46,7 +47,7 @@ def test_measure_times_the_jobs_step_on_its_threads_and_restores_the_callers():
     pace = cost.measure(compose("tiny", ["threads=1", "train.eval_iters=3"]))
     assert torch.get_num_threads() == before
     assert pace.where == "cpu, 1 thread"
-    assert 0 < pace.step_s < 5 and math.isfinite(pace.eval_s) and pace.eval_s > 0
+    assert all(0 < x < 60 and math.isfinite(x) for x in (pace.setup_s, pace.step_s, pace.eval_s))
 
 
 @pytest.mark.slow

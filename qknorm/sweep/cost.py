@@ -8,11 +8,13 @@ stops and a pruner only cut that, and a race's `budget_steps` caps the steps. So
 upper bound of the work, and an estimate of its time:
 
   plan: at most 24 runs (8 trials x 3 replicates), 48,000 training steps and 216 evals; about
-  1h02m one run at a time: 0.0700 s a step and 1.63 s an eval, measured here (cpu, 2 threads)
+  1h02m one run at a time: 0.5 s a run's setup, 0.07 s a step and 1.63 s an eval, measured here
+  (cpu, 2 threads)
 
-The time counts training steps and evals; not a job's start-up (imports, data: seconds a job,
-docs/performance.md) nor waiting for a launcher. It is one run at a time on this host: runs in
-parallel (n_jobs) share its cores, and a SLURM node is another machine.
+The time counts each run's setup (its data, model and eval batches), its training steps and its
+evals; not the rest of a job's start-up (a process and its imports, where the launcher starts
+one) nor waiting for a launcher. It is one run at a time on this host: runs in parallel (n_jobs)
+share its cores, and a SLURM node is another machine.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ class Work:
 
 @dataclass(frozen=True)
 class Pace:
-    """Seconds a training step and an eval (train and val losses) took here, and where."""
+    """Seconds a run's setup (data, model, batches), a training step and an eval (train and
+    val losses) took here, and where."""
 
+    setup_s: float
     step_s: float
     eval_s: float
     where: str
@@ -82,7 +86,9 @@ def measure(cfg: Config) -> Pace:
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        start = time.perf_counter()
         run = setup(cfg)
+        setup_s = time.perf_counter() - start
         time_steps(run, 1)  # the first step pays for lazy init and allocation
         start, n = time.perf_counter(), 0
         while n < MAX_STEPS and time.perf_counter() - start < MEASURE_S:
@@ -99,7 +105,7 @@ def measure(cfg: Config) -> Pace:
             "s" if torch.get_num_threads() != 1 else "")
     finally:
         torch.set_num_threads(threads)
-    return Pace(step_s, eval_s, where)
+    return Pace(setup_s, step_s, eval_s, where)
 
 
 def line(w: Work, pace: Pace | None) -> str:
@@ -112,6 +118,7 @@ def line(w: Work, pace: Pace | None) -> str:
              f"{w.evals:,} evals")
     if pace is None:
         return head
-    seconds = w.steps * pace.step_s + w.evals * pace.eval_s
-    return (f"{head}; about {duration(seconds)} one run at a time: {pace.step_s:.3g} s a step "
-            f"and {pace.eval_s:.3g} s an eval, measured here ({pace.where})")
+    seconds = w.runs * pace.setup_s + w.steps * pace.step_s + w.evals * pace.eval_s
+    return (f"{head}; about {duration(seconds)} one run at a time: {pace.setup_s:.3g} s a "
+            f"run's setup, {pace.step_s:.3g} s a step and {pace.eval_s:.3g} s an eval, "
+            f"measured here ({pace.where})")
