@@ -186,6 +186,8 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
     out_dir.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.train.max_iters == 0:  # allowed on purpose: the untrained model's losses
+        log.info("train.max_iters=0: one eval of the initialized model, no training step")
     run = setup(cfg)
     run.out_dir, run.on_eval = out_dir, on_eval
     checkpoint = _resume_state(cfg, out_dir) if cfg.train.resume else None  # before any file

@@ -54,3 +54,17 @@ def test_a_search_of_p_below_1_is_refused_naming_the_bound(key, text, needles):
                                        ("optimizer.lr", "interval(0.0001,0.01)")])
 def test_a_search_of_p_at_or_above_1_is_taken(key, text):
     assert parse_param(key, text).key == key.removeprefix("1/")
+
+
+def test_max_iters_zero_says_it_evaluates_the_untrained_model(tmp_path, caplog):
+    import logging
+
+    from qknorm.bench.steps import compose
+    from qknorm.train import train
+
+    with caplog.at_level(logging.INFO, logger="qknorm.train"):
+        final = train(compose("tiny", ["train.max_iters=0", "train.eval_iters=1", "threads=1"]),
+                      tmp_path)
+    assert (final["status"], final["steps"]) == ("completed", 0)
+    assert ("train.max_iters=0: one eval of the initialized model, no training step"
+            in caplog.messages)

@@ -55,3 +55,4 @@ def test_a_run_whose_log_is_a_file_writes_progress_lines_to_train_log(cli):
     quiet = cli("-m", "qknorm.train", "experiment=smoke", "tracker.progress_s=0",
                 "hydra.run.dir=quiet")
     assert quiet.returncode == 0 and "/30 (" not in (cli.cwd / "quiet" / "train.log").read_text()
+
