@@ -24,6 +24,15 @@ from omegaconf.errors import (
 )
 
 LIST_KEYS = "`python -m qknorm.train --cfg job` lists every key and its value"
+# hydra.* keys are not the job's: Hydra prints them with --cfg hydra (the sweeper's keys are
+# hydra.sweeper.*, docs/sweeper.md)
+LIST_HYDRA_KEYS = ("`python -m qknorm.train <your overrides> --cfg hydra` lists the hydra.* keys "
+                   "(hydra.sweeper.*: docs/sweeper.md)")
+
+
+def list_keys(key: str) -> str:
+    """Where to look up the keys that `key` should have been one of."""
+    return LIST_HYDRA_KEYS if key.startswith("hydra.") else LIST_KEYS
 
 
 class UserError(ValueError):
@@ -110,7 +119,7 @@ def _compose_error(e: ConfigCompositionException) -> str:
         hint = ""
         if cause.parent_node is not None and cause.key is not None:
             hint = did_you_mean(key.rpartition(".")[0], cause.key, cause.parent_node)
-        return f"{key} is not a config key; {hint}{LIST_KEYS}"
+        return f"{key} is not a config key; {hint}{list_keys(key)}"
     if isinstance(cause, ValidationError):  # a value of the wrong type: norm.p=abc
         wanted = next((hint for name, hint in _TYPE_HINTS.items()
                        if f"converted to {name}" in cause.msg), "a value of the right type")

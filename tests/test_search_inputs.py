@@ -30,6 +30,10 @@ BAD_SEARCHES = [
       "norm=lp"]),
     ("p_under_rms", ["norm=rms", "norm.p=interval(1,8)"],
      ["hydra.sweeper.params.norm.p searches norm.p", "norm.kind=rms reads no p"]),
+    # a sweeper key is not in --cfg job's list: the line points where it is
+    ("unknown_sweeper_key", ["hydra.sweeper.n_trial=3"],
+     ["hydra.sweeper.n_trial is not a config key", "did you mean hydra.sweeper.n_trials?",
+      "--cfg hydra` lists the hydra.* keys (hydra.sweeper.*: docs/sweeper.md)"]),
 ]
 
 
