@@ -342,6 +342,7 @@ def test_wall_time_table_gives_median_and_range_where_a_t_interval_goes_below_ze
     assert "## wall_time_s per p\n\n" + "\n".join([
         "| norm.p | n | median | min | max |", "|---|---|---|---|---|",
         "| 2 | 2 | 55.00 | 10.00 | 100.00 |", "| 4 | 3 | 30.00 | 20.00 | 70.00 |"]) + "\n" in text
+    assert text.count("## wall_time_s per p") == 1  # and no t-interval of it anywhere
     # the loss table keeps its mean and t-interval
     assert "## best_val_loss per p\n\n| norm.p | n | mean | std | 95% t-interval |" in text
 
