@@ -211,3 +211,37 @@ def test_loss_vs_p_title_lies_inside_the_figure(sweep, tmp_path, case):
     assert title.width > 0 and fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1
     assert fig.bbox.y0 <= title.y0 and title.y1 <= fig.bbox.y1
     plots.close(fig)
+
+
+# -- issue 47: a timing by its median and range; the title names a fit only where one is drawn --
+
+def test_time_vs_p_draws_every_run_and_the_median_per_p_without_a_t_band(sweep):
+    runs = results.collect(sweep).runs
+    fig = plots.time_vs_p(runs)
+    wall, throughput = fig.axes
+    axis = plots.PAxis.of(runs["norm.p"])
+    # WALL by hand: p=2 10, 12, 14, 16; p=4 20, 22, 24; inf 30, 30, 33 (mean 31, median 30)
+    (medians,) = [ln for ln in wall.get_lines() if ln.get_gid() == plots.MEDIAN_GID]
+    assert list(medians.get_xdata()) == [2.0, 4.0, axis.x_inf]
+    assert list(medians.get_ydata()) == [13.0, 22.0, 30.0]
+    assert sorted(run_dots(wall)[:, 1]) == [10, 12, 14, 16, 20, 22, 24, 30, 30, 33]
+    assert wall.get_title() == "wall time per run\neach run a dot, the median per p"
+    none = next(ln for ln in wall.get_lines() if ln.get_label().startswith("norm=none"))
+    assert none.get_ydata()[0] == 9.0 and "median" in none.get_label()
+    for ax in (wall, throughput):  # no error bars, no band: only the dots are collections
+        assert not ax.containers and not [t for t in axes_texts(ax) if "interval" in t]
+        assert [c.get_gid() for c in ax.collections] == [plots.RUN_GID]
+    (medians,) = [ln for ln in throughput.get_lines() if ln.get_gid() == plots.MEDIAN_GID]
+    assert list(medians.get_ydata()) == [1000.0] * 3
+
+
+@pytest.mark.parametrize("trials, fitted", [(5, False), (6, True)])
+def test_continuous_search_title_names_the_fit_only_when_one_is_drawn(tmp_path, trials, fitted):
+    runs = results.collect(make_search(tmp_path)).runs
+    runs = runs[runs["trial"] < trials]  # all at lr 1e-3: 5 or 6 trials, each at its own p
+    (ax,) = plots.loss_vs_p(runs, baseline=None).axes
+    fits = [ln for ln in ax.get_lines() if "quadratic fit" in ln.get_label()]
+    assert len(fits) == fitted
+    assert ax.get_title() == f"best_val_loss vs p (n={2 * trials} runs)\n" + (
+        "each trial a point, quadratic fit in log p ± 95%" if fitted else
+        "each trial a point; too few trials for a fit")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from .synthetic_runs import (
     WALL,
     add_repeats,
     config,
+    final,
     make_search,
     make_sweep,
     search_loss,
@@ -320,3 +322,42 @@ def test_fit_minimum_finds_the_parabolas_vertex_and_the_summary_reports_it(tmp_p
     text = summarize(load(tmp_path, options), options)
     assert "| 0.001 | 6 | 2 | 3.7400 | [3.7400, 3.7400] |  |" in text
     assert "| 0.003 | 7 | 1.5 | 3.3600 | [3.3600, 3.3600] |  |" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 47: a timing by its median and range; the fit promised only where one was drawn
+
+def test_wall_time_table_gives_median_and_range_where_a_t_interval_goes_below_zero(tmp_path):
+    walls = {2.0: [10.0, 100.0], 4.0: [20.0, 30.0, 70.0]}  # p=4: median 30, mean 40
+    for p, times in walls.items():
+        for fold, wall in enumerate(times):
+            run = tmp_path / f"{p:g}_{fold}"
+            write_config(run, config(p, fold))
+            rundir.write_final(run, final("completed", 1.0 + fold / 10, wall, p, 0, fold))
+    # What the corrected t (10 folds: n_test/n_train = 1/9) would print for p=2: below zero.
+    c = 1 / 2 + 1 / 9
+    assert 55 - sps.t.ppf(0.975, 1) * np.std([10, 100], ddof=1) * math.sqrt(c) < 0
+    options = Options()
+    text = summarize(load(tmp_path, options), options)
+    assert "## wall_time_s per p\n\n" + "\n".join([
+        "| norm.p | n | median | min | max |", "|---|---|---|---|---|",
+        "| 2 | 2 | 55.00 | 10.00 | 100.00 |", "| 4 | 3 | 30.00 | 20.00 | 70.00 |"]) + "\n" in text
+    assert text.count("## wall_time_s per p") == 1  # and no t-interval of it anywhere
+    # the loss table keeps its mean and t-interval
+    assert "## best_val_loss per p\n\n| norm.p | n | mean | std | 95% t-interval |" in text
+
+
+@pytest.mark.parametrize("trials, fitted", [(5, False), (6, True)])
+def test_summary_promises_the_quadratic_fit_only_where_one_is_drawn(tmp_path, trials, fitted):
+    root = make_search(tmp_path)
+    for run in root.iterdir():  # keep trials 0..trials-1: all at lr 1e-3, at 5 or 6 distinct p
+        if int(run.name.removeprefix("trial").split("_")[0]) >= trials:
+            shutil.rmtree(run)
+    options = Options()
+    text = summarize(load(root, options), options)
+    said = text.split("\n\n")[3]
+    assert said.startswith("The p values come from a continuous search: loss_vs_p draws each")
+    assert ("quadratic fit in log p and its 95% band" in said) == fitted
+    assert ("too few trials for a quadratic fit (it needs 6 at 3 or more finite p)" in said) == (
+        not fitted)
+    assert "fit shows" not in text  # the baseline's note promises no fit either

@@ -4,6 +4,7 @@
   paxis      how p is written and placed (labels, ticks, the inf break): its one home
   baseline   the run p (a grid or a continuous search) and the baseline p they are compared with
   stats      numbers only: intervals, paired tests, fits
+  timing     a timing (wall time, tokens/s) by its median and range, never a t-interval
   readings   best and final val loss side by side, and whether they order p alike
   lrsens     the learning-rate reading: LR sensitivity per norm, max stable lr (a sweep over lr)
   plots      figures against p (loss, time, γ, entropy, learned p) and render

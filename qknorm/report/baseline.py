@@ -63,7 +63,7 @@ def resolve_baseline(df: pd.DataFrame, baseline: float | str | None) -> tuple[fl
     if continuous_p(df):
         return None, ("p=2 was not run and the p values come from a continuous search, "
                       "where any one p is a single trial, so there is no paired Δ table; the "
-                      "loss_vs_p figure's fit shows the trend, and --baseline P with a p from "
+                      "loss_vs_p figure shows the trials' trend, and --baseline P with a p from "
                       "the tables above compares every p with that one.")
     nearest = min(ps, key=lambda p: abs(math.log(p / 2.0)))  # inf is infinitely far
     return nearest, (f"p=2 was not run, so the baseline is the run p nearest to 2, "

@@ -152,7 +152,7 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
     figs: dict[str, object] = {
         "loss_vs_p": plots.loss_vs_p(runs, options.metric, options.baseline, options.logx,
                                      options.by, options.replicate_test),
-        "time_vs_p": plots.time_vs_p(runs, options.logx, options.replicate_test),
+        "time_vs_p": plots.time_vs_p(runs, options.logx),
     }
     if with_curves:
         figs["curves"] = stepplots.curves(curves)

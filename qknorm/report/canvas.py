@@ -40,6 +40,7 @@ ENTROPY = "attn_entropy_frac"
 RUN_GID = "runs"  # the scatter collections with one dot per run carry this gid (tests find them)
 TRIAL_GID = "trials"  # continuous search: one point per trial (the mean of its runs)
 BEST_GID = "best"  # continuous search: the best trial of each series
+MEDIAN_GID = "medians"  # a timing (time_vs_p): the median of each p's runs
 RUN_COLOR = "#4C72B0"
 MEAN_COLOR = "#C44E52"
 OTHER_KIND_COLORS = {"none": "#55A868", "rms": "#8172B2"}

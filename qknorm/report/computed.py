@@ -9,7 +9,7 @@ import pandas as pd
 
 from qknorm.multitest import AUTO as AUTO_TEST
 from qknorm.multitest import PAIRED_T, ReplicateTest
-from qknorm.report import lrsens, results, stats
+from qknorm.report import lrsens, results, stats, timing
 from qknorm.report import readings as two_readings
 from qknorm.report.baseline import AUTO, continuous_p
 
@@ -43,7 +43,9 @@ class Statistics:
     keys: list[str]  # the group columns: norm.p, plus norm.kind and --by keys when they vary
     excluded: dict[str, int]  # status -> runs left out of statistics
     folded: pd.Series  # label (norm=none, p=2) -> completed runs counted once (results.duplicates)
-    per_metric: dict[str, pd.DataFrame]  # metric -> group_summary (the chosen metric, wall time)
+    per_metric: dict[str, pd.DataFrame]  # the chosen metric -> its group_summary
+    # TIME_METRIC by its median and range (timing.timing_summary); None when it is the metric
+    timing: pd.DataFrame | None
     best: pd.DataFrame
     paired: pd.DataFrame | None  # None without a baseline
     # final and best val loss side by side: None for runs collected without their curves
@@ -61,8 +63,7 @@ class Statistics:
 def compute(collection: results.Collection, options: Options,
             curves: pd.DataFrame | None = None) -> Statistics:
     runs, metric, by, test = collection.runs, options.metric, options.by, options.replicate_test
-    per_metric = {m: stats.group_summary(runs, [m], by, test)
-                  for m in dict.fromkeys([metric, TIME_METRIC])}
+    per_metric = {metric: stats.group_summary(runs, [metric], by, test)}
     readings = two_readings.readings_summary(runs, by, test) if "best_step" in runs else None
     compared = [metric, *(two_readings.READINGS if readings is not None else ())]
     paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by, options.equivalence,
@@ -71,6 +72,7 @@ def compute(collection: results.Collection, options: Options,
     return Statistics(
         keys=stats.group_keys(runs, by), excluded=stats.excluded(runs),
         folded=results.duplicates(runs), per_metric=per_metric,
+        timing=timing.timing_summary(runs, [TIME_METRIC], by) if metric != TIME_METRIC else None,
         best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
         ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
         readings=readings, readings_paired={m: paired[m] for m in two_readings.READINGS if m in paired},

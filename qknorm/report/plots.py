@@ -1,8 +1,9 @@
 """Figures from the runs DataFrame (qknorm.report.results), each a pyplot-free Figure: a metric
 against p (metric_vs_p on one Axes; loss_vs_p, time_vs_p, gamma_vs_p, entropy_vs_p, learned_p)
-drawn here, and `render` to bytes. Kinds without p (norm=none, rms) have no x position, so they
-are drawn as horizontal lines at their mean with a shaded 95% interval: a level every p can be
-read against. Nothing is re-exported: the figures over steps (stepplots), the paired Δ
+drawn here, and `render` to bytes; a timing (time_vs_p) by its median and range, not a mean
+(timing_vs_p). Kinds without p (norm=none, rms) have no x position, so they are drawn as
+horizontal lines at their mean with a shaded 95% interval (a timing: median, min–max shaded): a
+level every p can be read against. Nothing is re-exported: the figures over steps (stepplots), the paired Δ
 (deltaplot), the learning-rate reading's (lrplots) and Optuna's plots (studyplots) are modules of
 their own, which the report (build.figures), scripts/ and tests import whole (`from qknorm.report
 import stepplots`); p's axis and ticks are paxis's.
@@ -20,11 +21,13 @@ from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
 from qknorm.multitest import PAIRED_T, ReplicateTest
+from qknorm.report import timing
 from qknorm.report.baseline import continuous_p
 from qknorm.report.canvas import (
     BEST_GID,
     ENTROPY,
     MEAN_COLOR,
+    MEDIAN_GID,
     OTHER_KIND_COLORS,
     RUN_COLOR,
     RUN_GID,
@@ -81,17 +84,18 @@ def _group_means(runs: pd.DataFrame, metric: str, test: ReplicateTest) -> pd.Dat
 def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
                 baseline: float | None = None, title: str | None = None,
                 by: list[str] | tuple[str, ...] = (), mark_best: bool = False,
-                test: ReplicateTest = PAIRED_T) -> None:
+                test: ReplicateTest = PAIRED_T) -> int:
     """Each completed run a dot, one series (colour) per value of the `by` keys; inf at the
     right; no-p kinds as lines. A grid's p get their mean with a 95% t-band; a continuous
     search's (qknorm.report.baseline.continuous_p) get one point per trial, a fit in log p and, with
-    mark_best (a loss: lower is better), a star on each series' best trial."""
+    mark_best (a loss: lower is better), a star on each series' best trial. Returns how many
+    series got a fit (0 on a grid), so a title says only what was drawn."""
     runs = _lp_runs(df, metric)
     continuous = continuous_p(df)
     axis = PAxis.of(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna(), logx, continuous)
     draw = _continuous_series if continuous else _grid_series
-    few = []
-    for name, color, group in series(runs, by):
+    few, drawn = [], series(runs, by)
+    for name, color, group in drawn:
         if not draw(ax, axis, group, metric, name, color, mark_best, test):
             few.append(name)
     if few:  # a legend entry without a mark: the legend is placed off the data
@@ -108,6 +112,7 @@ def metric_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
     ax.grid(True, alpha=0.3, lw=0.6)
     if title:
         set_title(ax, title)
+    return len(drawn) - len(few) if continuous else 0
 
 
 def _grid_series(ax: Axes, axis: PAxis, runs: pd.DataFrame, metric: str, name: str,
@@ -198,8 +203,11 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
               test: ReplicateTest = PAIRED_T) -> Figure:
     fig, (ax,) = new_figure()
     runs = _lp_runs(df, metric)
+    fitted = metric_vs_p(ax, df, metric, logx, baseline, by=by, mark_best=True, test=test)
     if continuous_p(df):
-        n, what = f"n={len(runs)} runs", "each trial a point, quadratic fit in log p ± 95%"
+        n, what = f"n={len(runs)} runs", ("each trial a point, quadratic fit in log p ± 95%"
+                                          if fitted else
+                                          "each trial a point; too few trials for a fit")
     else:  # n per p, as the intervals are per p; a p with one run has none
         per_p = runs.groupby("norm.p").size()
         low, high = (int(per_p.min()), int(per_p.max())) if len(per_p) else (0, 0)
@@ -208,18 +216,51 @@ def loss_vs_p(df: pd.DataFrame, metric: str = "best_val_loss", baseline: float |
                 "each completed run a dot, mean ± 95% interval" if low > 1 else
                 "each completed run a dot, mean ± 95% interval where p has 2+ runs")
     intervals = not continuous_p(df) and len(runs) and runs.groupby("norm.p").size().max() > 1
-    title = f"{metric} vs p ({n})\n{what}" + (f"\n({test.short()})" if intervals else "")
-    metric_vs_p(ax, df, metric, logx, baseline, title=title, by=by, mark_best=True, test=test)
+    set_title(ax, f"{metric} vs p ({n})\n{what}" + (f"\n({test.short()})" if intervals else ""))
     legend(fig, ax, by)
     return fig
 
 
-def time_vs_p(df: pd.DataFrame, logx: bool = False, test: ReplicateTest = PAIRED_T) -> Figure:
+def time_vs_p(df: pd.DataFrame, logx: bool = False) -> Figure:
+    """Wall time and throughput per run against p, each a timing (qknorm.report.timing)."""
     fig, axes = new_figure(2, width=5.2)
-    metric_vs_p(axes[0], df, "wall_time_s", logx, title="wall time per run", test=test)
-    metric_vs_p(axes[1], df, "tokens_per_s", logx, title="training throughput", test=test)
+    timing_vs_p(axes[0], df, "wall_time_s", logx, title="wall time per run")
+    timing_vs_p(axes[1], df, "tokens_per_s", logx, title="training throughput")
     axes[0].legend(fontsize=8, frameon=False)
     return fig
+
+
+def timing_vs_p(ax: Axes, df: pd.DataFrame, metric: str, logx: bool = False,
+                title: str = "") -> None:
+    """A timing against p by its median and range (qknorm.report.timing says why, no t-band):
+    each completed run a dot, the median of each p's runs a marker on a line (dotted across the
+    break to inf); a kind without p a line at its median over its runs' min–max, shaded."""
+    runs = _lp_runs(df, metric)
+    axis = PAxis.of(df.loc[df["norm.kind"].isin(P_KINDS), "norm.p"].dropna(), logx,
+                    continuous_p(df))
+    ax.scatter([axis.x(p) for p in runs["norm.p"]], runs[metric].to_numpy(dtype=float), s=22,
+               color=RUN_COLOR, alpha=0.65, edgecolors="none", zorder=5, gid=RUN_GID,
+               label=f"one run ({len(runs)} completed)")
+    medians = timing.by_group(runs, [metric], ["norm.p"])
+    ps, ys = medians["norm.p"].astype(float), medians[f"{metric}_median"].astype(float)
+    ax.plot([axis.x(p) for p in ps], ys, "D", ms=7, mfc="none", mew=1.4, color=MEAN_COLOR,
+            zorder=6, gid=MEDIAN_GID, label="median of each p's runs")
+    fin = np.isfinite(ps)
+    ax.plot(ps[fin], ys[fin], color=MEAN_COLOR, lw=1.6, zorder=4)
+    if fin.any() and not fin.all():  # dotted: the axis is broken between the last finite p and inf
+        ax.plot([ps[fin].iloc[-1], axis.x_inf], [ys[fin].iloc[-1], ys[~fin].iloc[0]], ls=":",
+                color=MEAN_COLOR, lw=1.2, zorder=4)
+    done = completed(df)
+    others = done[~done["norm.kind"].isin(P_KINDS) & done[metric].notna()]
+    for _, r in timing.by_group(others, [metric], ["norm.kind"]).iterrows():
+        color = OTHER_KIND_COLORS.get(r["norm.kind"], "0.5")
+        ax.axhline(r[f"{metric}_median"], color=color, lw=1.4, ls="-.", zorder=2,
+                   label=f"norm={r['norm.kind']} median, min–max shaded (no p, n={int(r['n'])})")
+        ax.axhspan(r[f"{metric}_min"], r[f"{metric}_max"], color=color, alpha=0.12, lw=0)
+    axis.apply(ax)
+    ax.set_ylabel(metric_label(metric))
+    ax.grid(True, alpha=0.3, lw=0.6)
+    set_title(ax, f"{title}\neach run a dot, the median per p")
 
 
 def logged(df: pd.DataFrame, column: str) -> bool:

@@ -11,8 +11,9 @@ from qknorm import rundir
 from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
 from qknorm.report import lrsection, paxis, results, searchsection, stats
 from qknorm.report import readings as two_readings
-from qknorm.report.computed import DEFAULT_EQUIVALENCE, Options, Statistics, compute
+from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, num, pval
+from qknorm.report.timing import TIMING
 from qknorm.sweep.race import readback, verdicts
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
@@ -37,6 +38,14 @@ def _per_group_table(summary: pd.DataFrame, keys: list[str], metric: str) -> str
             str(int(r["n"])), num(r[f"{metric}_mean"]), num(r[f"{metric}_std"]),
             f"[{num(r[f'{metric}_ci_low'])}, {num(r[f'{metric}_ci_high'])}]"])
     return markdown_table(keys + ["n", "mean", "std", "95% t-interval"], rows)
+
+
+def _timing_table(timing: pd.DataFrame, keys: list[str], metric: str) -> str:
+    """A timing per group: median and range of its runs (qknorm.report.timing says why)."""
+    rows = [_group_label(r, keys) + [str(int(r["n"]))]
+            + [num(r[f"{metric}_{s}"]) for s in TIMING]
+            for _, r in timing.iterrows()]
+    return markdown_table(keys + ["n", *TIMING], rows)
 
 
 def _delta_table(paired: pd.DataFrame, keys: list[str]) -> str:
@@ -93,7 +102,10 @@ def summarize(collection: results.Collection, options: Options,
     out += _folded_note(s.folded)
     if s.fits is not None:
         out += ["The p values come from a continuous search: loss_vs_p draws each trial as a "
-                "point with a quadratic fit in log p and its 95% band per series.", ""]
+                + ("point with a quadratic fit in log p and its 95% band per series."
+                   if s.fits["p"].notna().any() else
+                   f"point; too few trials for a quadratic fit (it needs {stats.MIN_FIT_POINTS} "
+                   "at 3 or more finite p)."), ""]
     counts = s.per_metric[metric]["n"]
     if len(counts) and counts.max() < 2:
         out += ["One completed run per p: no std, intervals or tests. Replicate each p over folds "
@@ -102,6 +114,9 @@ def summarize(collection: results.Collection, options: Options,
     for m, table in s.per_metric.items():
         out += [f"## {m} per p", "", _per_group_table(table, s.keys, m) if len(table)
                 else "no completed runs", ""]
+    if s.timing is not None:
+        out += [f"## {TIME_METRIC} per p", "", _timing_table(s.timing, s.keys, TIME_METRIC)
+                if len(s.timing) else "no completed runs", ""]
     if options.baseline_note:
         out += [options.baseline_note, ""]
     if s.paired is not None:
