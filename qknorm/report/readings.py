@@ -21,6 +21,9 @@ def readings_summary(df: pd.DataFrame, by: list[str] | tuple[str, ...] = (),
     whose best eval was their last (`best_at_end`: still improving when training stopped)."""
     summary = group_summary(df, list(READINGS), by, test)
     done = completed(df)
+    if done.empty:  # every run diverged or failed: no group, and no key dtype to merge on
+        return summary.assign(best_step_median=pd.Series(dtype=float),
+                              best_at_end=pd.Series(dtype=float))
     keys = group_keys(df, by)
     ends = done.assign(best_at_end=(done["best_step"] >= done["steps"]).astype(float))
     extra = ends.groupby(keys, dropna=False, sort=True).agg(
