@@ -69,11 +69,12 @@ def deltas(record: Record, runs: Runs) -> Rows:
     rows = {}
     for _, r in table.iterrows():
         x, b = _pairs(done[done["norm.p"] == r["norm.p"]], base, metric, test)
+        how = _strength(r["verdict"], r, equivalence)
         rows[row_key(r["norm.p"])] = {
             "n": int(r["n_pairs"]), "delta": r["delta_mean"], "low": r["delta_ci_low"],
             "high": r["delta_ci_high"], "t_p": r["t_pvalue"], "holm": r["holm_pvalue"],
             "tost_low": r["tost_low"], "tost_high": r["tost_high"], "verdict": r["verdict"],
-            "strength": _strength(r["verdict"], r, equivalence), **_signs(x - b)}
+            "strength": how, "call": strength.worded(r["verdict"], how), **_signs(x - b)}
     return rows
 
 

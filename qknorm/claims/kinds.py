@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from qknorm.claims import grids, races
+from qknorm.claims import grids, races, studies
 from qknorm.claims.inputs import Runs, row_key
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
@@ -25,6 +25,7 @@ KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "means": grids.means, "deltas": grids.deltas, "paired": grids.paired,
     "spread": grids.spread, "steps": grids.steps,
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
+    "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
 }
 
 

@@ -42,10 +42,10 @@ def race(record: Record, runs: Runs) -> Rows:
         rows[f"look{lk.n}"] = {"leader": row_key(lk.leader)}
         for c, t in lk.tests.items():
             did = DROPPED if c in lk.dropped else LEVEL if c in lk.level else STAYS
+            how = strength.of_call(did, t.low, t.high, delta, (LEVEL,), (DROPPED,))
             rows[f"{lk.n}:{row_key(c)}"] = {
                 "delta": t.delta, "p": t.p, "holm": t.p_adjusted, "low": t.low, "high": t.high,
-                "outcome": did, "strength": strength.of_call(did, t.low, t.high, delta,
-                                                             (LEVEL,), (DROPPED,))}
+                "outcome": did, "strength": how, "call": strength.worded(did, how)}
     rows["end"] = {"folds": r.looks[-1].n if r.looks else 0,
                    "alive": ", ".join(row_key(c) for c in r.alive)}
     return rows

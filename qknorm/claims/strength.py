@@ -39,3 +39,8 @@ def of_call(call: str, low: float | None, high: float | None, equivalence: float
     if call in difference_words:
         return of_difference(low, high, equivalence)
     return ""
+
+
+def worded(call: str, how: str) -> str:
+    """The call as a page prints it: `worse`, or `worse (marginal)` where it is."""
+    return f"{call} ({MARGINAL})" if how == MARGINAL else call
