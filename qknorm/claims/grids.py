@@ -74,7 +74,8 @@ def deltas(record: Record, runs: Runs) -> Rows:
             "n": int(r["n_pairs"]), "delta": r["delta_mean"], "low": r["delta_ci_low"],
             "high": r["delta_ci_high"], "t_p": r["t_pvalue"], "holm": r["holm_pvalue"],
             "tost_low": r["tost_low"], "tost_high": r["tost_high"], "verdict": r["verdict"],
-            "strength": how, "call": strength.worded(r["verdict"], how), **_signs(x - b)}
+            "strength": how, "call": strength.worded(r["verdict"], how),
+            "room": strength.room(r["tost_low"], r["tost_high"], equivalence), **_signs(x - b)}
     return rows
 
 

@@ -33,19 +33,23 @@ def race(record: Record, runs: Runs) -> Rows:
     option, given = setting(record, "test"), setting(record, "n_folds", None)
     test = readout.replicate_test(option, n_folds > 1, layout, given)
     alpha, delta = float(setting(record, "alpha")), float(setting(record, "equivalence"))
-    baseline = setting(record, "baseline", None)
+    base = setting(record, "baseline", None)
+    base = None if base is None else float(base)
     r = looks.replay(sorted(values), values, set(), n_folds,
-                     int(setting(record, "min_replicates")), alpha,
-                     None if baseline is None else float(baseline), equivalence=delta, test=test)
+                     int(setting(record, "min_replicates")), alpha, base, equivalence=delta,
+                     test=test)
     rows: Rows = {}
     for lk in r.looks:
         rows[f"look{lk.n}"] = {"leader": row_key(lk.leader)}
         for c, t in lk.tests.items():
-            did = DROPPED if c in lk.dropped else LEVEL if c in lk.level else STAYS
+            # the baseline is never taken out: inside ±δ it is level and stays (race_replay's words)
+            level = c in lk.level or (c == base and looks.is_level(t, delta))
+            did = DROPPED if c in lk.dropped else LEVEL if level else STAYS
             how = strength.of_call(did, t.low, t.high, delta, (LEVEL,), (DROPPED,))
             rows[f"{lk.n}:{row_key(c)}"] = {
                 "delta": t.delta, "p": t.p, "holm": t.p_adjusted, "low": t.low, "high": t.high,
-                "outcome": did, "strength": how, "call": strength.worded(did, how)}
+                "outcome": did, "strength": how, "call": strength.worded(did, how),
+                "room": strength.room(t.low, t.high, delta)}
     rows["end"] = {"folds": r.looks[-1].n if r.looks else 0,
                    "alive": ", ".join(row_key(c) for c in r.alive)}
     return rows

@@ -16,10 +16,14 @@ MARGINAL, CLEAR = "marginal", "clear"
 SHARE = 0.1  # within a tenth of δ of the line: marginal
 
 
+def room(low: float, high: float, equivalence: float) -> float:
+    """How far inside ±δ an interval's outer edge lies (negative: outside)."""
+    return equivalence - max(abs(low), abs(high))
+
+
 def of_level(low: float, high: float, equivalence: float) -> str:
     """A level call's strength: how far inside ±δ its 90% interval's outer edge lies."""
-    room = equivalence - max(abs(low), abs(high))
-    return MARGINAL if room < SHARE * equivalence else CLEAR
+    return MARGINAL if room(low, high, equivalence) < SHARE * equivalence else CLEAR
 
 
 def of_difference(low: float, high: float, equivalence: float) -> str:
