@@ -2,8 +2,9 @@
 
   lr     a sweep over the learning rate (qknorm.report.lrsens): per norm group its LR
          sensitivity with the 95% interval, the max stable lr, the lowest mean loss over the lr
-         grid (ℓ*) and where, Δ sensitivity vs the reference with t p and Holm p; per group
-         and lr (row GROUP@LR) the mean loss and the largest attention logit
+         grid (ℓ*) and where, the range of the largest attention logit over the grid, Δ
+         sensitivity vs the reference with t p and Holm p; per group and lr (row GROUP@LR) the
+         mean loss and the largest attention logit
   arch   two architectures on the same folds (qknorm.report.archcompare, from the comparison's
          comparison.csv): per arm (row ARCH/P) the mean with its interval and the steps to the
          reference's loss; per p (row between/P) ARCH − reference arch; the interaction
@@ -41,7 +42,8 @@ def lr(record: Record, runs: Runs) -> Rows:
             "sensitivity": r["sensitivity_mean"], "low": r["sensitivity_ci_low"],
             "high": r["sensitivity_ci_high"], "max_stable_lr": r["max_stable_lr"],
             "diverged": int(r["diverged"]), "best_loss": best["val_loss_mean"],
-            "best_lr": best[lrsens.LR]}
+            "best_lr": best[lrsens.LR], "logit_min": at["attn_logit_max"].min(),
+            "logit_max": at["attn_logit_max"].max()}
         for _, a in at.iterrows():
             rows[f"{lrsens.label(r, keys)}@{a[lrsens.LR]:g}"] = {
                 "loss": a["val_loss_mean"], "logit": a["attn_logit_max"]}
