@@ -25,6 +25,7 @@ KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "means": grids.means, "deltas": grids.deltas, "paired": grids.paired,
     "spread": grids.spread, "steps": grids.steps,
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
+    "search": races.search,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
 }
 

@@ -9,6 +9,9 @@ order of p settles over the evals; each through the code that made or reports th
            same fold there (looks.stop_at_rung, the rule the race stopped it by)
   ranking  Kendall's τ between each eval's order of p and the last's (stats.ranking_by_step),
            with its range over spans of steps
+  search   a racing search's answer: every proposal against the incumbent the record names
+           (which the study's ledger chose; the ledger is not committed), on the folds both ran,
+           Holm over the comparisons (qknorm.sweep.race.intensify.final, the sweeper's own)
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from __future__ import annotations
 import math
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Runs, row_key, setting
+from qknorm.claims.inputs import Runs, replicate_test, row_key, setting
 from qknorm.claims.records import Record
+from qknorm.errors import UserError
 from qknorm.report import stats
 from qknorm.research import looks as readout
 from qknorm.rundir import COMPLETED
-from qknorm.sweep.race import looks
+from qknorm.sweep.race import intensify, looks
 
 Rows = dict[str, dict[str, object]]
 DROPPED, LEVEL, STAYS = "dropped", "level", "stays"
@@ -87,3 +91,25 @@ def ranking(record: Record, runs: Runs) -> Rows:
                  None)
     rows["settled"] = {"step": since if since is not None else "-"}
     return rows
+
+
+def search(record: Record, runs: Runs) -> Rows:
+    frame = runs.runs(setting(record, "source"), record)
+    metric, named = setting(record, "metric"), str(setting(record, "incumbent"))
+    test = replicate_test(frame, record)
+    keys = sorted(frame["norm.p"].unique())
+    proposals = [intensify.Proposal(
+        row_key(p), {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
+                     if r["status"] == COMPLETED},
+        stopped=bool((group["status"] != COMPLETED).any()), live=False)
+        for p in keys for group in [frame[frame["norm.p"] == p]]]
+    names = [prop.key for prop in proposals]
+    if named not in names:
+        raise UserError(f"record {record.id}: incumbent {named} is not a p of its runs "
+                        f"({', '.join(names)})")
+    rules = intensify.Rules(int(frame["data.fold"].nunique()), 1,
+                            float(setting(record, "alpha")),
+                            float(setting(record, "equivalence")), test)
+    answer = intensify.final(intensify.Search(incumbent=names.index(named)), proposals, rules)
+    return {names[i]: {"outcome": j.outcome, "n": j.n, "delta": j.delta, "p": j.p,
+                       "low": j.low, "high": j.high} for i, j in answer.items()}
