@@ -55,10 +55,14 @@ def write(root: Path, folder: str, runs: list[dict], curves: list[dict] | None =
 
 def race_curves() -> list[dict]:
     """Val loss at steps 0, 500, 2000: at 0 the order is 1 < 4 < 2 (the last's reversed), at
-    500 it is 4 < 2 < 1 (one swap), at 2000 the best val losses; p = 3 stopped at 500."""
+    500 it is 4 < 2 < 1 (one swap; means 2.28, 2.30, 2.333), at 2000 the best val losses; p = 3
+    stopped at 500 in fold 0."""
     at = {0: {1.0: 4.0, 4.0: 4.1, 2.0: 4.2}, 500: {4.0: 2.28, 2.0: 2.30, 1.0: 2.40}}
     out = [{"run_dir": f"p{p}_f{f}", "step": s, "val_loss": at[s][p] if s in at else GRID[p][f]}
            for p in GRID for f in range(3) for s in (0, 500, 2000)]
+    for row in out:  # p = 1 at 2.20 in fold 1 at step 500: the best there, not in fold 0
+        if row["run_dir"] == "p1.0_f1" and row["step"] == 500:
+            row["val_loss"] = 2.20
     return out + [{"run_dir": "p3.0_f0", "step": s, "val_loss": v} for s, v in ((0, 4.3), (500, 2.5))]
 
 
@@ -174,7 +178,7 @@ def test_race_record_replays_the_looks(book):
 def test_rungs_ranking_and_steps_records_read_the_race(book):
     runs = Runs(book)
     stopped = kinds.compute(record(book, "rungs", "source: race"), runs)
-    assert stopped["3"]["step"] == 500 and stopped["3"]["best"] == "4"  # 2.28 at step 500
+    assert stopped["3"]["step"] == 500 and stopped["3"]["best"] == "4"  # fold 0's best at 500
     assert stopped["3"]["gap"] == pytest.approx(2.50 - 2.28)
     ranking = kinds.compute(record(book, "ranking", "source: race\n    spans: [[0, 500]]"), runs)
     assert ranking["0"]["tau"] == pytest.approx(-1.0)  # reversed
@@ -272,3 +276,152 @@ def test_the_committed_records_and_pages_agree():
     problems, numbers = check.everything(records.load(REPO), REPO)
     assert problems == []
     assert numbers > 300
+
+
+T975_1 = 12.706204736174694  # scipy.stats.t.ppf(0.975, 1)
+T95_1 = 6.313751514675037  # scipy.stats.t.ppf(0.95, 1)
+
+
+def lr_runs() -> tuple[list[dict], list[dict]]:
+    """p = 2 and p = 4 at lr 0.001 and 0.01, seeds 0 and 1 on fold 9, ℓ₀ = 4 everywhere: final
+    val losses (seed 0, seed 1) p = 2: (2.0, 2.4), (2.1, 2.3); p = 4: (2.5, 2.6), (2.4, 2.8)."""
+    loss = {(2.0, 0): (2.0, 2.4), (2.0, 1): (2.1, 2.3), (4.0, 0): (2.5, 2.6), (4.0, 1): (2.4, 2.8)}
+    runs, curves = [], []
+    for (p, seed), values in loss.items():
+        for lr, v in zip((0.001, 0.01), values):
+            name = f"p{p}_s{seed}_lr{lr}"
+            runs.append({"optimizer.lr": lr, "norm.kind": "lp", "norm.p": p, "seed": seed,
+                         "data.fold": 9, "data.n_folds": 10, "status": "completed",
+                         "val_loss": v, "best_val_loss": v, "attn_logit_max": 10 * p + lr,
+                         "run_dir": name, "git_sha": SHA})
+            curves += [{"run_dir": name, "step": 0, "val_loss": 4.0},
+                       {"run_dir": name, "step": 100, "val_loss": v}]
+    return runs, curves
+
+
+def test_lr_record_reads_the_sensitivity_of_each_norm(book):
+    write(book.results.parents[1], "lr", *lr_runs())
+    (book.results / "records" / "lr.yaml").write_text(
+        "sources:\n  lr: {dir: lr, commit: abc1234, command: by hand, hardware: none}\n")
+    book = records.load(book.results.parents[1])
+    got = kinds.compute(record(book, "lr", "source: lr\n    test: paired"), Runs(book))
+    # sensitivity of a seed: mean over lr of ℓ − ℓ*: p = 2 (0 + 0.4)/2, (0 + 0.2)/2
+    two, four = got["p=2"], got["p=4"]
+    assert two["sensitivity"] == pytest.approx(0.15)
+    assert two["high"] == pytest.approx(0.15 + T975_1 * 0.1 / math.sqrt(2) / math.sqrt(2))
+    assert (two["best_loss"], two["best_lr"]) == (pytest.approx(2.05), 0.001)
+    assert (two["logit_min"], two["logit_max"]) == (pytest.approx(20.001), pytest.approx(20.01))
+    # p = 4: 0.05 and 0.2; paired by seed against p = 2: −0.15, +0.1
+    assert four["delta"] == pytest.approx(-0.025)
+    assert four["holm"] == pytest.approx(four["t_p"])  # one comparison
+    t = 0.025 / ((0.25 / math.sqrt(2)) / math.sqrt(2))  # sd of (−0.15, +0.1) is 0.25 / √2
+    assert four["t_p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi)  # t with 1 df: Cauchy
+    assert got["p=4@0.01"]["loss"] == pytest.approx(2.7)
+
+
+def test_arch_record_pairs_the_architectures_by_fold(book):
+    root = book.results.parents[1]
+    best = {("gpt", 2.0): [1.80, 1.85, 1.90], ("gpt", 4.0): [1.81, 1.86, 1.92],
+            ("angpt", 2.0): [1.70, 1.74, 1.81], ("angpt", 4.0): [1.70, 1.76, 1.80]}
+    steps = {("gpt", 2.0): [2000] * 3, ("gpt", 4.0): [2000, math.nan, 2000],
+             ("angpt", 2.0): [1250] * 3, ("angpt", 4.0): [1250, 1500, 1250]}
+    folds = [{"model.arch": a, "norm.p": p, "data.fold": f, "run_dir": f"{a}{p}{f}",
+              "best_val_loss": v, "val_loss": v, "tokens_per_s": 1.0, "steps_to_ref": s}
+             for (a, p), vs in best.items() for f, (v, s) in enumerate(zip(vs, steps[(a, p)]))]
+    write(root, "arch", [{**r, "seed": 0, "data.n_folds": 5, "status": "completed",
+                          "norm.kind": "lp", "git_sha": SHA} for r in folds])
+    pd.DataFrame(folds).to_csv(book.results / "arch" / "comparison.csv", index=False)
+    (book.results / "records" / "a.yaml").write_text(
+        "sources:\n  arch: {dir: arch, commit: abc1234, command: by hand, hardware: none}\n")
+    book = records.load(root)
+    got = kinds.compute(record(book, "arch", f"source: arch\n    {TEST}\n    reference: gpt:2\n"
+                               "    arch: angpt\n    p: 4"), Runs(book))
+    assert got["between/2"]["delta"] == pytest.approx(-0.10)  # −0.10, −0.11, −0.09
+    assert got["between/2"]["high"] == pytest.approx(-0.10 + T975_2 * 0.01 * math.sqrt(C))
+    assert got["between/2"]["steps"] == -750
+    # (angpt 4 − 2) − (gpt 4 − 2) per fold: 0 − 0.01, 0.02 − 0.01, −0.01 − 0.02
+    assert got["interaction"]["delta"] == pytest.approx(-0.01)
+    assert got["interaction"]["t_p"] == pytest.approx(two_sided_p(-0.01 / (0.02 * math.sqrt(C))))
+    assert (got["gpt/4"]["reached"], got["angpt/4"]["steps"]) == (2, pytest.approx(4000 / 3))
+
+
+def test_bench_record_reads_a_ratio_of_step_times(book):
+    (book.results / "bench.json").write_text(
+        '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}}')
+    got = kinds.compute(record(book, "bench", "file: bench.json"), Runs(book))
+    assert got["angpt/gpt"]["percent"] == pytest.approx(42.0)
+    with pytest.raises(UserError, match="is not a scripts/bench.py JSON with ratios"):
+        kinds.compute(record(book, "bench", "file: nope.json"), Runs(book))
+
+
+def test_search_record_answers_against_the_named_incumbent(book):
+    """The incumbent p = 2 ran folds 0–2; p = 1.5 folds 0–1 (+0.01, +0.03 behind), p = 3 fold 0
+    only, p = 4 stopped at a rung in fold 0."""
+    runs = rows({2.0: [1.80, 1.85, 1.90], 1.5: [1.81, 1.88], 3.0: [1.9], 4.0: [2.5]},
+                {(4.0, 0): "pruned"})
+    write(book.results.parents[1], "race", runs)
+    spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    alpha: 0.05\n"
+            "    equivalence: 0.02\n    incumbent: '2'")
+    got = kinds.compute(record(book, "search", spec), Runs(book))
+    se = math.sqrt(0.0002) * math.sqrt(1 / 2 + 1 / 4)  # sd of (0.01, 0.03), 2 folds of 5
+    assert got["1.5"]["delta"] == pytest.approx(0.02)
+    assert got["1.5"]["p"] == pytest.approx(0.5 - math.atan(0.02 / se) / math.pi)  # t, 1 df
+    assert got["1.5"]["high"] == pytest.approx(0.02 + T95_1 * se)
+    assert (got["1.5"]["outcome"], got["3"]["outcome"], got["4"]["outcome"]) == (
+        "undecided", "undecided", "stopped")
+    assert got["3"]["delta"] == pytest.approx(0.10)  # one fold in common: its difference
+    assert got["2"]["outcome"] == "incumbent"
+    with pytest.raises(UserError, match="incumbent 2.5 is not a p of its runs"):
+        kinds.compute(record(book, "search", spec.replace("'2'", "'2.5'")), Runs(book))
+
+
+def test_check_names_a_stale_unused_or_twice_marked_block_and_a_wrong_commit(book):
+    root = book.results.parents[1]
+    (book.results / "records" / "r.yaml").write_text(
+        'records:\n  r: {kind: paper, rows: {"4": {delta: "-0.0476"}}}\n'
+        "blocks:\n  a: 'Δ {{r 4 delta}}'\n  b: 'unused'\n")
+    block = "<!-- claims:a -->\nΔ {}\n<!-- /claims:a -->\n"
+    (root / records.PAGES[0]).write_text(block.format("-0.0476"))
+    (root / records.PAGES[1]).write_text(block.format("-0.0400"))
+    book = records.load(root)
+    assert check.pages(book, root) == [
+        "README.md: block a differs from its records; run `python -m qknorm.claims render`",
+        "block b is on no page; mark it with <!-- claims:b --> or remove it",
+        "block a is marked 2 times; mark it once"]
+    book.sources["grid"] = records.Source("grid", "grid", "def5678", "by hand", "none")
+    assert check.sources(book, Runs(book)) == [
+        "source grid: commit def5678, but its runs recorded abc1234"]
+    (book.results / "records" / "s.yaml").write_text("blocks:\n  a: 'again'\n")
+    with pytest.raises(UserError, match="a is defined twice, in r.yaml and s.yaml; keep one"):
+        records.load(root)
+
+
+@pytest.mark.slow
+def test_claims_cli_checks_renders_and_exits_nonzero_naming_the_difference(cli, tmp_path):
+    home = tmp_path / records.HOME
+    home.mkdir(parents=True)
+    (home / "r.yaml").write_text('records:\n  r: {kind: paper, rows: {"4": {delta: "-0.0476"}}}\n'
+                                 "blocks:\n  a: 'Δ {{r 4 delta}}'\n")
+    (tmp_path / records.PAGES[0]).write_text("a page without blocks\n")
+    (tmp_path / records.PAGES[1]).write_text("<!-- claims:a -->\nold\n<!-- /claims:a -->\n")
+
+    def claims(*args):  # this checkout's qknorm, whichever one is installed
+        return cli("-m", "qknorm.claims", *args, "--root", str(tmp_path),
+                   env={"PYTHONPATH": str(REPO)})
+
+    r = claims("check")
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == ("README.md: block a differs from its records; run "
+                                        "`python -m qknorm.claims render`")
+    r = claims("render")
+    assert r.returncode == 0 and "rendered README.md: a" in r.stdout
+    assert (tmp_path / "README.md").read_text() == "<!-- claims:a -->\nΔ -0.0476\n<!-- /claims:a -->\n"
+    r = claims("check")
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.strip() == ("claims: 1 records, 1 printed values, 1 blocks: all agree with "
+                                "the runs")
+    (home / "r.yaml").write_text('records:\n  r: {kind: paper, rows: {"4": {delta: 1.5}}}\n')
+    r = claims("check")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ('error: record r, row 4, delta: 1.5 is not quoted; write it as '
+                                'printed, e.g. "1.5", so its digits are kept')
