@@ -60,8 +60,8 @@ def race_curves() -> list[dict]:
     at = {0: {1.0: 4.0, 4.0: 4.1, 2.0: 4.2}, 500: {4.0: 2.28, 2.0: 2.30, 1.0: 2.40}}
     out = [{"run_dir": f"p{p}_f{f}", "step": s, "val_loss": at[s][p] if s in at else GRID[p][f]}
            for p in GRID for f in range(3) for s in (0, 500, 2000)]
-    for row in out:  # p = 1 at 2.20 in fold 1 at step 500: the best there, not in fold 0
-        if row["run_dir"] == "p1.0_f1" and row["step"] == 500:
+    for row in out:  # p = 1 at 2.20 in fold 2 at step 500: the best there, not in fold 0
+        if row["run_dir"] == "p1.0_f2" and row["step"] == 500:
             row["val_loss"] = 2.20
     return out + [{"run_dir": "p3.0_f0", "step": s, "val_loss": v} for s, v in ((0, 4.3), (500, 2.5))]
 
