@@ -19,12 +19,10 @@ import numpy as np
 import pandas as pd
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Runs, alpha, replicate_test, row_key, selected, setting
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import stats
-
-Rows = dict[str, dict[str, object]]
 
 
 def _runs(runs: Runs, record: Record, part: dict | None = None) -> pd.DataFrame:

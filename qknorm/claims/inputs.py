@@ -16,6 +16,7 @@ from qknorm.multitest import ReplicateTest
 from qknorm.report import format_p, results, stats
 
 REQUIRED = object()
+Rows = dict[str, dict[str, object]]  # what a kind computes: row -> field -> value
 ALPHA = round(1 - stats.CONFIDENCE, 10)  # the report's α: its intervals are 95%, TOST at 5%
 
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from qknorm.claims import grids, races, studies
-from qknorm.claims.inputs import Runs, row_key
+from qknorm.claims.inputs import Rows, Runs, row_key
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import paper
-
-Rows = dict[str, dict[str, object]]
 
 
 def paper_losses(record: Record, runs: Runs) -> Rows:

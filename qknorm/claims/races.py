@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Runs, replicate_test, row_key, setting
+from qknorm.claims.inputs import Rows, Runs, replicate_test, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import stats
@@ -27,7 +27,6 @@ from qknorm.research import looks as readout
 from qknorm.rundir import COMPLETED
 from qknorm.sweep.race import intensify, looks
 
-Rows = dict[str, dict[str, object]]
 DROPPED, LEVEL, STAYS = "dropped", "level", "stays"
 
 

@@ -19,12 +19,10 @@ import math
 
 import pandas as pd
 
-from qknorm.claims.inputs import Runs, replicate_test, row_key, selected, setting
+from qknorm.claims.inputs import Rows, Runs, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import archcompare, lrsens
-
-Rows = dict[str, dict[str, object]]
 
 
 def lr(record: Record, runs: Runs) -> Rows:
