@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # --dist loadgroup keeps the tests of one cluster service on one worker (tests/test_cluster.py).
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install test train sweep report bench lint clean
+.PHONY: help install test claims train sweep report bench lint clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ install: $(BIN)/.installed  ## create .venv and install qknorm with the CPU buil
 
 test: install  ## run the test suite
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+claims: install  ## recompute every results-page number from the committed runs (qknorm.claims)
+	$(BIN)/python -m qknorm.claims check
 
 train: install  ## one training run with defaults (pass ARGS="norm.p=4 ...")
 	$(BIN)/python -m qknorm.train $(ARGS)

@@ -41,9 +41,10 @@ _FACE = {
     **dict.fromkeys(["Report", "build_report", "check_columns", "check_logged", "figures", "load",
                      "parse_p", "write_report"], "qknorm.report.build"),
 }
-# Modules the rest may import whole (the scripts' commands): run dirs to a DataFrame, the
-# statistics, the figures, the paper's table, the architecture comparison.
-_MODULES = ["archcompare", "paper", "plots", "results", "stats", "stepplots"]
+# Modules the rest may import whole (the scripts' commands, qknorm.claims): run dirs to a
+# DataFrame, the statistics, the figures, the paper's table, the architecture comparison, the
+# learning-rate reading.
+_MODULES = ["archcompare", "lrsens", "paper", "plots", "results", "stats", "stepplots"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

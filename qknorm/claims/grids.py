@@ -1,0 +1,129 @@
+"""Records over the groups of one or two sweeps (a grid of p on folds): each computed by the
+report's own functions, as summary.md and scripts/paper_table.py compute it.
+
+  means    per p: n, mean, std and the 95% interval of the metric (stats.group_summary)
+  deltas   per p: Δ vs the baseline p (stats.paired_vs_baseline): Δ, 95% interval, t p, Holm p
+           over the table, the 90% interval, the verdict at δ and its strength; pairs below and
+           above 0
+  paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b
+  spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
+           difference of the means (the same protocol run twice: on two devices, or commits)
+  steps    the training steps a sweep spent, against the full grid's
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from qknorm.claims import strength
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
+from qknorm.claims.records import Record
+from qknorm.errors import UserError
+from qknorm.report import stats
+
+
+def _runs(runs: Runs, record: Record, part: dict | None = None) -> pd.DataFrame:
+    """The runs of a record (or of its part a/b): its source, filtered by its where."""
+    part = part if part is not None else record.spec
+    if not isinstance(part, dict) or "source" not in part:
+        raise UserError(f"record {record.id} ({record.file}) names no source; add source: NAME")
+    return selected(runs.runs(part["source"], record), part.get("where"), record)
+
+
+def means(record: Record, runs: Runs) -> Rows:
+    frame = _runs(runs, record)
+    metric = setting(record, "metric")
+    table = stats.group_summary(frame, [metric], test=replicate_test(frame, record))
+    return {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
+                                   "std": r[f"{metric}_std"], "low": r[f"{metric}_ci_low"],
+                                   "high": r[f"{metric}_ci_high"]}
+            for _, r in table.iterrows()}
+
+
+def _signs(d) -> dict[str, int]:
+    d = np.asarray(d, dtype=float)
+    return {"below": int((d < 0).sum()), "above": int((d > 0).sum())}
+
+
+def _pairs(x: pd.DataFrame, base: pd.DataFrame, metric: str, test) -> tuple:
+    """Two groups' replicates (stats.replicates) on the replicates both have."""
+    a, b = stats.replicates(x, metric, test)[0], stats.replicates(base, metric, test)[0]
+    common = a.index.intersection(b.index)
+    return a[common].to_numpy(), b[common].to_numpy()
+
+
+def deltas(record: Record, runs: Runs) -> Rows:
+    frame = _runs(runs, record)
+    metric, baseline = setting(record, "metric"), float(setting(record, "baseline"))
+    equivalence, test = float(setting(record, "equivalence")), replicate_test(frame, record)
+    alpha(record)
+    table = stats.paired_vs_baseline(frame, metric, baseline, equivalence=equivalence,
+                                     test=test)
+    done = stats.completed(frame)
+    base = done[done["norm.p"] == baseline]
+    rows = {}
+    for _, r in table.iterrows():
+        x, b = _pairs(done[done["norm.p"] == r["norm.p"]], base, metric, test)
+        how = _strength(r["verdict"], r, equivalence)
+        rows[row_key(r["norm.p"])] = {
+            "n": int(r["n_pairs"]), "delta": r["delta_mean"], "low": r["delta_ci_low"],
+            "high": r["delta_ci_high"], "t_p": r["t_pvalue"], "holm": r["holm_pvalue"],
+            "tost_low": r["tost_low"], "tost_high": r["tost_high"], "verdict": r["verdict"],
+            "strength": how, "call": strength.worded(r["verdict"], how),
+            "room": strength.room(r["tost_low"], r["tost_high"], equivalence), **_signs(x - b)}
+    return rows
+
+
+def _strength(verdict: str, r, equivalence: float) -> str:
+    if verdict == stats.LEVEL:
+        return strength.of_level(r["tost_low"], r["tost_high"], equivalence)
+    if verdict in (stats.WORSE, stats.BETTER):
+        return strength.of_difference(r["delta_ci_low"], r["delta_ci_high"], equivalence)
+    return ""
+
+
+def paired(record: Record, runs: Runs) -> Rows:
+    a = _runs(runs, record, setting(record, "a"))
+    b = _runs(runs, record, setting(record, "b"))
+    metric, test = setting(record, "metric"), replicate_test(pd.concat([a, b]), record)
+    equivalence = setting(record, "equivalence", None)
+    a, b = stats.completed(a), stats.completed(b)
+    rows = {}
+    for p in sorted(set(a["norm.p"]) & set(b["norm.p"])):
+        x, y = _pairs(a[a["norm.p"] == p], b[b["norm.p"] == p], metric, test)
+        t = stats.paired_test(x, y, test)
+        row = {"n": t.n, "delta": t.mean, "low": t.ci_low, "high": t.ci_high, "t_p": t.t_pvalue,
+               "tost_low": t.tost_low, "tost_high": t.tost_high, **_signs(x - y)}
+        if equivalence is not None:  # one comparison: its own p is its Holm p
+            row["verdict"] = stats.verdict(t.t_pvalue, t.mean, t.tost_low, t.tost_high,
+                                           float(equivalence))
+        rows[row_key(p)] = row
+    return rows
+
+
+def spread(record: Record, runs: Runs) -> Rows:
+    metric = setting(record, "metric")
+    keys = ["norm.p", "data.fold", "seed"]
+    a = stats.completed(_runs(runs, record, setting(record, "a")))[keys + [metric]]
+    b = stats.completed(_runs(runs, record, setting(record, "b")))[keys + [metric]]
+    both = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    both["d"] = both[f"{metric}_a"] - both[f"{metric}_b"]
+    rows = {}
+    for p, group in both.groupby("norm.p"):
+        rows[row_key(p)] = {"n": len(group), "max_abs": float(group["d"].abs().max()),
+                            "mean_diff": float(group["d"].mean())}
+    rows["all"] = {"n": len(both), "max_abs": float(both["d"].abs().max()),
+                   "max_mean_diff": max(abs(r["mean_diff"]) for r in rows.values())}
+    return rows
+
+
+def steps(record: Record, runs: Runs) -> Rows:
+    frame = _runs(runs, record)
+    spent = int(frame["steps"].fillna(0).sum())
+    grid = (frame["norm.p"].nunique() * int(setting(record, "grid_folds"))
+            * int(setting(record, "grid_steps")))
+    return {"all": {"runs": len(frame), "steps": spent, "grid": grid,
+                    "percent": 100 * spent / grid if grid else math.nan}}

@@ -1,0 +1,81 @@
+"""The pages' marked blocks, rendered from the records. A block is
+
+    <!-- claims:NAME -->
+    ...what the template NAME renders to...
+    <!-- /claims:NAME -->
+
+and its template (a records file's `blocks:`) is markdown with {{ID ROW FIELD}} where record
+ID's printed value goes, optionally with filters: {{ID ROW FIELD | 3}} quotes it with 3
+decimals, `| u` writes its minus as − (prose), `| abs` drops its sign. Text outside the blocks
+is the page's own; a number in a block is typed once, in its record.
+"""
+
+from __future__ import annotations
+
+import re
+
+from qknorm.claims import printed
+from qknorm.claims.records import Book
+
+BLOCK = re.compile(r"(?P<open><!-- claims:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)"
+                   r"(?P<close><!-- /claims:(?P=name) -->)", re.S)
+PLACE = re.compile(r"\{\{\s*(?P<id>[^\s|}]+)\s+(?P<row>[^\s|}]+)\s+(?P<field>[^\s|}]+)"
+                   r"(?P<filters>(?:\s*\|\s*[^\s|}]+)*)\s*\}\}")
+
+
+def _filtered(text: str, filters: str) -> str | None:
+    for f in (x.strip() for x in filters.split("|") if x.strip()):
+        if f.isdigit():
+            text = printed.quote(text, int(f))
+        elif f == "u":
+            text = text.replace("-", "−", 1) if text.startswith("-") else text
+        elif f == "abs":
+            text = text.lstrip("+-−")
+        else:
+            return None
+    return text
+
+
+def render(template: str, book: Book, where: str, problems: list[str]) -> str:
+    """The template with every placeholder replaced by its record's printed value; a
+    placeholder that names nothing is left as it is and said in `problems`."""
+    def one(m: re.Match) -> str:
+        record = book.records.get(m["id"])
+        fields = record.rows.get(m["row"]) if record else None
+        if fields is None or m["field"] not in fields:
+            what = ("no record " + m["id"] if record is None else
+                    f"record {m['id']} has no row {m['row']}" if fields is None else
+                    f"record {m['id']}, row {m['row']}, has no field {m['field']}")
+            problems.append(f"{where}: {m.group(0)}: {what}")
+            return m.group(0)
+        text = _filtered(fields[m["field"]], m["filters"])
+        if text is None:
+            problems.append(f"{where}: {m.group(0)}: a filter is not a digit count, u or abs")
+            return m.group(0)
+        return text
+
+    return PLACE.sub(one, template)
+
+
+def names(text: str) -> list[str]:
+    """The blocks a page marks, in its order."""
+    return [m["name"] for m in BLOCK.finditer(text)]
+
+
+def render_page(text: str, book: Book, page: str, problems: list[str]) -> str:
+    """The page with every marked block rendered from its template (a block without one is
+    left as it is and said in `problems`)."""
+    def one(m: re.Match) -> str:
+        if m["name"] not in book.blocks:
+            problems.append(f"{page}: block {m['name']} has no template under `blocks:`")
+            return m.group(0)
+        body = render(book.blocks[m["name"]], book, f"block {m['name']}", problems)
+        return m["open"] + body.rstrip("\n") + "\n" + m["close"]
+
+    return BLOCK.sub(one, text)
+
+
+def differing(text: str, rendered: str) -> list[str]:
+    """The blocks whose text differs between a page and its render."""
+    new = {m["name"]: m["body"] for m in BLOCK.finditer(rendered)}
+    return [m["name"] for m in BLOCK.finditer(text) if new.get(m["name"]) != m["body"]]

@@ -1,0 +1,114 @@
+"""Records over a sweep's course: a race's looks, the runs it stopped at a rung, and how the
+order of p settles over the evals; each through the code that made or reports them.
+
+  race     the race's looks replayed on its recorded runs (qknorm.sweep.race.looks.replay, as
+           scripts/race_replay.py replays them): per look and p, Δ vs the leader, one-sided p,
+           Holm p, the 90% interval, what the look did and its strength; the leader per look;
+           where the race ended
+  rungs    each run a race stopped inside its fold: its gap at that step to the best run of the
+           same fold there (looks.stop_at_rung, the rule the race stopped it by)
+  ranking  Kendall's τ between each eval's order of p and the last's (stats.ranking_by_step),
+           with its range over spans of steps
+  search   a racing search's answer: every proposal against the incumbent the record names
+           (which the study's ledger chose; the ledger is not committed), on the folds both ran,
+           Holm over the comparisons (qknorm.sweep.race.intensify.final, the sweeper's own)
+"""
+
+from __future__ import annotations
+
+import math
+
+from qknorm.claims import strength
+from qknorm.claims.inputs import Rows, Runs, replicate_test, row_key, setting
+from qknorm.claims.records import Record
+from qknorm.errors import UserError
+from qknorm.report import stats
+from qknorm.research import looks as readout
+from qknorm.rundir import COMPLETED
+from qknorm.sweep.race import intensify, looks
+
+DROPPED, LEVEL, STAYS = "dropped", "level", "stays"
+
+
+def race(record: Record, runs: Runs) -> Rows:
+    path = runs.folder(setting(record, "source"), record) / "results.csv"
+    values, n_folds, layout = readout.completed_by_fold(path, setting(record, "metric"))
+    option, given = setting(record, "test"), setting(record, "n_folds", None)
+    test = readout.replicate_test(option, n_folds > 1, layout, given)
+    alpha, delta = float(setting(record, "alpha")), float(setting(record, "equivalence"))
+    base = setting(record, "baseline", None)
+    base = None if base is None else float(base)
+    r = looks.replay(sorted(values), values, set(), n_folds,
+                     int(setting(record, "min_replicates")), alpha, base, equivalence=delta,
+                     test=test)
+    rows: Rows = {}
+    for lk in r.looks:
+        rows[f"look{lk.n}"] = {"leader": row_key(lk.leader)}
+        for c, t in lk.tests.items():
+            # the baseline is never taken out: inside ±δ it is level and stays (race_replay's words)
+            level = c in lk.level or (c == base and looks.is_level(t, delta))
+            did = DROPPED if c in lk.dropped else LEVEL if level else STAYS
+            how = strength.of_call(did, t.low, t.high, delta, (LEVEL,), (DROPPED,))
+            rows[f"{lk.n}:{row_key(c)}"] = {
+                "delta": t.delta, "p": t.p, "holm": t.p_adjusted, "low": t.low, "high": t.high,
+                "outcome": did, "strength": how, "call": strength.worded(did, how),
+                "room": strength.room(t.low, t.high, delta)}
+    rows["end"] = {"folds": r.looks[-1].n if r.looks else 0,
+                   "alive": ", ".join(row_key(c) for c in r.alive)}
+    return rows
+
+
+def rungs(record: Record, runs: Runs) -> Rows:
+    source = setting(record, "source")
+    frame, curves = runs.runs(source, record), runs.curves(source, record)
+    metric = setting(record, "metric", "val_loss")
+    rows = {}
+    for _, run in frame[frame["status"] != COMPLETED].iterrows():
+        mine = curves[curves["run_dir"] == run["run_dir"]]
+        step = float(mine["step"].max())
+        fold = frame[(frame["data.fold"] == run["data.fold"]) & (frame["run_dir"] != run["run_dir"])]
+        there = curves[curves["run_dir"].isin(fold["run_dir"]) & (curves["step"] == step)]
+        value = float(mine.loc[mine["step"] == step, metric].iloc[0])
+        stop = looks.stop_at_rung(value, dict(zip(there["norm.p"], there[metric])), -math.inf)
+        rows[row_key(run["norm.p"])] = {"fold": int(run["data.fold"]), "step": int(step),
+                                        "gap": stop.delta if stop else math.nan,
+                                        "best": row_key(stop.best) if stop else "-"}
+    return rows
+
+
+def ranking(record: Record, runs: Runs) -> Rows:
+    curves = runs.curves(setting(record, "source"), record)
+    table = stats.ranking_by_step(curves, setting(record, "metric", "val_loss"))
+    rows: Rows = {str(int(r.step)): {"tau": r.kendall_tau, "order": r.order}
+                  for r in table.itertuples()}
+    for first, last in setting(record, "spans", []):
+        span = table[(table["step"] >= first) & (table["step"] <= last)]["kendall_tau"]
+        rows[f"{first}-{last}"] = {"tau_min": float(span.min()), "tau_max": float(span.max())}
+    settled = table["kendall_tau"].to_numpy() >= 1 - 1e-12
+    # the first step from which every eval orders p as the last one does
+    since = next((int(table["step"].iloc[i]) for i in range(len(settled)) if settled[i:].all()),
+                 None)
+    rows["settled"] = {"step": since if since is not None else "-"}
+    return rows
+
+
+def search(record: Record, runs: Runs) -> Rows:
+    frame = runs.runs(setting(record, "source"), record)
+    metric, named = setting(record, "metric"), str(setting(record, "incumbent"))
+    test = replicate_test(frame, record)
+    keys = sorted(frame["norm.p"].unique())
+    proposals = [intensify.Proposal(
+        row_key(p), {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
+                     if r["status"] == COMPLETED},
+        stopped=bool((group["status"] != COMPLETED).any()), live=False)
+        for p in keys for group in [frame[frame["norm.p"] == p]]]
+    names = [prop.key for prop in proposals]
+    if named not in names:
+        raise UserError(f"record {record.id}: incumbent {named} is not a p of its runs "
+                        f"({', '.join(names)})")
+    rules = intensify.Rules(int(frame["data.fold"].nunique()), 1,
+                            float(setting(record, "alpha")),
+                            float(setting(record, "equivalence")), test)
+    answer = intensify.final(intensify.Search(incumbent=names.index(named)), proposals, rules)
+    return {names[i]: {"outcome": j.outcome, "n": j.n, "delta": j.delta, "p": j.p,
+                       "low": j.low, "high": j.high} for i, j in answer.items()}

@@ -1,0 +1,99 @@
+"""Records over studies with a reading of their own, each through the report's module for it.
+
+  lr     a sweep over the learning rate (qknorm.report.lrsens): per norm group its LR
+         sensitivity with the 95% interval, the max stable lr, the lowest mean loss over the lr
+         grid (ℓ*) and where, the range of the largest attention logit over the grid, Δ
+         sensitivity vs the reference with t p and Holm p; per group and lr (row GROUP@LR) the
+         mean loss and the largest attention logit
+  arch   two architectures on the same folds (qknorm.report.archcompare, from the comparison's
+         comparison.csv): per arm (row ARCH/P) the mean with its interval and the steps to the
+         reference's loss; per p (row between/P) ARCH − reference arch; the interaction
+  bench  a committed scripts/bench.py JSON: per ratio of step times (its name without spaces)
+         the median, quartiles and the percent it adds
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from qknorm.claims.inputs import Rows, Runs, replicate_test, row_key, selected, setting
+from qknorm.claims.records import Record
+from qknorm.errors import UserError
+from qknorm.report import archcompare, lrsens
+
+
+def lr(record: Record, runs: Runs) -> Rows:
+    source = setting(record, "source")
+    frame = selected(runs.runs(source, record), setting(record, "where", None), record)
+    reading = lrsens.compute(frame, runs.curves(source, record),
+                             test=replicate_test(frame, record))
+    if reading is None:
+        raise UserError(f"record {record.id}: its runs do not sweep {lrsens.LR}")
+    keys, rows = reading.keys, {}
+    for _, r in reading.summary.iterrows():
+        at = _group(reading.by_lr, r, keys)
+        best = at.loc[at["val_loss_mean"].idxmin()]
+        rows[lrsens.label(r, keys)] = {
+            "sensitivity": r["sensitivity_mean"], "low": r["sensitivity_ci_low"],
+            "high": r["sensitivity_ci_high"], "max_stable_lr": r["max_stable_lr"],
+            "diverged": int(r["diverged"]), "best_loss": best["val_loss_mean"],
+            "best_lr": best[lrsens.LR], "logit_min": at["attn_logit_max"].min(),
+            "logit_max": at["attn_logit_max"].max()}
+        for _, a in at.iterrows():
+            rows[f"{lrsens.label(r, keys)}@{a[lrsens.LR]:g}"] = {
+                "loss": a["val_loss_mean"], "logit": a["attn_logit_max"]}
+    for _, r in reading.paired.iterrows():
+        rows[lrsens.label(r, keys)].update({
+            "delta": r["delta_mean"], "dlow": r["delta_ci_low"], "dhigh": r["delta_ci_high"],
+            "t_p": r["t_pvalue"], "holm": r["holm_pvalue"]})
+    return rows
+
+
+def _group(frame: pd.DataFrame, row: pd.Series, keys: list[str]) -> pd.DataFrame:
+    """frame's rows of `row`'s group: equal on every key, NaN matching NaN (norm=none's p)."""
+    match = pd.Series(True, index=frame.index)
+    for key in keys:
+        match &= frame[key].isna() if pd.isna(row[key]) else frame[key] == row[key]
+    return frame[match]
+
+
+def arch(record: Record, runs: Runs) -> Rows:
+    source = setting(record, "source")
+    frame = runs.runs(source, record)
+    test = replicate_test(frame, record)
+    folds = archcompare.read_folds(runs.folder(source, record) / "comparison.csv")
+    reference = archcompare.parse_arm(setting(record, "reference"))
+    other, p = setting(record, "arch"), float(setting(record, "p"))
+    rows: Rows = {}
+    for _, r in archcompare.arms(folds, test).iterrows():
+        rows[f"{r[archcompare.ARCH]}/{row_key(r['norm.p'])}"] = {
+            "n": int(r["n"]), "mean": r["best_val_loss_mean"], "low": r["best_val_loss_ci_low"],
+            "high": r["best_val_loss_ci_high"], "steps": r[f"{archcompare.STEPS_TO_REF}_mean"],
+            "reached": int(r["reached"])}
+    between = archcompare.between_archs(folds, other, reference.arch, test)
+    for _, r in between[between["metric"] == "best_val_loss"].iterrows():
+        rows[f"between/{row_key(r['norm.p'])}"] = {
+            "delta": r["delta"], "low": r["ci_low"], "high": r["ci_high"], "t_p": r["t_pvalue"]}
+    for _, r in between[between["metric"] == archcompare.STEPS_TO_REF].iterrows():
+        rows[f"between/{row_key(r['norm.p'])}"]["steps"] = r["delta"]
+    both = archcompare.interaction(folds, other, reference.arch, p, reference.p, test)
+    for _, r in both[both["metric"] == "best_val_loss"].iterrows():
+        rows["interaction"] = {"delta": r["delta"], "low": r["ci_low"], "high": r["ci_high"],
+                               "t_p": r["t_pvalue"]}
+    return rows
+
+
+def bench(record: Record, runs: Runs) -> Rows:
+    path = runs.book.results / setting(record, "file")
+    try:
+        ratios = json.loads(path.read_text())["ratios"]
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"record {record.id}: {path} is not a scripts/bench.py JSON with "
+                        f"ratios ({e})") from None
+    return {name.replace(" ", ""): {"median": r["median"], "q1": r["q1"], "q3": r["q3"],
+                                    "percent": 100 * (r["median"] - 1) if r["median"] else
+                                    math.nan}
+            for name, r in ratios.items()}

@@ -1,0 +1,427 @@
+"""Claims as records (qknorm.claims): each kind recomputed on hand-made runs against numbers
+worked out here by hand (t quantiles from scipy, written out), printed digits, the page blocks,
+and the committed records against the committed runs."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from qknorm.claims import check, kinds, page, printed, records, strength
+from qknorm.claims.inputs import Runs
+from qknorm.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+T975_2 = 4.302652729749462  # scipy.stats.t.ppf(0.975, 2)
+T95_2 = 2.9199855803537242  # scipy.stats.t.ppf(0.95, 2)
+C = 1 / 3 + 1 / 4  # the corrected t's variance factor: 3 folds of a 5-fold layout
+SHA = "abc1234" + "0" * 33
+# best_val_loss by p, then fold 0, 1, 2: Δ vs p = 2 is +0.01, +0.02, +0.03 at p = 4 and
+# +0.10, +0.12, +0.14 at p = 1
+GRID = {2.0: [1.80, 1.85, 1.90], 4.0: [1.81, 1.87, 1.93], 1.0: [1.90, 1.97, 2.04]}
+SOURCES = """
+sources:
+  grid: {dir: grid, commit: abc1234, command: by hand, hardware: none}
+  other: {dir: other, commit: abc1234, command: by hand, hardware: none}
+  race: {dir: race, commit: abc1234, command: by hand, hardware: none}
+"""
+TEST = "test: corrected\n    n_folds: 5"
+
+
+def two_sided_p(t: float) -> float:
+    """Student t with 2 degrees of freedom has the CDF 1/2 + t / (2 sqrt(2 + t²))."""
+    return 1 - abs(t) / math.sqrt(2 + t * t)
+
+
+def rows(values: dict[float, list[float]], status: dict | None = None) -> list[dict]:
+    return [{"norm.kind": "lp", "norm.p": p, "seed": 0, "data.fold": f, "data.n_folds": 5,
+             "status": (status or {}).get((p, f), "completed"), "best_val_loss": v,
+             "steps": 500 if (status or {}).get((p, f)) else 2000, "run_dir": f"p{p}_f{f}",
+             "git_sha": SHA}
+            for p, vs in values.items() for f, v in enumerate(vs)]
+
+
+def write(root: Path, folder: str, runs: list[dict], curves: list[dict] | None = None) -> None:
+    path = root / "docs" / "results" / folder
+    path.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(runs).to_csv(path / "results.csv", index=False)
+    if curves is not None:
+        pd.DataFrame(curves).to_csv(path / "curves.csv", index=False)
+
+
+def race_curves() -> list[dict]:
+    """Val loss at steps 0, 500, 2000: at 0 the order is 1 < 4 < 2 (the last's reversed), at
+    500 it is 4 < 2 < 1 (one swap; means 2.28, 2.30, 2.333), at 2000 the best val losses; p = 3
+    stopped at 500 in fold 0."""
+    at = {0: {1.0: 4.0, 4.0: 4.1, 2.0: 4.2}, 500: {4.0: 2.28, 2.0: 2.30, 1.0: 2.40}}
+    out = [{"run_dir": f"p{p}_f{f}", "step": s, "val_loss": at[s][p] if s in at else GRID[p][f]}
+           for p in GRID for f in range(3) for s in (0, 500, 2000)]
+    for row in out:  # p = 1 at 2.20 in fold 2 at step 500: the best there, not in fold 0
+        if row["run_dir"] == "p1.0_f2" and row["step"] == 500:
+            row["val_loss"] = 2.20
+    return out + [{"run_dir": "p3.0_f0", "step": s, "val_loss": v} for s, v in ((0, 4.3), (500, 2.5))]
+
+
+@pytest.fixture
+def book(tmp_path) -> records.Book:
+    write(tmp_path, "grid", rows(GRID))
+    other = {2.0: [1.81, 1.84, 1.93]}  # grid − other at p = 2: −0.01, +0.01, −0.03
+    write(tmp_path, "other", rows(other))
+    write(tmp_path, "race", rows({**GRID, 3.0: [2.5]}, {(3.0, 0): "pruned"}), race_curves())
+    home = tmp_path / records.HOME
+    home.mkdir(parents=True)
+    (home / "sources.yaml").write_text(SOURCES)
+    return records.load(tmp_path)
+
+
+def record(book: records.Book, kind: str, spec: str) -> records.Record:
+    """A record of `kind` with `spec`'s settings (YAML), read as a records file reads it."""
+    path = book.results / "records" / "r.yaml"
+    path.write_text(f"records:\n  r:\n    kind: {kind}\n    {spec}\n")
+    return records.load(book.results.parents[1]).records["r"]
+
+
+def test_printed_agrees_to_its_printed_digits():
+    assert printed.agrees("0.0073", 0.00734) and not printed.agrees("0.0073", 0.00736)
+    assert printed.agrees("+0.2200", 0.22004) and not printed.agrees("+0.2200", 0.22006)
+    assert printed.agrees("-0.0000", 0.00003) and printed.agrees("7.26e-05", 7.2649e-05)
+    assert not printed.agrees("7.26e-05", 7.2651e-05)
+    assert printed.agrees("19,500", 19500) and not printed.agrees("19,500", 19501)
+    assert printed.agrees("−0.0080", -0.00801)  # a page's minus
+    assert printed.agrees("level within ±δ", "level within ±δ")
+    assert not printed.agrees("level within ±δ", "undecided")
+    assert printed.agrees("-", math.nan) and not printed.agrees("1", math.nan)
+    assert printed.agrees("inf", math.inf)
+
+
+def test_a_quote_rounds_the_printed_value_and_keeps_its_sign():
+    assert printed.quote("+0.0331", 3) == "+0.033"
+    assert printed.quote("-0.0080", 3) == "-0.008"
+    assert printed.quote("0.0947", 2) == "0.09"
+    assert printed.quote("2.0582", 2) == "2.06"
+
+
+def test_strength_is_marginal_within_a_tenth_of_delta_of_the_line():
+    # level: the 90% interval's outer edge against δ = 0.02 (the KJV's −0.0193 is 0.0007 in)
+    assert strength.of_level(-0.0193, 0.0069, 0.02) == strength.MARGINAL
+    assert strength.of_level(-0.0179, 0.0069, 0.02) == strength.CLEAR
+    # worse: the interval's inner edge against 0 (+0.0005 is closer than 0.002)
+    assert strength.of_difference(0.0005, 0.0240, 0.02) == strength.MARGINAL
+    assert strength.of_difference(0.0021, 0.0240, 0.02) == strength.CLEAR
+    assert strength.of_difference(-0.01, 0.02, 0.02) == strength.MARGINAL  # spans 0
+
+
+def test_means_record_on_hand_made_runs(book):
+    got = kinds.compute(record(book, "means", f"source: grid\n    metric: best_val_loss\n    {TEST}"),
+                        Runs(book))
+    half = T975_2 * 0.05 * math.sqrt(C)  # p = 2: sd 0.05 over 3 folds
+    assert got["2"]["n"] == 3 and got["2"]["mean"] == pytest.approx(1.85)
+    assert got["2"]["low"] == pytest.approx(1.85 - half)
+    assert got["2"]["high"] == pytest.approx(1.85 + half)
+    assert got["1"]["mean"] == pytest.approx(1.97)
+
+
+DELTAS = (f"source: grid\n    metric: best_val_loss\n    baseline: 2\n    {TEST}\n"
+          "    equivalence: 0.02\n    alpha: 0.05")
+
+
+def test_deltas_record_on_hand_made_runs(book):
+    got = kinds.compute(record(book, "deltas", DELTAS), Runs(book))
+    t4, t1 = 0.02 / (0.01 * math.sqrt(C)), 0.12 / (0.02 * math.sqrt(C))
+    p4, p1 = two_sided_p(t4), two_sided_p(t1)
+    four, one = got["4"], got["1"]
+    assert four["delta"] == pytest.approx(0.02) and four["t_p"] == pytest.approx(p4)
+    assert four["low"] == pytest.approx(0.02 - T975_2 * 0.01 * math.sqrt(C))
+    assert four["tost_high"] == pytest.approx(0.02 + T95_2 * 0.01 * math.sqrt(C))
+    assert one["holm"] == pytest.approx(2 * p1)  # Holm: the smaller p of 2, doubled
+    assert four["holm"] == pytest.approx(max(2 * p1, p4))
+    assert (one["verdict"], four["verdict"]) == ("worse", "undecided")  # 2 p1 = 0.032, p4 = 0.12
+    assert (one["strength"], four["strength"]) == ("clear", "")
+    assert (four["below"], four["above"]) == (0, 3)
+
+
+def test_paired_and_spread_records_pair_two_sources_by_fold(book):
+    spec = (f"a: {{source: grid}}\n    b: {{source: other}}\n    metric: best_val_loss\n    "
+            f"{TEST}")
+    got = kinds.compute(record(book, "paired", spec), Runs(book))["2"]  # d = −.01, +.01, −.03
+    assert got["delta"] == pytest.approx(-0.01)
+    assert got["t_p"] == pytest.approx(two_sided_p(-0.01 / (0.02 * math.sqrt(C))))
+    assert got["high"] == pytest.approx(-0.01 + T975_2 * 0.02 * math.sqrt(C))
+    assert (got["below"], got["above"]) == (2, 1)
+    spread = kinds.compute(record(book, "spread", "a: {source: grid}\n    b: {source: other}\n"
+                                  "    metric: best_val_loss"), Runs(book))
+    assert spread["2"]["max_abs"] == pytest.approx(0.03)
+    assert spread["2"]["mean_diff"] == pytest.approx(-0.01)
+    assert spread["all"]["n"] == 3  # only p = 2 ran on both
+
+
+def test_race_record_replays_the_looks(book):
+    spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    min_replicates: 3\n"
+            "    alpha: 0.05\n    baseline: 2\n    equivalence: 0.02")
+    got = kinds.compute(record(book, "race", spec), Runs(book))
+    t4, t1 = 0.02 / (0.01 * math.sqrt(C)), 0.12 / (0.02 * math.sqrt(C))
+    one_sided = {"1": two_sided_p(t1) / 2, "4": two_sided_p(t4) / 2}
+    assert got["look3"] == {"leader": "2"}
+    assert got["3:1"]["p"] == pytest.approx(one_sided["1"])
+    assert got["3:1"]["holm"] == pytest.approx(2 * one_sided["1"])
+    assert got["3:4"]["holm"] == pytest.approx(max(2 * one_sided["1"], one_sided["4"]))
+    assert got["3:1"]["low"] == pytest.approx(0.12 - T95_2 * 0.02 * math.sqrt(C))
+    assert (got["3:1"]["outcome"], got["3:4"]["outcome"]) == ("dropped", "stays")
+    assert got["3:1"]["strength"] == "clear"
+    assert got["end"] == {"folds": 3, "alive": "2, 4"}  # p = 3 stopped in fold 0: never looked at
+
+
+def test_rungs_ranking_and_steps_records_read_the_race(book):
+    runs = Runs(book)
+    stopped = kinds.compute(record(book, "rungs", "source: race"), runs)
+    assert stopped["3"]["step"] == 500 and stopped["3"]["best"] == "4"  # fold 0's best at 500
+    assert stopped["3"]["gap"] == pytest.approx(2.50 - 2.28)
+    ranking = kinds.compute(record(book, "ranking", "source: race\n    spans: [[0, 500]]"), runs)
+    assert ranking["0"]["tau"] == pytest.approx(-1.0)  # reversed
+    assert ranking["500"]["tau"] == pytest.approx(1 / 3)  # (2 concordant − 1 discordant) / 3
+    assert ranking["0-500"] == pytest.approx({"tau_min": -1.0, "tau_max": 1 / 3})
+    assert ranking["settled"] == {"step": 2000}
+    spent = kinds.compute(record(book, "steps", "source: race\n    grid_folds: 5\n"
+                                 "    grid_steps: 2000"), runs)["all"]
+    assert (spent["steps"], spent["grid"]) == (9 * 2000 + 500, 4 * 5 * 2000)
+    assert spent["percent"] == pytest.approx(46.25)
+
+
+def test_paper_record_quotes_the_papers_losses(book):
+    got = kinds.compute(record(book, "paper", "claim: the paper"), Runs(book))
+    assert got["4"]["loss"] == 1.357461  # arXiv 2602.05006's table
+    assert got["4"]["delta"] == pytest.approx(1.357461 - 1.40506)
+
+
+def test_check_names_the_record_and_both_values(book):
+    spec = f"source: grid\n    metric: best_val_loss\n    {TEST}"
+    rec = record(book, "means", spec + '\n    rows: {"2": {mean: "1.8500", n: 3}, "7": {n: 1}}')
+    assert check.record(rec, Runs(book)) == [
+        "r [7]: the runs give no such row (they give 1, 2, 4)"]
+    rec = record(book, "means", spec + '\n    rows: {"2": {mean: "1.8501"}}')
+    assert check.record(rec, Runs(book)) == [
+        "r [2] mean: the record says 1.8501, the runs give 1.85 (r.yaml)"]
+
+
+def test_bad_records_are_one_line_errors(book):
+    with pytest.raises(UserError, match=r"record r, row 2, mean: 1.85 is not quoted"):
+        record(book, "means", 'rows: {"2": {mean: 1.85}}')
+    runs = Runs(book)
+    with pytest.raises(UserError, match="test corrected needs its fold layout; add n_folds"):
+        kinds.compute(record(book, "means", "source: grid\n    metric: best_val_loss\n"
+                             "    test: corrected"), runs)
+    with pytest.raises(UserError, match="n_folds 10, but its runs recorded data.n_folds = 5"):
+        kinds.compute(record(book, "means", "source: grid\n    metric: best_val_loss\n"
+                             "    test: corrected\n    n_folds: 10"), runs)
+    with pytest.raises(UserError, match="alpha 0.1, but the report tests at 0.05"):
+        kinds.compute(record(book, "deltas", DELTAS.replace("0.05", "0.1")), runs)
+    with pytest.raises(UserError, match="kind 'mean' is not one of means, deltas"):
+        kinds.compute(record(book, "mean", "source: grid"), runs)
+    with pytest.raises(UserError, match="source 'nope' is not defined"):
+        kinds.compute(record(book, "means", f"source: nope\n    metric: x\n    {TEST}"), runs)
+
+
+TEMPLATE = """
+blocks:
+  table: |
+    | p | Δ |
+    |---|---|
+    | 4 | {{r 4 delta}} ({{r 4 delta | 3 | u}}, {{r 4 delta | abs}}) |
+"""
+
+
+def test_blocks_render_from_records_and_a_stale_block_is_named(book):
+    home = book.results / "records"
+    (home / "r.yaml").write_text('records:\n  r: {kind: paper, rows: {"4": {delta: "-0.0476"}}}\n'
+                                 + TEMPLATE)
+    book = records.load(book.results.parents[1])
+    marked = "intro\n<!-- claims:table -->\nold\n<!-- /claims:table -->\nend\n"
+    problems: list[str] = []
+    new = page.render_page(marked, book, "page.md", problems)
+    assert problems == []
+    assert new == ("intro\n<!-- claims:table -->\n| p | Δ |\n|---|---|\n"
+                   "| 4 | -0.0476 (−0.048, 0.0476) |\n<!-- /claims:table -->\nend\n")
+    assert page.differing(marked, new) == ["table"]
+    assert page.differing(new, new) == []
+    page.render("{{r 5 delta}} {{q 4 delta}} {{r 4 x}}", book, "block t", problems)
+    assert problems == ["block t: {{r 5 delta}}: record r has no row 5",
+                        "block t: {{q 4 delta}}: no record q",
+                        "block t: {{r 4 x}}: record r, row 4, has no field x"]
+
+
+def test_a_nudged_committed_value_fails_naming_the_record(tmp_path):
+    """The committed γ-init-qknorm grid, copied: its records agree; nudge p = 4's fold-0 run by
+    +0.01 and the check names the records and numbers that moved."""
+    committed = records.load(REPO)
+    shutil.copytree(REPO / "docs/results/paper_cpu/qknorm", tmp_path / "paper_cpu/qknorm")
+    committed.results = tmp_path
+    grid = [committed.records[i] for i in ("grid.cpu_qknorm.means", "grid.cpu_qknorm.deltas")]
+    assert [p for r in grid for p in check.record(r, Runs(committed))] == []
+    csv = tmp_path / "paper_cpu/qknorm/results.csv"
+    runs = pd.read_csv(csv)
+    runs.loc[(runs["norm.p"] == 4.0) & (runs["data.fold"] == 0), "best_val_loss"] += 0.01
+    runs.to_csv(csv, index=False)
+    problems = [p for r in grid for p in check.record(r, Runs(committed))]
+    assert "grid.cpu_qknorm.means [4] mean: the record says 1.9924, the runs give 1.99445 " \
+           "(paper_cpu.yaml)" in problems
+    assert "grid.cpu_qknorm.deltas [4] delta: the record says +0.1543, the runs give +0.156278 " \
+           "(paper_cpu.yaml)" in problems
+
+
+def test_the_committed_records_and_pages_agree():
+    problems, numbers = check.everything(records.load(REPO), REPO)
+    assert problems == []
+    assert numbers > 300
+
+
+T975_1 = 12.706204736174694  # scipy.stats.t.ppf(0.975, 1)
+T95_1 = 6.313751514675037  # scipy.stats.t.ppf(0.95, 1)
+
+
+def lr_runs() -> tuple[list[dict], list[dict]]:
+    """p = 2 and p = 4 at lr 0.001 and 0.01, seeds 0 and 1 on fold 9, ℓ₀ = 4 everywhere: final
+    val losses (seed 0, seed 1) p = 2: (2.0, 2.4), (2.1, 2.3); p = 4: (2.5, 2.6), (2.4, 2.8)."""
+    loss = {(2.0, 0): (2.0, 2.4), (2.0, 1): (2.1, 2.3), (4.0, 0): (2.5, 2.6), (4.0, 1): (2.4, 2.8)}
+    runs, curves = [], []
+    for (p, seed), values in loss.items():
+        for lr, v in zip((0.001, 0.01), values):
+            name = f"p{p}_s{seed}_lr{lr}"
+            runs.append({"optimizer.lr": lr, "norm.kind": "lp", "norm.p": p, "seed": seed,
+                         "data.fold": 9, "data.n_folds": 10, "status": "completed",
+                         "val_loss": v, "best_val_loss": v, "attn_logit_max": 10 * p + lr,
+                         "run_dir": name, "git_sha": SHA})
+            curves += [{"run_dir": name, "step": 0, "val_loss": 4.0},
+                       {"run_dir": name, "step": 100, "val_loss": v}]
+    return runs, curves
+
+
+def test_lr_record_reads_the_sensitivity_of_each_norm(book):
+    write(book.results.parents[1], "lr", *lr_runs())
+    (book.results / "records" / "lr.yaml").write_text(
+        "sources:\n  lr: {dir: lr, commit: abc1234, command: by hand, hardware: none}\n")
+    book = records.load(book.results.parents[1])
+    got = kinds.compute(record(book, "lr", "source: lr\n    test: paired"), Runs(book))
+    # sensitivity of a seed: mean over lr of ℓ − ℓ*: p = 2 (0 + 0.4)/2, (0 + 0.2)/2
+    two, four = got["p=2"], got["p=4"]
+    assert two["sensitivity"] == pytest.approx(0.15)
+    assert two["high"] == pytest.approx(0.15 + T975_1 * 0.1 / math.sqrt(2) / math.sqrt(2))
+    assert (two["best_loss"], two["best_lr"]) == (pytest.approx(2.05), 0.001)
+    assert (two["logit_min"], two["logit_max"]) == (pytest.approx(20.001), pytest.approx(20.01))
+    # p = 4: 0.05 and 0.2; paired by seed against p = 2: −0.15, +0.1
+    assert four["delta"] == pytest.approx(-0.025)
+    assert four["holm"] == pytest.approx(four["t_p"])  # one comparison
+    t = 0.025 / ((0.25 / math.sqrt(2)) / math.sqrt(2))  # sd of (−0.15, +0.1) is 0.25 / √2
+    assert four["t_p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi)  # t with 1 df: Cauchy
+    assert got["p=4@0.01"]["loss"] == pytest.approx(2.7)
+
+
+def test_arch_record_pairs_the_architectures_by_fold(book):
+    root = book.results.parents[1]
+    best = {("gpt", 2.0): [1.80, 1.85, 1.90], ("gpt", 4.0): [1.81, 1.86, 1.92],
+            ("angpt", 2.0): [1.70, 1.74, 1.81], ("angpt", 4.0): [1.70, 1.76, 1.80]}
+    steps = {("gpt", 2.0): [2000] * 3, ("gpt", 4.0): [2000, math.nan, 2000],
+             ("angpt", 2.0): [1250] * 3, ("angpt", 4.0): [1250, 1500, 1250]}
+    folds = [{"model.arch": a, "norm.p": p, "data.fold": f, "run_dir": f"{a}{p}{f}",
+              "best_val_loss": v, "val_loss": v, "tokens_per_s": 1.0, "steps_to_ref": s}
+             for (a, p), vs in best.items() for f, (v, s) in enumerate(zip(vs, steps[(a, p)]))]
+    write(root, "arch", [{**r, "seed": 0, "data.n_folds": 5, "status": "completed",
+                          "norm.kind": "lp", "git_sha": SHA} for r in folds])
+    pd.DataFrame(folds).to_csv(book.results / "arch" / "comparison.csv", index=False)
+    (book.results / "records" / "a.yaml").write_text(
+        "sources:\n  arch: {dir: arch, commit: abc1234, command: by hand, hardware: none}\n")
+    book = records.load(root)
+    got = kinds.compute(record(book, "arch", f"source: arch\n    {TEST}\n    reference: gpt:2\n"
+                               "    arch: angpt\n    p: 4"), Runs(book))
+    assert got["between/2"]["delta"] == pytest.approx(-0.10)  # −0.10, −0.11, −0.09
+    assert got["between/2"]["high"] == pytest.approx(-0.10 + T975_2 * 0.01 * math.sqrt(C))
+    assert got["between/2"]["steps"] == -750
+    # (angpt 4 − 2) − (gpt 4 − 2) per fold: 0 − 0.01, 0.02 − 0.01, −0.01 − 0.02
+    assert got["interaction"]["delta"] == pytest.approx(-0.01)
+    assert got["interaction"]["t_p"] == pytest.approx(two_sided_p(-0.01 / (0.02 * math.sqrt(C))))
+    assert (got["gpt/4"]["reached"], got["angpt/4"]["steps"]) == (2, pytest.approx(4000 / 3))
+
+
+def test_bench_record_reads_a_ratio_of_step_times(book):
+    (book.results / "bench.json").write_text(
+        '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}}')
+    got = kinds.compute(record(book, "bench", "file: bench.json"), Runs(book))
+    assert got["angpt/gpt"]["percent"] == pytest.approx(42.0)
+    with pytest.raises(UserError, match="is not a scripts/bench.py JSON with ratios"):
+        kinds.compute(record(book, "bench", "file: nope.json"), Runs(book))
+
+
+def test_search_record_answers_against_the_named_incumbent(book):
+    """The incumbent p = 2 ran folds 0–2; p = 1.5 folds 0–1 (+0.01, +0.03 behind), p = 3 fold 0
+    only, p = 4 stopped at a rung in fold 0."""
+    runs = rows({2.0: [1.80, 1.85, 1.90], 1.5: [1.81, 1.88], 3.0: [1.9], 4.0: [2.5]},
+                {(4.0, 0): "pruned"})
+    write(book.results.parents[1], "race", runs)
+    spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    alpha: 0.05\n"
+            "    equivalence: 0.02\n    incumbent: '2'")
+    got = kinds.compute(record(book, "search", spec), Runs(book))
+    se = math.sqrt(0.0002) * math.sqrt(1 / 2 + 1 / 4)  # sd of (0.01, 0.03), 2 folds of 5
+    assert got["1.5"]["delta"] == pytest.approx(0.02)
+    assert got["1.5"]["p"] == pytest.approx(0.5 - math.atan(0.02 / se) / math.pi)  # t, 1 df
+    assert got["1.5"]["high"] == pytest.approx(0.02 + T95_1 * se)
+    assert (got["1.5"]["outcome"], got["3"]["outcome"], got["4"]["outcome"]) == (
+        "undecided", "undecided", "stopped")
+    assert got["3"]["delta"] == pytest.approx(0.10)  # one fold in common: its difference
+    assert got["2"]["outcome"] == "incumbent"
+    with pytest.raises(UserError, match="incumbent 2.5 is not a p of its runs"):
+        kinds.compute(record(book, "search", spec.replace("'2'", "'2.5'")), Runs(book))
+
+
+def test_check_names_a_stale_unused_or_twice_marked_block_and_a_wrong_commit(book):
+    root = book.results.parents[1]
+    (book.results / "records" / "r.yaml").write_text(
+        'records:\n  r: {kind: paper, rows: {"4": {delta: "-0.0476"}}}\n'
+        "blocks:\n  a: 'Δ {{r 4 delta}}'\n  b: 'unused'\n")
+    block = "<!-- claims:a -->\nΔ {}\n<!-- /claims:a -->\n"
+    (root / records.PAGES[0]).write_text(block.format("-0.0476"))
+    (root / records.PAGES[1]).write_text(block.format("-0.0400"))
+    book = records.load(root)
+    assert check.pages(book, root) == [
+        "README.md: block a differs from its records; run `python -m qknorm.claims render`",
+        "block b is on no page; mark it with <!-- claims:b --> or remove it",
+        "block a is marked 2 times; mark it once"]
+    book.sources["grid"] = records.Source("grid", "grid", "def5678", "by hand", "none")
+    assert check.sources(book, Runs(book)) == [
+        "source grid: commit def5678, but its runs recorded abc1234"]
+    (book.results / "records" / "s.yaml").write_text("blocks:\n  a: 'again'\n")
+    with pytest.raises(UserError, match="a is defined twice, in r.yaml and s.yaml; keep one"):
+        records.load(root)
+
+
+@pytest.mark.slow
+def test_claims_cli_checks_renders_and_exits_nonzero_naming_the_difference(cli, tmp_path):
+    home = tmp_path / records.HOME
+    home.mkdir(parents=True)
+    (home / "r.yaml").write_text('records:\n  r: {kind: paper, rows: {"4": {delta: "-0.0476"}}}\n'
+                                 "blocks:\n  a: 'Δ {{r 4 delta}}'\n")
+    (tmp_path / records.PAGES[0]).write_text("a page without blocks\n")
+    (tmp_path / records.PAGES[1]).write_text("<!-- claims:a -->\nold\n<!-- /claims:a -->\n")
+
+    def claims(*args):  # this checkout's qknorm, whichever one is installed
+        return cli("-m", "qknorm.claims", *args, "--root", str(tmp_path),
+                   env={"PYTHONPATH": str(REPO)})
+
+    r = claims("check")
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == ("README.md: block a differs from its records; run "
+                                        "`python -m qknorm.claims render`")
+    r = claims("render")
+    assert r.returncode == 0 and "rendered README.md: a" in r.stdout
+    assert (tmp_path / "README.md").read_text() == "<!-- claims:a -->\nΔ -0.0476\n<!-- /claims:a -->\n"
+    r = claims("check")
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.strip() == ("claims: 1 records, 1 printed values, 1 blocks: all agree with "
+                                "the runs")
+    (home / "r.yaml").write_text('records:\n  r: {kind: paper, rows: {"4": {delta: 1.5}}}\n')
+    r = claims("check")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ('error: record r, row 4, delta: 1.5 is not quoted; write it as '
+                                'printed, e.g. "1.5", so its digits are kept')
