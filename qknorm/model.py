@@ -33,37 +33,55 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
                                           scale=scale)
 
 
+def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """Gemma 2's logit softcap, cap * tanh(logits / cap): about the identity for |logits| well
+    below cap, never beyond ±cap. (PyTorch has it only as a flex_attention score_mod, which
+    needs torch.compile; the two ops here are the same arithmetic in eager and compiled runs.)"""
+    return cap * torch.tanh(logits / cap)
+
+
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
-                       scale: float | None, mask: torch.Tensor) -> torch.Tensor:
+                       scale: float | None, mask: torch.Tensor,
+                       cap: float | None = None) -> torch.Tensor:
     """softmax(scale * q k^T + mask) v written out, as nanoGPT's non-flash path: under
     torch.compile on CPU the mask and softmax fuse, and that beat the flash kernel at short blocks.
 
     `mask` is additive (0 on and below the diagonal, -inf above), at least (T, T); baddbmm adds
     it and applies the scale inside the q k^T matmul. The softmax runs in float32 under autocast.
+    `cap` (model.attn_softcap) softcaps scale * q k^T first: the mask is added after the tanh,
+    which would turn its -inf into -cap.
     """
     B, nh, T, hs = q.shape
     scale = 1.0 / math.sqrt(hs) if scale is None else scale
-    att = torch.baddbmm(mask[:T, :T].to(q.dtype), q.reshape(B * nh, T, hs),
-                        k.reshape(B * nh, T, hs).transpose(1, 2), alpha=scale)  # (B*nh, T, T)
+    q2, kt = q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2)
+    if cap is None:
+        att = torch.baddbmm(mask[:T, :T].to(q.dtype), q2, kt, alpha=scale)  # (B*nh, T, T)
+    else:
+        att = softcap(torch.bmm(q2, kt) * scale, cap) + mask[:T, :T].to(q.dtype)
     att = F.dropout(F.softmax(att, dim=-1, dtype=torch.float32), dropout_p, training=dropout_p > 0)
     return torch.bmm(att.to(v.dtype), v.reshape(B * nh, T, hs)).view(B, nh, T, hs)
 
 
-def use_explicit_attention(setting: str, device: torch.device) -> bool:
+def use_explicit_attention(setting: str, device: torch.device, cap: float | None = None) -> bool:
     """model.attention=auto takes the explicit path where it measured faster: on CPU under
     torch.compile, which fuses its mask and softmax (2% of a model=cpu step); in eager mode SDPA
-    was as fast in float32 and faster in bf16 (docs/performance.md, "Speed notes")."""
+    was as fast in float32 and faster in bf16 (docs/performance.md, "Speed notes"). A softcap
+    (`cap`) needs the logits themselves, which SDPA never hands out: the explicit path always."""
+    if cap is not None:
+        return True
     if setting == "auto":
         return device.type == "cpu" and torch.compiler.is_compiling()
     return setting == "explicit"
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
-           scale: float | None, setting: str, mask: torch.Tensor) -> torch.Tensor:
+           scale: float | None, setting: str, mask: torch.Tensor,
+           cap: float | None = None) -> torch.Tensor:
     """Causal attention of (B, nh, T, hs) heads by the path model.attention picks (the one
-    choice both architectures make): the fused SDPA kernel or the explicit ops."""
-    if use_explicit_attention(setting, q.device):
-        return explicit_attention(q, k, v, dropout_p, scale, mask)
+    choice both architectures make): the fused SDPA kernel or the explicit ops; `cap`
+    (model.attn_softcap) softcaps the logits, on the explicit path."""
+    if use_explicit_attention(setting, q.device, cap):
+        return explicit_attention(q, k, v, dropout_p, scale, mask, cap)
     return causal_attention(q, k, v, dropout_p, scale)
 
 
@@ -77,6 +95,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.qk_norm = build_qk_norm(norm, cfg.n_head, head_dim, cfg.block_size)
         self.attention = cfg.attention
+        self.attn_softcap = cfg.attn_softcap  # read by the attention and the diagnostics
         # Additive causal mask for the explicit path; not saved (checkpoints stay as they were).
         mask = torch.full((cfg.block_size, cfg.block_size), -math.inf).triu(1)
         self.register_buffer("causal_mask", mask, persistent=False)
@@ -89,7 +108,8 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q, k = self.qk_norm(q, k)
         dropout = self.dropout if self.training else 0.0
-        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask)
+        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask,
+                   self.attn_softcap)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
 

@@ -90,6 +90,10 @@ def test_wrong_type_fails_at_compose_time():
      "calibrated or a positive number (norm.gamma_param=log: gamma = gamma_init"),
     ("train.diag_batches=-1", "train.diag_batches=-1 must be >= 0"),
     ("model.attention=flash", "model.attention='flash' is not one of auto, sdpa, explicit; pick"),
+    ("model.attn_softcap=0", "model.attn_softcap=0.0 must be a positive number (Gemma 2: 50"),
+    ("model.attn_softcap=inf", "model.attn_softcap=inf must be a positive number"),
+    ("train.z_loss=-1e-4", "train.z_loss=-0.0001 must be a number >= 0 (PaLM: 1e-4; 0 turns"),
+    ("train.z_loss=inf", "train.z_loss=inf must be a number >= 0"),
 ])
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):
