@@ -182,7 +182,15 @@ def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp
     section = report.summary.split("## Learning-rate sensitivity")[1].split("\n## ")[0]
     assert section == again.summary.split("## Learning-rate sensitivity")[1].split("\n## ")[0]
     assert "report/lr_sensitivity.png" in again.files
-    assert "report/attn_logit_curves.png" not in again.files  # curves.csv keeps no diagnostics
+    # curves.csv keeps the largest attention logit of every eval (issue 46): the figure is
+    # drawn again from it, and the column holds what the runs' metrics.jsonl logged
+    assert "report/attn_logit_curves.png" in again.files
+    index = ["run_dir", "step"]
+    logged = results.collect_curves(results.collect(root).runs, root).set_index(index)
+    kept = pd.read_csv(rebuilt / "curves.csv", dtype={"run_dir": str}).set_index(index)
+    assert kept["attn_logit_max"].notna().sum() == logged["attn_logit_max"].notna().sum() > 0
+    pd.testing.assert_series_equal(kept["attn_logit_max"],
+                                   logged.loc[kept.index, "attn_logit_max"])
     # from results.csv alone there is no ℓ₀: no reading, and the rest of the report is drawn
     alone = tmp_path / "alone"
     alone.mkdir()
