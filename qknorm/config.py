@@ -58,6 +58,10 @@ class ModelConfig:
     # Gemma 2's attention-logit softcap: logits <- c * tanh(logits / c) before the mask and the
     # softmax (null: none). Set, attention takes the explicit path (SDPA has no softcap).
     attn_softcap: float | None = None
+    # Kimi K2's QK-Clip threshold tau (null: off): after every optimizer step, a head whose
+    # largest logit in that step's forward passed tau has its W_q, W_k rows scaled by
+    # sqrt(tau / max). norm=none only (a QK-norm normalizes the scale away), model.arch=gpt.
+    qk_clip: float | None = None
     # anGPT's choices where its sources are silent or conflict (docs/angpt.md); model.arch=gpt
     # reads none of them. alpha_init: the LERP weight's start (nGPT's 0.05; a paper note says 0.01).
     angpt_alpha_init: float = 0.05
@@ -272,6 +276,7 @@ def validate(config: Config) -> None:
                    f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
                    f"or a positive number{why}")
     _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
+    _check_qk_clip(m, n)
 
     _check(d.n_folds >= 2, f"data.n_folds={d.n_folds} must be >= 2 (one fold validates)")
     _check(0 <= d.fold < d.n_folds,
@@ -315,6 +320,18 @@ def _check_data(d: DataConfig) -> None:
                f"data.vocab_size={d.vocab_size} does not fit data.tokenizer=bpe: a byte-level BPE "
                f"starts from the {BYTE_SYMBOLS} bytes, so give data.vocab_size > {BYTE_SYMBOLS} "
                "(e.g. data.vocab_size=512)")
+
+
+def _check_qk_clip(m: ModelConfig, n: NormConfig) -> None:
+    """model.qk_clip: a threshold, on the models whose logits scale with W_q and W_k."""
+    if m.qk_clip is None:
+        return
+    _check(math.isfinite(m.qk_clip) and m.qk_clip > 0,
+           f"model.qk_clip={m.qk_clip} must be a positive number (Kimi K2: 100.0), or null")
+    _check(n.kind == "none", f"model.qk_clip={m.qk_clip} rescales W_q and W_k, which norm={n.kind} "
+           "normalizes away; use norm=none (arm=qk_clip), or drop model.qk_clip")
+    _check(m.arch == "gpt", f"model.qk_clip={m.qk_clip} is read by model.arch=gpt only (anGPT "
+           "bounds its rows itself); drop it or use model.arch=gpt")
 
 
 def _check_arch(m: ModelConfig) -> None:

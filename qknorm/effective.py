@@ -47,10 +47,10 @@ BOOKKEEPING = ("optuna.", "tracker.")
 UNUSED_BY_ARCH = {"gpt": ("model.arch", *ANGPT_KEYS), "angpt": ("model.bias",)}
 # Keys added after runs existed, dropped at the value every earlier run had, for the same
 # reason: studies started before them keep their digests and resume. The data keys of issue 37
-# (Tiny Shakespeare, char level) and the logit controls of issue 46 (no softcap, no z-loss).
+# (Tiny Shakespeare, char level) and the logit controls of issue 46 (no softcap, no QK-Clip, no z-loss).
 # And data.vocab_size, which only the BPE reads.
 KEYS_BEFORE = {"data.corpus": "shakespeare", "data.tokenizer": "char",
-               "model.attn_softcap": None, "train.z_loss": 0.0}
+               "model.attn_softcap": None, "model.qk_clip": None, "train.z_loss": 0.0}
 UNUSED_BY_TOKENIZER = {"char": ("data.vocab_size",), "byte": ("data.vocab_size",)}
 
 

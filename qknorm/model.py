@@ -99,6 +99,9 @@ class CausalSelfAttention(nn.Module):
         # Additive causal mask for the explicit path; not saved (checkpoints stay as they were).
         mask = torch.full((cfg.block_size, cfg.block_size), -math.inf).triu(1)
         self.register_buffer("causal_mask", mask, persistent=False)
+        self.qk_clip = cfg.qk_clip
+        if self.qk_clip is not None:  # each head's largest logit in the last training forward
+            self.register_buffer("max_logit", torch.zeros(cfg.n_head), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
@@ -107,11 +110,39 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q, k = self.qk_norm(q, k)
+        if self.qk_clip is not None and self.training:
+            self._record_max_logit(q, k)
         dropout = self.dropout if self.training else 0.0
         y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask,
                    self.attn_softcap)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
+
+    @torch.no_grad()
+    def _record_max_logit(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """max_logit <- each head's largest logit scale * q.k over the batch's causal pairs
+        (signed, as Kimi K2's S_max): one more q k^T, outside autograd, that SDPA never shows."""
+        hs = q.size(-1)
+        scale = self.qk_norm.scale if self.qk_norm.scale is not None else hs ** -0.5
+        logits = scale * q.float() @ k.float().transpose(-2, -1)  # (B, nh, T, T)
+        T = logits.size(-1)
+        logits = logits + self.causal_mask[:T, :T]  # -inf above the diagonal: never the max
+        self.max_logit.copy_(logits.amax(dim=(0, 2, 3)))
+
+    @torch.no_grad()
+    def qk_clip_(self) -> None:
+        """Kimi K2's QK-Clip (arXiv 2507.20534), after an optimizer step: a head whose largest
+        logit S passed tau = model.qk_clip gets its W_q and W_k rows (and biases) scaled by
+        sqrt(tau / S), so that the same input gives it logits S * tau / S = tau at most; the
+        other heads are left alone. Nothing without model.qk_clip."""
+        if self.qk_clip is None:
+            return
+        gamma = torch.where(self.max_logit > self.qk_clip, self.qk_clip / self.max_logit, 1.0)
+        factor = gamma.sqrt().repeat_interleave(self.n_embd // self.n_head)  # (C,): per row
+        for param in (self.c_attn.weight, self.c_attn.bias):
+            if param is not None:  # rows: q (0..C), k (C..2C), v (2C..3C, never clipped)
+                rows = param[:2 * self.n_embd].view(2, self.n_embd, -1)
+                rows.mul_(factor.to(param.dtype).view(1, -1, 1))
 
 
 class MLP(nn.Module):
@@ -179,8 +210,8 @@ class LanguageModel(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device_type in ("cuda", "cpu"))
 
     def project_weights_(self) -> None:
-        """Called after every optimizer step. GPT's weights are free (weight decay keeps them
-        small); AnGPT bounds its rows here."""
+        """Called after every optimizer step. GPT applies QK-Clip there (model.qk_clip; its
+        weights are otherwise free, weight decay keeps them small); AnGPT bounds its rows."""
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -224,6 +255,11 @@ class GPT(LanguageModel):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @torch.no_grad()
+    def project_weights_(self) -> None:
+        for block in self.transformer.h:
+            block.attn.qk_clip_()
 
     def n_params(self) -> int:
         """Parameters without the position embedding (nanoGPT's count)."""

@@ -70,6 +70,7 @@ ARMS = {
     "rms": ("rms", 2.0, "qknorm", None, 0.0),
     "softcap": ("none", 2.0, "qknorm", 50.0, 0.0),  # Gemma 2's attention softcap
     "z_loss": ("none", 2.0, "qknorm", None, 1e-4),  # PaLM's coefficient
+    "qk_clip": ("none", 2.0, "qknorm", None, 0.0),  # and model.qk_clip=100, Kimi K2's tau
 }
 
 
@@ -78,6 +79,7 @@ def test_each_arm_sets_its_norm_and_logit_control(arm):
     cfg = compose_config(f"arm={arm}")
     assert (cfg.norm.kind, cfg.norm.p, cfg.norm.gamma_init, cfg.model.attn_softcap,
             cfg.train.z_loss) == ARMS[arm]
+    assert cfg.model.qk_clip == (100.0 if arm == "qk_clip" else None)
     assert cfg.model.n_embd == 128 and cfg.optimizer.lr == 1e-3  # nothing else moves
 
 
@@ -129,6 +131,10 @@ def test_wrong_type_fails_at_compose_time():
     ("model.attn_softcap=inf", "model.attn_softcap=inf must be a positive number"),
     ("train.z_loss=-1e-4", "train.z_loss=-0.0001 must be a number >= 0 (PaLM: 1e-4; 0 turns"),
     ("train.z_loss=inf", "train.z_loss=inf must be a number >= 0"),
+    ("model.qk_clip=-1", "model.qk_clip=-1.0 must be a positive number (Kimi K2: 100"),
+    ("arm=qk_clip norm=l2", "model.qk_clip=100.0 rescales W_q and W_k, which norm=l2 normalizes "
+     "away; use norm=none"),
+    ("arm=qk_clip model.arch=angpt", "model.qk_clip=100.0 is read by model.arch=gpt only"),
 ])
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):

@@ -169,3 +169,92 @@ def test_training_with_the_controls_unset_is_bit_identical_to_before(norm):
         x, y = run.splits.train.sample(4, run.batch_rng)
         losses.append(train_step(run, x, y).item())
     assert losses == GOLDEN_STEPS[norm]
+
+
+# ---------------------------------------------------------------------------------------------
+# QK-Clip
+
+def _clip_model(c: dict[tuple[int, int], float], tau: float) -> GPT:
+    """2 layers x 2 heads of dim 8, norm=none, q and k set through c_attn's bias (weights
+    zeroed): head h of layer i has q = c[i, h] * ones and k = ones, so each of its logits is
+    c[i, h] * 8 / sqrt(8) = c[i, h] sqrt(8); v = 2 * ones."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True,
+                            qk_clip=tau), NormConfig(kind="none"), 65)
+    for i, block in enumerate(model.transformer.h):
+        with torch.no_grad():
+            block.attn.c_attn.weight[:32].zero_()
+            for h in (0, 1):
+                block.attn.c_attn.bias[8 * h:8 * (h + 1)].fill_(c[i, h])
+            block.attn.c_attn.bias[16:32].fill_(1.0)
+            block.attn.c_attn.bias[32:].fill_(2.0)
+    return model
+
+
+def test_qk_clip_scales_the_heads_above_tau_to_tau_and_leaves_the_others():
+    """tau = 100. Layer 0: head 0's logits 50 sqrt(8) = 141.4 pass it, head 1's 10 sqrt(8) do
+    not; layer 1: -50 sqrt(8) (signed, as K2's S_max: a large negative logit is not clipped).
+    After the step's forward and project_weights_: head 0's q and k rows are scaled by
+    sqrt(100 / 141.4) each, so its logits are 100; every other row is as it was."""
+    c = {(0, 0): 50.0, (0, 1): 10.0, (1, 0): -50.0, (1, 1): -50.0}
+    model = _clip_model(c, tau=100.0)
+    before = [b.attn.c_attn.bias.clone() for b in model.transformer.h]
+    x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(3))
+    model(x, x)  # a training forward records each head's largest logit
+    s = 50.0 * math.sqrt(8)
+    torch.testing.assert_close(model.transformer.h[0].attn.max_logit,
+                               torch.tensor([s, 10.0 * math.sqrt(8)]))
+    model.project_weights_()
+    factor = math.sqrt(100.0 / s)
+    bias0 = model.transformer.h[0].attn.c_attn.bias
+    assert bias0[:8].tolist() == pytest.approx([50.0 * factor] * 8, rel=1e-6)  # q, head 0
+    assert bias0[16:24].tolist() == pytest.approx([factor] * 8, rel=1e-6)  # k, head 0
+    assert torch.equal(bias0[8:16], before[0][8:16]) and torch.equal(bias0[24:], before[0][24:])
+    assert torch.equal(model.transformer.h[1].attn.c_attn.bias, before[1])
+    model(x, x)
+    torch.testing.assert_close(model.transformer.h[0].attn.max_logit,
+                               torch.tensor([100.0, 10.0 * math.sqrt(8)]))
+
+
+def test_qk_clip_reads_the_causal_logits_only():
+    """Position 7's key scaled by 10 and its query zeroed (a hook on c_attn): only rows t < 7
+    would see that key, above the diagonal, where the mask hides it; the recorded maximum stays
+    c sqrt(8), not 10 c sqrt(8)."""
+    model = _clip_model({(0, 0): 50.0, (0, 1): 10.0, (1, 0): 1.0, (1, 1): 1.0}, tau=100.0)
+
+    def hide_a_large_key(module, inputs, output):
+        output = output.clone()
+        output[:, 7, 16:32] *= 10.0  # k at position 7
+        output[:, 7, :16] = 0.0  # q at position 7
+        return output
+
+    model.transformer.h[0].attn.c_attn.register_forward_hook(hide_a_large_key)
+    x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(3))
+    model(x, x)
+    torch.testing.assert_close(model.transformer.h[0].attn.max_logit,
+                               torch.tensor([50.0, 10.0]) * math.sqrt(8))
+
+
+def test_train_step_clips_after_the_optimizer_step():
+    """arm=qk_clip with tau far below the initial logits (0.01) and a negligible lr: after one
+    train_step, a training forward on the same batch finds every head's largest logit at tau."""
+    run = _tiny("arm=qk_clip", "model.qk_clip=0.01", "optimizer.lr=1e-12", "optimizer.min_lr=0")
+    x, y = run.splits.train.sample(4, run.batch_rng)
+    train_step(run, x, y)
+    run.raw_model(x, y)
+    for block in run.raw_model.transformer.h:
+        torch.testing.assert_close(block.attn.max_logit, torch.full((2,), 0.01), rtol=1e-4,
+                                   atol=0)
+
+
+def test_without_qk_clip_the_model_records_nothing_and_steps_as_before():
+    model = _clip_model({(0, 0): 50.0, (0, 1): 10.0, (1, 0): 1.0, (1, 1): 1.0}, tau=100.0)
+    plain = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True),
+                NormConfig(kind="none"), 65)
+    plain.load_state_dict(model.state_dict())
+    x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(3))
+    plain(x, x)
+    plain.project_weights_()
+    assert not hasattr(plain.transformer.h[0].attn, "max_logit")
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                  model.state_dict().values()))
