@@ -114,6 +114,7 @@ class AnAttention(nn.Module):
         self.qk_norm = build_qk_norm(norm, cfg.n_head, head_dim, cfg.block_size,
                                      logit_scale=logit_scale(cfg, head_dim))
         self.attention = cfg.attention
+        self.attn_softcap = cfg.attn_softcap  # read by the attention and the diagnostics
         cos, sin = rope_tables(cfg.block_size, head_dim)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -131,7 +132,8 @@ class AnAttention(nn.Module):
         q, k = rope(q, self.rope_cos, self.rope_sin), rope(k, self.rope_cos, self.rope_sin)
         q, k = self.qk_norm(q, k)
         dropout = self.dropout if self.training else 0.0
-        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask)
+        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask,
+                   self.attn_softcap)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.nu_p * self.c_proj(y))
 

@@ -55,6 +55,13 @@ class ModelConfig:
     attention: str = "auto"
     # gpt | angpt: anGPT (arXiv 2505.22014) as docs/angpt.md reads it; every norm.* works in both.
     arch: str = "gpt"
+    # Gemma 2's attention-logit softcap: logits <- c * tanh(logits / c) before the mask and the
+    # softmax (null: none). Set, attention takes the explicit path (SDPA has no softcap).
+    attn_softcap: float | None = None
+    # Kimi K2's QK-Clip threshold tau (null: off): after every optimizer step, a head whose
+    # largest logit in that step's forward passed tau has its W_q, W_k rows scaled by
+    # sqrt(tau / max). norm=none only (a QK-norm normalizes the scale away), model.arch=gpt.
+    qk_clip: float | None = None
     # anGPT's choices where its sources are silent or conflict (docs/angpt.md); model.arch=gpt
     # reads none of them. alpha_init: the LERP weight's start (nGPT's 0.05; a paper note says 0.01).
     angpt_alpha_init: float = 0.05
@@ -110,6 +117,9 @@ class TrainConfig:
     diag_batches: int = 4  # val eval batches the attention diagnostics read, at most eval_iters; 0: none
     save_checkpoint: bool = False
     resume: bool = False  # continue from the run dir's ckpt.pt (same hydra.run.dir)
+    # PaLM's z-loss: the training loss gets z_loss * mean over tokens of log(Z)^2, Z the output
+    # softmax's normalizer (0: off). The val and train losses the evals report stay plain CE.
+    z_loss: float = 0.0
 
 
 @dataclass
@@ -246,6 +256,9 @@ def validate(config: Config) -> None:
         _check(getattr(m, key) >= 1, f"model.{key}={getattr(m, key)} must be >= 1")
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     _choice("model.attention", m.attention, ATTENTIONS)
+    _check(m.attn_softcap is None or (math.isfinite(m.attn_softcap) and m.attn_softcap > 0),
+           f"model.attn_softcap={m.attn_softcap} must be a positive number (Gemma 2: 50.0), or "
+           "null for no softcap")
     _check_arch(m)
 
     _choice("norm.kind", n.kind, NORM_KINDS)
@@ -266,6 +279,7 @@ def validate(config: Config) -> None:
                    f"norm.gamma_init={n.gamma_init!r} must be one of {', '.join(GAMMA_INITS)} "
                    f"or a positive number{why}")
     _check(n.eps > 0, f"norm.eps={n.eps} must be > 0 (it floors the norm)")
+    _check_qk_clip(m, n)
 
     _check(d.n_folds >= 2, f"data.n_folds={d.n_folds} must be >= 2 (one fold validates)")
     _check(0 <= d.fold < d.n_folds,
@@ -282,6 +296,8 @@ def validate(config: Config) -> None:
     for key in ("batch_size", "eval_interval", "eval_iters"):
         _check(getattr(t, key) >= 1, f"train.{key}={getattr(t, key)} must be >= 1")
     _check(t.max_iters >= 0, f"train.max_iters={t.max_iters} must be >= 0")
+    _check(math.isfinite(t.z_loss) and t.z_loss >= 0,
+           f"train.z_loss={t.z_loss} must be a number >= 0 (PaLM: 1e-4; 0 turns it off)")
     _check(t.diag_batches >= 0, f"train.diag_batches={t.diag_batches} must be >= 0 (0 turns the "
            "attention diagnostics off)")
 
@@ -307,6 +323,18 @@ def _check_data(d: DataConfig) -> None:
                f"data.vocab_size={d.vocab_size} does not fit data.tokenizer=bpe: a byte-level BPE "
                f"starts from the {BYTE_SYMBOLS} bytes, so give data.vocab_size > {BYTE_SYMBOLS} "
                "(e.g. data.vocab_size=512)")
+
+
+def _check_qk_clip(m: ModelConfig, n: NormConfig) -> None:
+    """model.qk_clip: a threshold, on the models whose logits scale with W_q and W_k."""
+    if m.qk_clip is None:
+        return
+    _check(math.isfinite(m.qk_clip) and m.qk_clip > 0,
+           f"model.qk_clip={m.qk_clip} must be a positive number (Kimi K2: 100.0), or null")
+    _check(n.kind == "none", f"model.qk_clip={m.qk_clip} rescales W_q and W_k, which norm={n.kind} "
+           "normalizes away; use norm=none (arm=qk_clip), or drop model.qk_clip")
+    _check(m.arch == "gpt", f"model.qk_clip={m.qk_clip} is read by model.arch=gpt only (anGPT "
+           "bounds its rows itself); drop it or use model.arch=gpt")
 
 
 def _check_arch(m: ModelConfig) -> None:

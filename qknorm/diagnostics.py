@@ -12,9 +12,12 @@ attention (row 0 attends to itself alone, so it says nothing), on fixed eval bat
   - attn_logit_max: the largest |logit| of any row, head and batch (a maximum, not a mean):
     the attention-logit growth Wortsman et al. 2023 (arXiv 2309.14322) find behind high-lr
     divergence, the logit as the norm defines it (gamma q_hat.k_hat for l2/lp, q.k/sqrt(d) for
-    none and rms);
+    none and rms); per head too, as attn_logit_max_l{layer}_h{head} (QK-Clip and the field's
+    reports work per head);
 and, for the Lp norms, gamma per layer and a learned p per head. Keys end in `_l{layer}`; the
-keys without it are the layer means, except attn_logit_max: the largest over layers.
+keys without it are the layer means, except attn_logit_max: the largest over layers (and a
+layer's the largest over its heads). Every statistic reads the logits the softmax takes: with
+model.attn_softcap they are the softcapped ones, so attn_logit_max stays below the cap.
 
 The output logits (every position of the same batches, the head's logits before the softmax):
 out_logit_mean (their mean), out_logit_max (their largest |logit|) and out_z (the mean over
@@ -33,7 +36,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from qknorm.model import LanguageModel
+from qknorm.model import LanguageModel, softcap
 
 STATS = ("attn_entropy", "attn_entropy_frac", "attn_max_weight", "logit_std", "attn_logit_max")
 OUTPUT_STATS = ("out_logit_mean", "out_logit_max", "out_z")
@@ -97,17 +100,27 @@ class _Reduction:
 
 
 class _LayerRecorder(_Reduction):
-    """A forward hook on one layer's q/k norm: reduces each statistic over the rows it sees."""
+    """A forward hook on one layer's q/k norm: reduces each statistic over the rows it sees,
+    and keeps attn_logit_max per head as well (`head_max`)."""
 
-    def __init__(self, module: torch.nn.Module, head_dim: int):
+    def __init__(self, module: torch.nn.Module, head_dim: int, cap: float | None):
         super().__init__()
         # The scale SDPA applies: the norm's own (1 for Lp, gamma folded into q) or 1/sqrt(d).
         self.scale = module.scale if module.scale is not None else head_dim ** -0.5
+        self.cap = cap  # model.attn_softcap: the attention softcaps its logits before the softmax
+        self.head_max: torch.Tensor | None = None
         self.handle = module.register_forward_hook(self)
 
     def __call__(self, module, inputs, output) -> None:
         q, k = (t.float() for t in output)
-        self.add(row_stats(self.scale * q @ k.transpose(-2, -1)))
+        logits = self.scale * q @ k.transpose(-2, -1)  # (B, nh, T, T)
+        stats = row_stats(logits if self.cap is None else softcap(logits, self.cap))
+        heads = stats["attn_logit_max"].amax(dim=(0, 2)).double()  # (B, nh, T-1) -> (nh,)
+        self.head_max = heads if self.head_max is None else torch.maximum(self.head_max, heads)
+        self.add(stats)
+
+    def per_head(self) -> list[float]:
+        return [] if self.head_max is None else self.head_max.tolist()
 
 
 @torch.no_grad()
@@ -117,7 +130,8 @@ def attention_diagnostics(model: LanguageModel, batches: Iterable, autocast: Abs
     attention's per layer and over layers, the output logits', the norm's read-outs."""
     blocks = model.transformer.h
     head_dim = blocks[0].attn.n_embd // blocks[0].attn.n_head
-    recorders = [_LayerRecorder(block.attn.qk_norm, head_dim) for block in blocks]
+    recorders = [_LayerRecorder(block.attn.qk_norm, head_dim, block.attn.attn_softcap)
+                 for block in blocks]
     outputs = _Reduction()
     was_training = model.training
     model.eval()
@@ -136,6 +150,8 @@ def attention_diagnostics(model: LanguageModel, batches: Iterable, autocast: Abs
         values = [layer[name] for layer in per_layer]
         out[name] = max(values) if name in MAXIMA else sum(values) / len(values)
         out.update({f"{name}_l{i}": v for i, v in enumerate(values)})
+    for i, r in enumerate(recorders):
+        out.update({f"attn_logit_max_l{i}_h{h}": v for h, v in enumerate(r.per_head())})
     out.update(outputs.values())
     out.update(readouts(model))
     return out

@@ -45,10 +45,12 @@ BOOKKEEPING = ("optuna.", "tracker.")
 # model.arch=gpt drops model.arch too: a GPT job's effective config (and so the digest a study
 # keeps of it) stays what it was before the key existed, and studies started then resume.
 UNUSED_BY_ARCH = {"gpt": ("model.arch", *ANGPT_KEYS), "angpt": ("model.bias",)}
-# The data keys of issue 37, dropped at the value every earlier run had (Tiny Shakespeare, char
-# level), for the same reason: studies started before them keep their digests and resume. And
-# data.vocab_size, which only the BPE reads.
-DATA_KEYS_BEFORE = {"data.corpus": "shakespeare", "data.tokenizer": "char"}
+# Keys added after runs existed, dropped at the value every earlier run had, for the same
+# reason: studies started before them keep their digests and resume. The data keys of issue 37
+# (Tiny Shakespeare, char level) and the logit controls of issue 46 (no softcap, no QK-Clip, no z-loss).
+# And data.vocab_size, which only the BPE reads.
+KEYS_BEFORE = {"data.corpus": "shakespeare", "data.tokenizer": "char",
+               "model.attn_softcap": None, "model.qk_clip": None, "train.z_loss": 0.0}
 UNUSED_BY_TOKENIZER = {"char": ("data.vocab_size",), "byte": ("data.vocab_size",)}
 
 
@@ -58,7 +60,7 @@ def effective_config(flat: dict[str, Any]) -> dict[str, Any]:
     on CPU)."""
     unused = (*UNUSED_KEYS.get(flat.get("norm.kind"), ()),
               *UNUSED_BY_ARCH.get(flat.get("model.arch", "gpt"), ()),
-              *(k for k, v in DATA_KEYS_BEFORE.items() if flat.get(k, v) == v),
+              *(k for k, v in KEYS_BEFORE.items() if flat.get(k, v) == v),
               *UNUSED_BY_TOKENIZER.get(flat.get("data.tokenizer", "char"), ()))
     return {k: v for k, v in flat.items() if k not in unused and not k.startswith(BOOKKEEPING)}
 

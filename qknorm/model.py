@@ -33,37 +33,55 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
                                           scale=scale)
 
 
+def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """Gemma 2's logit softcap, cap * tanh(logits / cap): about the identity for |logits| well
+    below cap, never beyond ±cap. (PyTorch has it only as a flex_attention score_mod, which
+    needs torch.compile; the two ops here are the same arithmetic in eager and compiled runs.)"""
+    return cap * torch.tanh(logits / cap)
+
+
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
-                       scale: float | None, mask: torch.Tensor) -> torch.Tensor:
+                       scale: float | None, mask: torch.Tensor,
+                       cap: float | None = None) -> torch.Tensor:
     """softmax(scale * q k^T + mask) v written out, as nanoGPT's non-flash path: under
     torch.compile on CPU the mask and softmax fuse, and that beat the flash kernel at short blocks.
 
     `mask` is additive (0 on and below the diagonal, -inf above), at least (T, T); baddbmm adds
     it and applies the scale inside the q k^T matmul. The softmax runs in float32 under autocast.
+    `cap` (model.attn_softcap) softcaps scale * q k^T first: the mask is added after the tanh,
+    which would turn its -inf into -cap.
     """
     B, nh, T, hs = q.shape
     scale = 1.0 / math.sqrt(hs) if scale is None else scale
-    att = torch.baddbmm(mask[:T, :T].to(q.dtype), q.reshape(B * nh, T, hs),
-                        k.reshape(B * nh, T, hs).transpose(1, 2), alpha=scale)  # (B*nh, T, T)
+    q2, kt = q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2)
+    if cap is None:
+        att = torch.baddbmm(mask[:T, :T].to(q.dtype), q2, kt, alpha=scale)  # (B*nh, T, T)
+    else:
+        att = softcap(torch.bmm(q2, kt) * scale, cap) + mask[:T, :T].to(q.dtype)
     att = F.dropout(F.softmax(att, dim=-1, dtype=torch.float32), dropout_p, training=dropout_p > 0)
     return torch.bmm(att.to(v.dtype), v.reshape(B * nh, T, hs)).view(B, nh, T, hs)
 
 
-def use_explicit_attention(setting: str, device: torch.device) -> bool:
+def use_explicit_attention(setting: str, device: torch.device, cap: float | None = None) -> bool:
     """model.attention=auto takes the explicit path where it measured faster: on CPU under
     torch.compile, which fuses its mask and softmax (2% of a model=cpu step); in eager mode SDPA
-    was as fast in float32 and faster in bf16 (docs/performance.md, "Speed notes")."""
+    was as fast in float32 and faster in bf16 (docs/performance.md, "Speed notes"). A softcap
+    (`cap`) needs the logits themselves, which SDPA never hands out: the explicit path always."""
+    if cap is not None:
+        return True
     if setting == "auto":
         return device.type == "cpu" and torch.compiler.is_compiling()
     return setting == "explicit"
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
-           scale: float | None, setting: str, mask: torch.Tensor) -> torch.Tensor:
+           scale: float | None, setting: str, mask: torch.Tensor,
+           cap: float | None = None) -> torch.Tensor:
     """Causal attention of (B, nh, T, hs) heads by the path model.attention picks (the one
-    choice both architectures make): the fused SDPA kernel or the explicit ops."""
-    if use_explicit_attention(setting, q.device):
-        return explicit_attention(q, k, v, dropout_p, scale, mask)
+    choice both architectures make): the fused SDPA kernel or the explicit ops; `cap`
+    (model.attn_softcap) softcaps the logits, on the explicit path."""
+    if use_explicit_attention(setting, q.device, cap):
+        return explicit_attention(q, k, v, dropout_p, scale, mask, cap)
     return causal_attention(q, k, v, dropout_p, scale)
 
 
@@ -77,9 +95,13 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.qk_norm = build_qk_norm(norm, cfg.n_head, head_dim, cfg.block_size)
         self.attention = cfg.attention
+        self.attn_softcap = cfg.attn_softcap  # read by the attention and the diagnostics
         # Additive causal mask for the explicit path; not saved (checkpoints stay as they were).
         mask = torch.full((cfg.block_size, cfg.block_size), -math.inf).triu(1)
         self.register_buffer("causal_mask", mask, persistent=False)
+        self.qk_clip = cfg.qk_clip
+        if self.qk_clip is not None:  # each head's largest logit in the last training forward
+            self.register_buffer("max_logit", torch.zeros(cfg.n_head), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
@@ -88,10 +110,39 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q, k = self.qk_norm(q, k)
+        if self.qk_clip is not None and self.training:
+            self._record_max_logit(q, k)
         dropout = self.dropout if self.training else 0.0
-        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask)
+        y = attend(q, k, v, dropout, self.qk_norm.scale, self.attention, self.causal_mask,
+                   self.attn_softcap)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
+
+    @torch.no_grad()
+    def _record_max_logit(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """max_logit <- each head's largest logit scale * q.k over the batch's causal pairs
+        (signed, as Kimi K2's S_max): one more q k^T, outside autograd, that SDPA never shows."""
+        hs = q.size(-1)
+        scale = self.qk_norm.scale if self.qk_norm.scale is not None else hs ** -0.5
+        logits = scale * q.float() @ k.float().transpose(-2, -1)  # (B, nh, T, T)
+        T = logits.size(-1)
+        logits = logits + self.causal_mask[:T, :T]  # -inf above the diagonal: never the max
+        self.max_logit.copy_(logits.amax(dim=(0, 2, 3)))
+
+    @torch.no_grad()
+    def qk_clip_(self) -> None:
+        """Kimi K2's QK-Clip (arXiv 2507.20534), after an optimizer step: a head whose largest
+        logit S passed tau = model.qk_clip gets its W_q and W_k rows (and biases) scaled by
+        sqrt(tau / S), so that the same input gives it logits S * tau / S = tau at most; the
+        other heads are left alone. Nothing without model.qk_clip."""
+        if self.qk_clip is None:
+            return
+        gamma = torch.where(self.max_logit > self.qk_clip, self.qk_clip / self.max_logit, 1.0)
+        factor = gamma.sqrt().repeat_interleave(self.n_embd // self.n_head)  # (C,): per row
+        for param in (self.c_attn.weight, self.c_attn.bias):
+            if param is not None:  # rows: q (0..C), k (C..2C), v (2C..3C, never clipped)
+                rows = param[:2 * self.n_embd].view(2, self.n_embd, -1)
+                rows.mul_(factor.to(param.dtype).view(1, -1, 1))
 
 
 class MLP(nn.Module):
@@ -159,8 +210,8 @@ class LanguageModel(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device_type in ("cuda", "cpu"))
 
     def project_weights_(self) -> None:
-        """Called after every optimizer step. GPT's weights are free (weight decay keeps them
-        small); AnGPT bounds its rows here."""
+        """Called after every optimizer step. GPT applies QK-Clip there (model.qk_clip; its
+        weights are otherwise free, weight decay keeps them small); AnGPT bounds its rows."""
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -204,6 +255,11 @@ class GPT(LanguageModel):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @torch.no_grad()
+    def project_weights_(self) -> None:
+        for block in self.transformer.h:
+            block.attn.qk_clip_()
 
     def n_params(self) -> int:
         """Parameters without the position embedding (nanoGPT's count)."""

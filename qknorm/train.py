@@ -280,11 +280,21 @@ def _loop(run: Run, first_step: int, resumed: bool) -> None:
     bar.close()
 
 
+def z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """PaLM's z-loss term (arXiv 2204.02311): the mean over positions of log(Z)^2, Z = sum over
+    the vocabulary of exp(logit), in float32. It pulls log Z to 0, so that the output softmax's
+    normalizer stays near 1 and its logits cannot drift together (Wortsman et al.'s output-logit
+    divergence); the cross-entropy alone cannot see such a drift."""
+    return logits.float().logsumexp(-1).square().mean()
+
+
 def train_step(run: Run, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """One forward/backward/clip/step (and anGPT's weight bound); returns the loss on the device
-    (no host sync)."""
+    """One forward/backward/clip/step (and anGPT's weight bound); returns the loss it stepped on,
+    cross-entropy plus train.z_loss's term when set, on the device (no host sync)."""
     with run.autocast:
-        _, loss = run.compiled(x, y)
+        logits, loss = run.compiled(x, y)
+        if run.cfg.train.z_loss:
+            loss = loss + run.cfg.train.z_loss * z_loss(logits)
     loss.backward()
     if run.cfg.optimizer.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), run.cfg.optimizer.grad_clip)

@@ -11,10 +11,11 @@ from qknorm import rundir
 
 from .conftest import REPO
 
-# The smoke model has 1 layer (conf/model/tiny.yaml) and an Lp norm, so one gamma
+# The smoke model has 1 layer of 2 heads (conf/model/tiny.yaml) and an Lp norm, so one gamma
 DIAGNOSTICS = {f"{name}{layer}" for name in ("attn_entropy", "attn_entropy_frac", "attn_max_weight",
                                              "logit_std", "attn_logit_max")
-               for layer in ("", "_l0")} | {"gamma_l0", "out_logit_mean", "out_logit_max", "out_z"}
+               for layer in ("", "_l0")} | {"gamma_l0", "out_logit_mean", "out_logit_max", "out_z",
+                                            "attn_logit_max_l0_h0", "attn_logit_max_l0_h1"}
 
 
 def test_smoke_run_writes_metrics_and_final(cli):

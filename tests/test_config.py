@@ -13,7 +13,7 @@ from qknorm.config import Config, register_configs, to_config
 from qknorm.errors import UserError, did_you_mean, first_line
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ["model", "norm", "data", "optimizer", "train", "experiment", "search"]
+GROUPS = ["model", "norm", "data", "optimizer", "train", "experiment", "search", "arm"]
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
 
 register_configs()
@@ -42,7 +42,7 @@ def test_every_option_composes(group, option):
 
 def test_groups_have_the_design_options():
     names = {g: {o for gg, o in OPTIONS if gg == g} for g in GROUPS}
-    assert names["model"] == {"tiny", "cpu", "paper"}
+    assert names["model"] == {"tiny", "cpu", "paper", "cpu_w64", "cpu_w256"}
     assert names["norm"] == {"none", "l2", "lp", "rms"}
     assert {"smoke"} <= names["experiment"]
     assert names["data"] == {"shakespeare_char", "kjv_char", "text"}
@@ -58,6 +58,43 @@ def test_groups_have_the_design_options():
 ])
 def test_norm_overrides(override, key, value):
     assert getattr(compose_config(override).norm, key) == value
+
+
+# Each arm of the logit-control comparison (issue 46) as its file's comment states it:
+# (norm.kind, norm.p, norm.gamma_init, model.attn_softcap, train.z_loss); p and gamma_init are
+# the schema's where the kind does not read them.
+ARMS = {
+    "none": ("none", 2.0, "qknorm", None, 0.0),
+    "qknorm": ("l2", 2.0, "qknorm", None, 0.0),
+    "lp4_calibrated": ("lp", 4.0, "calibrated", None, 0.0),
+    "rms": ("rms", 2.0, "qknorm", None, 0.0),
+    "softcap": ("none", 2.0, "qknorm", 50.0, 0.0),  # Gemma 2's attention softcap
+    "z_loss": ("none", 2.0, "qknorm", None, 1e-4),  # PaLM's coefficient
+    "qk_clip": ("none", 2.0, "qknorm", None, 0.0),  # and model.qk_clip=100, Kimi K2's tau
+}
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_each_arm_sets_its_norm_and_logit_control(arm):
+    cfg = compose_config(f"arm={arm}")
+    assert (cfg.norm.kind, cfg.norm.p, cfg.norm.gamma_init, cfg.model.attn_softcap,
+            cfg.train.z_loss) == ARMS[arm]
+    assert cfg.model.qk_clip == (100.0 if arm == "qk_clip" else None)
+    assert cfg.model.n_embd == 128 and cfg.optimizer.lr == 1e-3  # nothing else moves
+
+
+def test_arms_are_exactly_the_listed_ones_and_the_command_line_wins():
+    assert {o for g, o in OPTIONS if g == "arm"} == set(ARMS)
+    assert compose_config("arm=softcap", "model.attn_softcap=30").model.attn_softcap == 30.0
+    assert compose_config("arm=softcap", "norm=l2").norm.kind == "l2"  # softcap on top of QKNorm
+
+
+@pytest.mark.parametrize("model, n_head, n_embd", [("cpu_w64", 2, 64), ("cpu", 4, 128),
+                                                   ("cpu_w256", 8, 256)])
+def test_the_width_ladder_keeps_model_cpu_depth_block_and_head_dim(model, n_head, n_embd):
+    m = compose_config(f"model={model}").model
+    assert (m.n_layer, m.n_head, m.n_embd, m.block_size, m.dropout) == (4, n_head, n_embd, 64, 0.0)
+    assert m.n_embd // m.n_head == 32
 
 
 def test_model_paper_is_nanogpt_gpu_recipe():
@@ -90,6 +127,14 @@ def test_wrong_type_fails_at_compose_time():
      "calibrated or a positive number (norm.gamma_param=log: gamma = gamma_init"),
     ("train.diag_batches=-1", "train.diag_batches=-1 must be >= 0"),
     ("model.attention=flash", "model.attention='flash' is not one of auto, sdpa, explicit; pick"),
+    ("model.attn_softcap=0", "model.attn_softcap=0.0 must be a positive number (Gemma 2: 50"),
+    ("model.attn_softcap=inf", "model.attn_softcap=inf must be a positive number"),
+    ("train.z_loss=-1e-4", "train.z_loss=-0.0001 must be a number >= 0 (PaLM: 1e-4; 0 turns"),
+    ("train.z_loss=inf", "train.z_loss=inf must be a number >= 0"),
+    ("model.qk_clip=-1", "model.qk_clip=-1.0 must be a positive number (Kimi K2: 100"),
+    ("arm=qk_clip norm=l2", "model.qk_clip=100.0 rescales W_q and W_k, which norm=l2 normalizes "
+     "away; use norm=none"),
+    ("arm=qk_clip model.arch=angpt", "model.qk_clip=100.0 is read by model.arch=gpt only"),
 ])
 def test_guards_name_the_value_and_the_fix(override, message):
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):

@@ -182,7 +182,15 @@ def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp
     section = report.summary.split("## Learning-rate sensitivity")[1].split("\n## ")[0]
     assert section == again.summary.split("## Learning-rate sensitivity")[1].split("\n## ")[0]
     assert "report/lr_sensitivity.png" in again.files
-    assert "report/attn_logit_curves.png" not in again.files  # curves.csv keeps no diagnostics
+    # curves.csv keeps the largest attention logit of every eval (issue 46): the figure is
+    # drawn again from it, and the column holds what the runs' metrics.jsonl logged
+    assert "report/attn_logit_curves.png" in again.files
+    index = ["run_dir", "step"]
+    logged = results.collect_curves(results.collect(root).runs, root).set_index(index)
+    kept = pd.read_csv(rebuilt / "curves.csv", dtype={"run_dir": str}).set_index(index)
+    assert kept["attn_logit_max"].notna().sum() == logged["attn_logit_max"].notna().sum() > 0
+    pd.testing.assert_series_equal(kept["attn_logit_max"],
+                                   logged.loc[kept.index, "attn_logit_max"])
     # from results.csv alone there is no ℓ₀: no reading, and the rest of the report is drawn
     alone = tmp_path / "alone"
     alone.mkdir()
@@ -220,6 +228,46 @@ def test_preset_is_a_log_lr_grid_by_norm_over_seeds_through_our_sweeper():
     assert (cfg.name, sweeper.study_name) == ("lr_sensitivity_calibrated",) * 2
     assert (cfg.optimizer.warmup_iters, cfg.optimizer.min_lr, cfg.train.max_iters) == (20, 0.0, 400)
     assert (cfg.threads, cfg.data.fold, cfg.hydra.launcher.n_jobs) == (1, 9, 2)
+
+
+def _width_preset(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from .test_config import CONF
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=["search=lr_width", *overrides],
+                       return_hydra_config=True)
+
+
+def _choices(param: str) -> list[str]:
+    return [x.strip() for x in param[len("choice("):-1].split(",")]
+
+
+def test_width_preset_is_a_ladder_of_widths_by_arm_by_lr_on_equal_tokens():
+    """Issue 46's protocol: >= 3 widths spanning >= 4x at model=cpu's depth and head dim, the
+    five arms, >= 6 lr in half decades up to 1.0, 3 seeds, the same tokens per run at every
+    width; clipping in the study's name, so the run without it is another study."""
+    cfg = _width_preset()
+    sweeper = cfg.hydra.sweeper
+    widths = {}
+    for model in _choices(sweeper.params["model"]):
+        c = _width_preset(f"model={model}")
+        widths[model] = (c.model.n_layer, c.model.n_embd, c.model.n_embd // c.model.n_head,
+                         c.train.max_iters * c.train.batch_size * c.model.block_size)
+    assert sorted(w[1] for w in widths.values()) == [64, 128, 256]
+    assert {(w[0], w[2], w[3]) for w in widths.values()} == {(4, 32, 200 * 12 * 64)}
+    assert _choices(sweeper.params["arm"]) == ["none", "qknorm", "lp4_calibrated", "softcap",
+                                                "z_loss"]
+    lrs = [float(x) for x in _choices(sweeper.params["optimizer.lr"])]
+    assert len(lrs) >= 6 and max(lrs) == 1.0
+    assert np.allclose(np.diff(np.log10(lrs)), 0.5, atol=0.03)
+    assert dict(sweeper.replicates) == {"seed": [0, 1, 2]}
+    assert sweeper.n_trials is None and sweeper.n_jobs == 3 * 5 * len(lrs)  # one batch
+    assert sweeper.max_failure_rate == 1.0 and cfg.hydra.launcher.n_jobs == 2
+    assert (cfg.optimizer.warmup_iters, cfg.optimizer.min_lr, cfg.optimizer.grad_clip) == (
+        10, 0.0, 1.0)  # 5% warmup, as lr_sensitivity's
+    assert (cfg.name, sweeper.study_name) == ("lr_width_clip1.0",) * 2
+    assert _width_preset("optimizer.grad_clip=0").name == "lr_width_clip0.0"
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ attention-diagnostic columns of new and old run dirs, and the delta_vs_p and ent
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -10,10 +11,12 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from qknorm import rundir
 from qknorm.errors import UserError
 from qknorm.multitest import holm
 from qknorm.report import (
     Options,
+    build_report,
     check_columns,
     compute,
     deltaplot,
@@ -31,7 +34,10 @@ from .synthetic_runs import (
     DIAG_END,
     DIAG_START,
     add_runs_without_p,
+    config,
+    final,
     make_sweep,
+    write_config,
 )
 from .test_plots import run_dots
 
@@ -151,6 +157,41 @@ def test_diagnostic_of_a_layer_not_run_lists_the_logged_ones(new):
                        r"only with norm.p_learnable\)"):
         check_columns(results.collect(new).runs, "p_l0_h1", [])
     check_columns(results.collect(new).runs, "attn_entropy_l0", [])  # logged: accepted
+
+
+def test_curves_and_results_keep_the_largest_attention_logit_per_layer_and_head(tmp_path):
+    """Runs of 2 and 3 heads (a width ladder at a fixed head dim): curves.csv has attn_logit_max
+    and each layer's and head's at every eval, a layer before its heads, NaN where a run has no
+    such head; results.csv the last eval's, read from final.json."""
+    for job, n_head in ((0, 2), (1, 3)):
+        run = tmp_path / str(job)
+        write_config(run, config(2.0, job))
+        for step in (0, 10):
+            heads = {f"attn_logit_max_l0_h{h}": 10.0 * (h + 1) + step + job for h in range(n_head)}
+            top = max(heads.values())
+            row = {"step": step, "train_loss": 3.0, "val_loss": 3.0 - step / 10, "lr": 1e-3,
+                   "elapsed_s": 1.0, "attn_logit_max": top, "attn_logit_max_l0": top, **heads}
+            rundir.append_metrics(run, row)
+        rundir.write_final(run, final("completed", 2.0, 1.0, 2.0, 0, job, **heads,
+                                      attn_logit_max=top, attn_logit_max_l0=top))
+    report = build_report(tmp_path, Options(formats=()))
+    curves = pd.read_csv(io.BytesIO(report.files["curves.csv"]), dtype={"run_dir": str})
+    assert list(curves.columns) == [
+        "run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s", "attn_logit_max",
+        "attn_logit_max_l0", "attn_logit_max_l0_h0", "attn_logit_max_l0_h1", "attn_logit_max_l0_h2"]
+    by_eval = curves.set_index(["run_dir", "step"])
+    assert by_eval.loc[("0", 10), ["attn_logit_max", "attn_logit_max_l0_h0", "attn_logit_max_l0_h1"]
+                       ].tolist() == [30.0, 20.0, 30.0]
+    assert math.isnan(by_eval.loc[("0", 10), "attn_logit_max_l0_h2"])  # 2 heads: no head 2
+    assert by_eval.loc[("1", 0), ["attn_logit_max_l0_h0", "attn_logit_max_l0_h1",
+                                  "attn_logit_max_l0_h2"]].tolist() == [11.0, 21.0, 31.0]
+    runs = report.runs.set_index("run_dir")
+    assert runs.loc["1", ["attn_logit_max_l0_h0", "attn_logit_max_l0_h2"]].tolist() == [21.0, 41.0]
+    rebuilt = tmp_path / "rebuilt"  # the committed form: results.csv and curves.csv alone
+    rebuilt.mkdir()
+    for name in ("results.csv", "curves.csv"):
+        (rebuilt / name).write_bytes(report.files[name])
+    assert build_report(rebuilt, Options(formats=())).files["curves.csv"] == report.files["curves.csv"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -286,6 +286,16 @@ def test_effective_config_keeps_the_data_keys_only_where_they_change_the_run():
     assert effective_key({**with_data, "data.corpus": "kjv"}) != effective_key(flat)
 
 
+def test_effective_config_keeps_the_logit_controls_only_where_they_are_on():
+    flat = flatten(config(2.0, 8))
+    # a run from before issue 46 (no softcap, QK-Clip or z-loss keys) is the same run as one with both off
+    unset = {**flat, "model.attn_softcap": None, "model.qk_clip": None, "train.z_loss": 0.0}
+    assert effective_key(unset) == effective_key(flat)
+    assert effective_key({**unset, "model.attn_softcap": 50.0}) != effective_key(flat)
+    assert effective_key({**unset, "model.qk_clip": 100.0}) != effective_key(flat)
+    assert effective_key({**unset, "train.z_loss": 1e-4}) != effective_key(flat)
+
+
 def test_runs_that_repeat_an_effective_config_count_once(tmp_path):
     add_repeats(tmp_path, "none", [2.0, 4.0], [8, 9], loss=1.9)  # 4 dirs, 2 distinct runs
     add_repeats(tmp_path, "rms", [2.0, 4.0, 1.5], [8], loss=1.7)  # 3 dirs, 1 distinct run

@@ -36,6 +36,10 @@ NORMS: dict[str, tuple[tuple[str, ...], bool]] = {
     "lp_p4": (("norm=lp", "norm.p=4"), False),
     "lp_pinf": (("norm=lp", "norm.p=inf"), False),
     "rms": (("norm=rms",), False),
+    # the logit controls from outside QK-norm (conf/arm/, issue 46): plain attention plus each
+    "softcap": (("arm=softcap",), False),
+    "z_loss": (("arm=z_loss",), False),
+    "qk_clip": (("arm=qk_clip",), False),
 }
 DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 REFERENCE = "none-fp32-eager"  # issue 13's reference: every variant's speed-up is against it

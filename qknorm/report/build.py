@@ -198,7 +198,7 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
     summary = summarize(collection, options, curves, computed)
     tables = {"results.csv": collection.runs.to_csv(index=False).encode()}
     if has_curves(collection, curves):
-        tables["curves.csv"] = curves[results.CURVES_CSV].to_csv(index=False).encode()
+        tables["curves.csv"] = curves[results.curves_csv_columns(curves)].to_csv(index=False).encode()
     files = {**tables, "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)
 

@@ -99,13 +99,13 @@ def is_diagnostic(name: str) -> bool:
 
 def layer_columns(rows: list[dict[str, Any]]) -> list[str]:
     """The per-layer diagnostics any row has, by diagnostic, then layer and head as numbers
-    (l2 before l10)."""
+    (l2 before l10; a layer's own column before its heads')."""
     names = {k for row in rows for k in row if LAYER_DIAGNOSTIC.match(k)}
     kinds = [*DIAGNOSTICS, "gamma", "p"]
 
     def order(name: str) -> tuple[int, int, int]:
         kind, layer, head = LAYER_DIAGNOSTIC.match(name).groups()
-        return kinds.index(kind), int(layer), int(head or 0)
+        return kinds.index(kind), int(layer), -1 if head is None else int(head)
 
     return sorted(names, key=order)
 
@@ -274,10 +274,27 @@ CURVE_KEYS = ["step", "train_loss", "val_loss", "lr", "elapsed_s", "tokens_per_s
               "p_mean", *DIAGNOSTICS]
 
 
-# curves.csv's columns: the losses of every eval, joined to results.csv by run_dir (the
-# diagnostics stay in each run's metrics.jsonl). What a rung rule is chosen on
-# (qknorm.research.rung_error_rates --room) once the run dirs are gone.
+# curves.csv's columns: the losses of every eval, joined to results.csv by run_dir. What a rung
+# rule is chosen on (qknorm.research.rung_error_rates --room) once the run dirs are gone. Of the
+# diagnostics (the rest stay in each run's metrics.jsonl) it keeps the largest attention logit,
+# over layers, per layer and per head (LOGIT_FAMILY), where any run logged them (issue 46).
 CURVES_CSV = ["run_dir", "step", "train_loss", "val_loss", "lr", "elapsed_s"]
+LOGIT_FAMILY = "attn_logit_max"
+
+
+def logit_layer_columns(names) -> list[str]:
+    """The per-layer and per-head attn_logit_max columns among `names`, in layer_columns' order."""
+    found = [n for n in map(str, names)
+             if (m := LAYER_DIAGNOSTIC.match(n)) and m.group(1) == LOGIT_FAMILY]
+    return layer_columns([dict.fromkeys(found)])
+
+
+def curves_csv_columns(curves: pd.DataFrame) -> list[str]:
+    """curves.csv's columns for these curves: CURVES_CSV, then the attention-logit readings some
+    run logged (none for runs before the diagnostics: the six columns alone)."""
+    logits = [c for c in [LOGIT_FAMILY, *logit_layer_columns(curves.columns)]
+              if c in curves.columns and curves[c].notna().any()]
+    return [*CURVES_CSV, *logits]
 
 
 def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
@@ -286,8 +303,9 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     saved = root / CURVES_CSV_NAME
     if saved.is_file() and not any((root / d / rundir.HYDRA_DIR).is_dir() for d in runs["run_dir"]):
         # A report rebuilt from results.csv: the evals as its curves.csv kept them.
-        curves = pd.read_csv(saved, dtype={"run_dir": str}).reindex(columns=["run_dir",
-                                                                               *CURVE_KEYS])
+        curves = pd.read_csv(saved, dtype={"run_dir": str})
+        curves = curves.reindex(columns=["run_dir", *CURVE_KEYS,
+                                         *logit_layer_columns(curves.columns)])
         keys = runs[["run_dir", "norm.kind", "norm.p", "status"]]
         return curves.merge(keys, on="run_dir", how="left")
     frames = []
@@ -295,7 +313,8 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
         rows = rundir.read_metrics(root / run.run_dir)
         if not rows:
             continue
-        frame = pd.DataFrame([{k: to_float(r.get(k)) for k in CURVE_KEYS} for r in rows])
+        keys = [*CURVE_KEYS, *logit_layer_columns({k for r in rows for k in r})]
+        frame = pd.DataFrame([{k: to_float(r.get(k)) for k in keys} for r in rows])
         frame.insert(0, "run_dir", run.run_dir)
         frames.append(frame)
     if not frames:
