@@ -21,7 +21,7 @@ from qknorm.effective import effective_config, flatten
 from qknorm.errors import UserError
 from qknorm.model import GPT
 from qknorm.nn import calibration_factor, qknorm_gamma
-from tests.conftest import kill_after_evals
+from tests.helpers.cli import kill_after_evals
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 register_configs()

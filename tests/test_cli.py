@@ -8,8 +8,7 @@ import math
 import pytest
 
 from qknorm import rundir
-
-from .conftest import REPO
+from tests.helpers import REPO
 
 # The smoke model has 1 layer (conf/model/tiny.yaml) and an Lp norm, so one gamma
 DIAGNOSTICS = {f"{name}{layer}" for name in ("attn_entropy", "attn_entropy_frac", "attn_max_weight",

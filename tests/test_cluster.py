@@ -29,8 +29,9 @@ from optuna.trial import TrialState
 from qknorm.sweep import slurm as _slurm
 from qknorm.sweep import specs as _specs
 from qknorm.sweep.study import HEARTBEAT_ATTR
-from tests.cluster import report_states
-from tests.test_sweeper import FAST, counted, ok, study_of
+from tests.helpers.cli import FAST, ok
+from tests.helpers.cluster import report_states
+from tests.test_sweeper import counted, study_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # Under pytest-xdist (--dist loadgroup) the tests of one service share a worker, so each session

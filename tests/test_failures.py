@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from qknorm import rundir
+from tests.helpers import REPO
+from tests.helpers.cli import assert_one_line_error
 
-REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["experiment=smoke", "threads=1", "train.max_iters=10"]
 TINY = "hello world, this is a tiny corpus.\n" * 30  # 1080 chars: a val split of 108 tokens
 
@@ -69,17 +70,6 @@ def _write_corpora(cwd: Path) -> None:
     (cwd / "nul.txt").write_bytes(b"\0" * 200_000)
     (cwd / "short.txt").write_text("a few words\n" * 3)  # 36 characters: 4 in the last fold
     (cwd / "latin1.txt").write_bytes("caf\xe9 na\xefve\n".encode("latin-1") * 50)
-
-
-def assert_one_line_error(r, *needles: str, code: int = 2) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    assert "Traceback" not in r.stderr + r.stdout
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.mark.parametrize("overrides, needles, composed",

@@ -17,8 +17,9 @@ from scipy import stats as sps
 
 from qknorm import rundir
 from qknorm.report import Options, load, results, stats, summarize
+from tests.helpers import REPO
+from tests.helpers.cli import REPORT, assert_one_line_error
 
-from .conftest import REPO
 from .synthetic_runs import (
     config,
     final,
@@ -29,17 +30,7 @@ from .synthetic_runs import (
     write_curve,
 )
 
-REPORT = str(REPO / "scripts" / "report.py")
 PLOT = str(REPO / "scripts" / "plot.py")
-
-
-def assert_user_error(r, *words):
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "Traceback" not in r.stderr + r.stdout
-    for word in words:
-        assert word in lines[0]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -54,15 +45,15 @@ def assert_user_error(r, *words):
 def test_bad_option_is_one_line_and_writes_nothing(cli, args, words):
     sweep = make_sweep(cli.cwd / "sweep")
     before = sorted(p for p in sweep.rglob("*"))
-    assert_user_error(cli(REPORT, "sweep", *args), *words)
+    assert_one_line_error(cli(REPORT, "sweep", *args), *words)
     assert sorted(p for p in sweep.rglob("*")) == before  # no results.csv, no report/, no temp
 
 
 def test_dir_without_runs_and_bad_out(cli):
     (cli.cwd / "empty").mkdir()
-    assert_user_error(cli(REPORT, "empty"), "no runs under empty")
+    assert_one_line_error(cli(REPORT, "empty"), "no runs under empty")
     make_sweep(cli.cwd / "sweep")
-    assert_user_error(cli(PLOT, "loss_vs_p", "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
+    assert_one_line_error(cli(PLOT, "loss_vs_p", "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
     assert not (cli.cwd / "fig.gif").exists() and not (cli.cwd / "sweep" / "report").exists()
 
 
@@ -82,9 +73,9 @@ def test_plot_py_takes_the_kind_first(cli):
     r = cli(str(REPO / "scripts" / "plot.py"), "gamma_vs_p", "sweep")
     assert r.returncode == 0, r.stderr
     assert (cli.cwd / "sweep" / "report" / "gamma_vs_p.png").read_bytes()[:4] == b"\x89PNG"
-    assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric", "x"),
+    assert_one_line_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric", "x"),
                       "--metric x is not a metrics.jsonl column", "val_loss")
-    assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric",
+    assert_one_line_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric",
                           "attn_entropy_frac"), "--metric attn_entropy_frac: no run logged it")
 
 
@@ -240,7 +231,7 @@ def test_search_report_cli_bad_baseline_lists_each_p_as_accepted(cli):
     sweep = make_search(cli.cwd / "search")
     before = sorted(sweep.rglob("*"))
     r = cli(REPORT, "search", "--baseline", "1.8353")
-    assert_user_error(r, "--baseline 1.8353: no run used norm.p=1.8353",
+    assert_one_line_error(r, "--baseline 1.8353: no run used norm.p=1.8353",
                       "each accepted as written: 1.09485, 1.19045, 1.27198, 1.44213, 1.76043, "
                       "1.83526, 2.28526, 2.60796, 3.50177, 4.12996, 6.23381, 11.4772, inf")
     assert sorted(sweep.rglob("*")) == before

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from qknorm import rundir
-from tests.conftest import kill_after_evals
+from tests.helpers.cli import kill_after_evals
 
 # 10 evals of a smoke model, a checkpoint at each: a kill after the third eval lands mid-run.
 RUN = ["experiment=smoke", "threads=1", "train.max_iters=200", "train.eval_interval=20",

@@ -19,7 +19,7 @@ from qknorm.data import fold_pieces, load_splits, load_text
 from qknorm.errors import UserError
 from qknorm.tokenizer import bits_per, text_per_token
 from qknorm.train import fixed_batches
-from tests.test_failures import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 
