@@ -15,6 +15,7 @@ from scipy import stats as sps
 
 from qknorm.report import Options, build_report, lrplots, lrsens, plots, results, write_report
 from qknorm.report.lrplots import DIVERGED_GID
+from tests.helpers.config import compose_hydra_config
 
 from .synthetic_runs import (
     LR_BEST_GAP,
@@ -195,17 +196,8 @@ def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp
 # ---------------------------------------------------------------------------------------------
 # the preset, and a sweep in which a run diverges
 
-def _preset(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from .test_config import CONF
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=["search=lr_sensitivity", *overrides],
-                       return_hydra_config=True)
-
-
 def test_preset_is_a_log_lr_grid_by_norm_over_seeds_through_our_sweeper():
-    cfg = _preset("norm.gamma_init=calibrated")
+    cfg = compose_hydra_config("search=lr_sensitivity", "norm.gamma_init=calibrated")
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("QknormOptunaSweeper") and sweeper.sampler.name == "grid"
     lrs = [float(x) for x in sweeper.params["optimizer.lr"][len("choice("):-1].split(",")]

@@ -24,6 +24,7 @@ from qknorm.report.summary import race_section
 from qknorm.sweep.race import looks, readback, schedule
 from qknorm.sweep.race.settings import plan_race, race_conf
 from qknorm.sweep.space import parse_space, replicate_combinations
+from tests.helpers.config import compose_hydra_config
 
 REPO = Path(__file__).resolve().parents[1]
 P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
@@ -212,9 +213,8 @@ def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
 
 
 def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
-    from .test_experiments import _preset_sweeper
-
-    hydra_cfg = _preset_sweeper("paper_cpu", "search=p_race", "norm.gamma_init=calibrated")
+    hydra_cfg = compose_hydra_config("experiment=paper_cpu", "search=p_race",
+                                     "norm.gamma_init=calibrated").hydra
     sweeper = hydra_cfg.sweeper
     assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0,
                                   "rungs": [0.25, 0.5], "margin": [0.1, 0.04],

@@ -168,19 +168,13 @@ def test_bad_tracker_is_one_line(cli):
 
 
 def test_tracker_options_compose(tmp_path):
-    from hydra import compose, initialize_config_dir
+    from tests.helpers.config import compose_config, compose_hydra_config
 
-    from qknorm.config import register_configs, to_config
-    from tests.test_config import CONF
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        assert to_config(compose("config")).tracker.kind == "none"
-        cfg = compose("config", overrides=["tracker=mlflow"], return_hydra_config=True)
-        assert list(cfg.hydra.callbacks) == ["qknorm_mlflow"]
-        if importlib_has("mlflow"):
-            t = to_config(compose("config", overrides=["tracker=mlflow"])).tracker
-            assert (t.kind, t.uri, t.experiment) == ("mlflow", "sqlite:///outputs/mlflow.db", None)
+    assert compose_config().tracker.kind == "none"
+    assert list(compose_hydra_config("tracker=mlflow").hydra.callbacks) == ["qknorm_mlflow"]
+    if importlib_has("mlflow"):
+        t = compose_config("tracker=mlflow").tracker
+        assert (t.kind, t.uri, t.experiment) == ("mlflow", "sqlite:///outputs/mlflow.db", None)
 
 
 def importlib_has(module: str) -> bool:
