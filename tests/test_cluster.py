@@ -31,7 +31,7 @@ from qknorm.sweep import specs as _specs
 from qknorm.sweep.study import HEARTBEAT_ATTR
 from tests.helpers.cli import FAST, ok
 from tests.helpers.cluster import report_states
-from tests.test_sweeper import counted, study_of
+from tests.helpers.studies import counted, study_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # Under pytest-xdist (--dist loadgroup) the tests of one service share a worker, so each session

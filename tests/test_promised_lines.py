@@ -13,8 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from qknorm.sweep.race import readback
-from tests.test_race_rungs import frozen, run
-from tests.test_status import DONE_BLOCK, finished_study, new_study, trial
+from tests.helpers.studies import DONE_BLOCK, finished_study, frozen, new_study, run, trial
 
 FOLDS = [f"data.fold={f}" for f in range(3)]
 

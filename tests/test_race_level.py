@@ -17,6 +17,7 @@ from scipy import stats
 
 from qknorm.errors import UserError
 from qknorm.sweep.race import looks, readback
+from tests.helpers.studies import frozen, run
 
 # Four candidates over 4 blocks; the block effect (1, 2, 3, 4) is shared, pairing removes it.
 VALUES = {"a": [1.0, 2.0, 3.0, 4.0],
@@ -155,7 +156,6 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     from qknorm.sweep.race import schedule
     from tests.test_race import parse_space
-    from tests.test_race_rungs import frozen, run
 
     spec = race_plan(equivalence=0.03, baseline=None)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
@@ -273,7 +273,6 @@ def test_a_killed_level_race_resumed_by_two_sweepers_decides_as_one_sweeper(cli,
 
 def test_the_status_line_counts_a_level_candidate_as_decided():
     from qknorm.sweep.progress import _race_line
-    from tests.test_race_rungs import frozen, run
 
     folds = [f"data.fold={f}" for f in range(3)]
     settings = {"min_replicates": 2, "alpha": 0.05, "baseline": None, "blocks": folds,

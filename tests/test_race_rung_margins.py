@@ -11,12 +11,13 @@ from qknorm.errors import RunPruned, UserError
 from qknorm.sweep import eval_hook
 from qknorm.sweep.race import schedule
 from qknorm.sweep.study import RACE_STOP_ATTR
-from tests.test_race_rungs import BLOCK, attrs, race_plan, race_study
+from tests.helpers.studies import BLOCK, attrs, rung_study
+from tests.test_race_rungs import race_plan
 
 
 @pytest.fixture
 def study(tmp_path):
-    return race_study(tmp_path)
+    return rung_study(tmp_path)
 
 
 def test_a_margin_list_gives_each_rung_its_margin_and_a_number_keeps_the_one_margin():

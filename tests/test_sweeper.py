@@ -24,18 +24,9 @@ from optuna.trial import TrialState
 from qknorm import rundir
 from qknorm.sweep import specs as optuna_specs
 from tests.helpers.cli import FAST, ok
+from tests.helpers.studies import counted, study_of
 
 pytestmark = pytest.mark.slow
-
-
-def study_of(cwd: Path, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{cwd}/outputs/optuna.db")
-
-
-def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Trials that count toward n_trials (the sweeper's `status` user attr)."""
-    return [t for t in study.get_trials()
-            if t.user_attrs.get("status") in ("completed", "pruned", "failed")]
 
 
 def job_config(run_dir: str) -> dict:
