@@ -23,6 +23,7 @@ from qknorm.sweep.study import (
     RACE_RUNS_ATTR,
     RACE_STOP_ATTR,
 )
+from tests.helpers.race import race_plan, refused
 from tests.helpers.studies import BLOCK, attrs, frozen, run, rung_study
 
 # -- the rule ------------------------------------------------------------------------------------
@@ -165,12 +166,6 @@ def test_race_keys_are_checked_in_the_job_config():
 
 # -- the sweeper's side: settings, replay, report ---------------------------------------------
 
-def race_plan(**options):
-    from tests.test_race import plan
-
-    return plan({"min_replicates": 2, "baseline": 2.0, **options}, folds=(0, 1, 2))
-
-
 @pytest.mark.parametrize("options, message", [
     ({"rungs": [1000, 500]}, "hydra.sweeper.race.rungs=[1000, 500] must be increasing, e.g. "
                              "[0.25, 0.5] (fractions of train.max_iters)"),
@@ -181,12 +176,7 @@ def race_plan(**options):
                                     "loss units"),
 ])
 def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, message):
-    from qknorm.errors import UserError
-
-    with pytest.raises(UserError) as e:
-        race_plan(**options)
-    assert str(e.value).startswith(message) and "\n" not in str(e.value)
-    assert e.value.exit_code == 2
+    assert refused(**options).startswith(message)
 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
@@ -212,7 +202,7 @@ F = [f"data.fold={f}" for f in range(3)]
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
     from qknorm.sweep.race import schedule
-    from tests.test_race import parse_space
+    from qknorm.sweep.space import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])

@@ -89,10 +89,9 @@ def test_the_summary_gives_the_verdict_column_and_states_delta(tmp_path):
 
 @pytest.mark.slow
 def test_report_cli_takes_equivalence_and_refuses_a_bad_one(cli, tmp_path):
-    from tests.test_race import REPO
+    from tests.helpers.cli import REPORT as report
 
     root = make_sweep(tmp_path / "sweep")
-    report = str(REPO / "scripts" / "report.py")
     r = cli(report, str(root), "--equivalence", "0.3", "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| [-0.2947, 0.0947] | level within ±δ |" in (root / "summary.md").read_text()

@@ -346,7 +346,7 @@ def _check_p_is_read(space: SearchSpace, cfg: DictConfig) -> None:
 def job_problem(cfg: DictConfig) -> str | None:
     """What to_config finds wrong with a job config the planner composed (hydra node and all),
     as its one line; None when nothing is, or when the task is not qknorm.train (another
-    schema, e.g. tests/race_task.py)."""
+    schema, e.g. tests/helpers/race_task.py)."""
     if OmegaConf.get_type(cfg) is not Config:
         return None
     job = copy.deepcopy(cfg)
