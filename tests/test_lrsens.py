@@ -16,8 +16,7 @@ from scipy import stats as sps
 from qknorm.report import Options, build_report, lrplots, lrsens, plots, results, write_report
 from qknorm.report.lrplots import DIVERGED_GID
 from tests.helpers.config import compose_hydra_config
-
-from .synthetic_runs import (
+from tests.helpers.synthetic_runs import (
     LR_BEST_GAP,
     LR_DIVERGED,
     LR_FAILED,

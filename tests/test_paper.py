@@ -11,8 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from qknorm.report import paper, results
-
-from .synthetic_runs import make_sweep
+from tests.helpers.synthetic_runs import make_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 

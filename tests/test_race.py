@@ -219,7 +219,7 @@ def test_the_report_summary_carries_the_elimination_table(tmp_path):
     compute against the grid, read back from the study the runs name."""
     from qknorm import rundir
     from qknorm.report import build as report
-    from tests.synthetic_runs import config, final, write_config
+    from tests.helpers.synthetic_runs import config, final, write_config
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="r", storage=storage)

@@ -20,8 +20,7 @@ from qknorm import multitest, rundir
 from qknorm.errors import UserError
 from qknorm.report import Options, load, stats, summarize
 from qknorm.sweep.race import looks
-
-from .synthetic_runs import config, final, write_config, write_curve
+from tests.helpers.synthetic_runs import config, final, write_config, write_curve
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = str(REPO / "scripts" / "report.py")

@@ -25,15 +25,14 @@ from qknorm.report import (
     stepplots,
     summarize,
 )
-
-from .synthetic_runs import (
+from tests.helpers.plots import run_dots
+from tests.helpers.synthetic_runs import (
     BEST,
     DIAG_END,
     DIAG_START,
     add_runs_without_p,
     make_sweep,
 )
-from .test_plots import run_dots
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ first runs still going, or the leftovers of runs that stopped on an input error.
 from __future__ import annotations
 
 from tests.helpers.cli import REPORT, assert_one_line_error
-from tests.synthetic_runs import config, write_config, write_curve
+from tests.helpers.synthetic_runs import config, write_config, write_curve
 
 
 def test_a_dir_with_no_finished_run_is_one_line_and_writes_nothing(cli):

@@ -19,8 +19,7 @@ from qknorm import rundir
 from qknorm.report import Options, load, results, stats, summarize
 from tests.helpers import REPO
 from tests.helpers.cli import REPORT, assert_one_line_error
-
-from .synthetic_runs import (
+from tests.helpers.synthetic_runs import (
     config,
     final,
     make_search,

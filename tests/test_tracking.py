@@ -16,7 +16,7 @@ import yaml
 
 from qknorm import rundir
 from qknorm.rundir import find_run_dirs, read_config
-from tests import synthetic_runs
+from tests.helpers import synthetic_runs
 from tests.helpers.cli import kill_after_evals
 
 FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
