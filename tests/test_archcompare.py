@@ -12,9 +12,9 @@ import pytest
 
 from qknorm import rundir
 from qknorm.report import archcompare, results
+from tests.helpers import REPO
 from tests.helpers.synthetic_runs import config, final, write_config
 
-REPO = Path(__file__).resolve().parents[1]
 FOLDS = (0, 1, 2)
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from qknorm.bench import steps as bench
 from qknorm.norms import lp_normalize
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SPREAD_KEYS = {"median", "q1", "q3", "iqr", "n"}
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 SOURCES = ("qknorm", "scripts", "hydra_plugins")
 # The wings: packages whose __init__ names (__all__) what the rest may use.
 WINGS = ("sweep", "report", "tracking", "bench", "research")

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
 from qknorm.report import paper, results
+from tests.helpers import REPO
 from tests.helpers.synthetic_runs import make_sweep
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

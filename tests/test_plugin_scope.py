@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 APP = '''import hydra
 @hydra.main(version_base=None, config_path=None)
 def main(cfg): print("ran", cfg.x)

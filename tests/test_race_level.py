@@ -15,6 +15,7 @@ from scipy import stats
 
 from qknorm.errors import UserError
 from qknorm.sweep.race import looks, readback
+from tests.helpers import REPO
 from tests.helpers.race import RACE, TASK, age_heartbeats, calls, race_plan, refused, two_sweepers
 from tests.helpers.studies import frozen, run, study_of
 
@@ -275,7 +276,6 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     import csv
     import subprocess
     import sys
-    from pathlib import Path
 
     rows = [{"norm.p": p, "data.fold": f, "data.n_folds": 3, "status": "completed",
              "best_val_loss": v}
@@ -287,7 +287,7 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "race_replay.py"),
+    script = [sys.executable, str(REPO / "scripts" / "race_replay.py"),
               str(path)]
 
     def replay(*extra):

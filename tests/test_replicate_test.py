@@ -20,10 +20,9 @@ from qknorm import multitest, rundir
 from qknorm.errors import UserError
 from qknorm.report import Options, load, stats, summarize
 from qknorm.sweep.race import looks
+from tests.helpers import REPO
+from tests.helpers.cli import REPORT
 from tests.helpers.synthetic_runs import config, final, write_config, write_curve
-
-REPO = Path(__file__).resolve().parents[1]
-REPORT = str(REPO / "scripts" / "report.py")
 
 
 def by_hand(d, factor, level=0.95):
