@@ -324,6 +324,7 @@ def test_p2_temperature_is_the_same_whatever_the_norm_kind():
 # the command line, resume, bad input
 
 
+@pytest.mark.slow
 def test_cli_trains_angpt_and_writes_final_json(cli):
     r = cli("-m", "qknorm.train", "model.arch=angpt", "norm.p=4", "experiment=smoke", "threads=1",
             "hydra.run.dir=run")
@@ -367,6 +368,7 @@ def test_a_race_over_p_runs_in_angpt_through_the_sweeper(cli):
     assert "## Race: study smoke_race" in (cli.cwd / "outputs/sweeps/smoke_race/summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_killed_angpt_run_resumes_bitwise(cli):
     run = ["model.arch=angpt", "optimizer=angpt", "norm.p=4", "experiment=smoke", "threads=1",
            "train.max_iters=120", "train.eval_interval=20", "train.save_checkpoint=true"]
@@ -405,6 +407,7 @@ def test_bad_input_is_one_clear_error(overrides, message):
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_bad_arch_on_the_command_line_is_one_line(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "model.angpt_nu_acf=3.72")
     assert r.returncode == 2

@@ -42,6 +42,7 @@ def test_comparison_puts_paper_and_sweep_side_by_side(results_dir):
     assert math.isnan(table.loc[3.0, "here:best_val_loss_mean"])  # p=3 was not run
 
 
+@pytest.mark.slow
 def test_paper_table_cli_prints_markdown_and_rejects_bad_input(cli, results_dir):
     r = cli(str(REPO / "scripts" / "paper_table.py"), f"a={results_dir}")
     assert r.returncode == 0, r.stderr

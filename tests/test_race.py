@@ -342,6 +342,7 @@ def test_bad_race_input_exits_2_before_any_job_or_study(cli):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, message", [
     ("++hydra.sweeper.race.alpah=0.1",
      "error: hydra.sweeper.race.alpah is not a race key; did you mean hydra.sweeper.race.alpha?"),

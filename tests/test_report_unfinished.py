@@ -4,10 +4,13 @@ first runs still going, or the leftovers of runs that stopped on an input error.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers.cli import REPORT, assert_one_line_error
 from tests.helpers.synthetic_runs import config, write_config, write_curve
 
 
+@pytest.mark.slow
 def test_a_dir_with_no_finished_run_is_one_line_and_writes_nothing(cli):
     sweep = cli.cwd / "sweep"
     for job, p in enumerate([2.0, 4.0]):  # two runs still going: evals logged, no final.json

@@ -32,6 +32,7 @@ from tests.helpers.synthetic_runs import (
 PLOT = str(REPO / "scripts" / "plot.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["--metric", "loss"], ["--metric loss is not a column", "best_val_loss"]),
     (["--metric", "status"], ["--metric status is not a numeric column"]),
@@ -48,6 +49,7 @@ def test_bad_option_is_one_line_and_writes_nothing(cli, args, words):
     assert sorted(p for p in sweep.rglob("*")) == before  # no results.csv, no report/, no temp
 
 
+@pytest.mark.slow
 def test_dir_without_runs_and_bad_out(cli):
     (cli.cwd / "empty").mkdir()
     assert_one_line_error(cli(REPORT, "empty"), "no runs under empty")
@@ -56,6 +58,7 @@ def test_dir_without_runs_and_bad_out(cli):
     assert not (cli.cwd / "fig.gif").exists() and not (cli.cwd / "sweep" / "report").exists()
 
 
+@pytest.mark.slow
 def test_plot_script_writes_the_named_file(cli):
     make_sweep(cli.cwd / "sweep")
     r = cli(PLOT, "loss_vs_p", "sweep", "--metric", "wall_time_s", "--baseline", "inf", "--logx",
@@ -64,6 +67,7 @@ def test_plot_script_writes_the_named_file(cli):
     assert (cli.cwd / "figs" / "time.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+@pytest.mark.slow
 def test_plot_py_takes_the_kind_first(cli):
     """scripts/plot.py KIND DIR: the figure lands in DIR/report/KIND.png; each kind keeps its
     own checks (curves: --metric names a metrics.jsonl column)."""
@@ -184,6 +188,7 @@ def test_missing_study_storage_is_a_note_and_never_creates_a_database(tmp_path):
     assert "study 'gone'" in collection.warnings[0] and not (tmp_path / "no.db").exists()
 
 
+@pytest.mark.slow
 def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
     sweep, _ = make_study_runs(cli.cwd)
     r = cli(REPORT, "sweep", "--quiet")
@@ -200,6 +205,7 @@ def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
 # ---------------------------------------------------------------------------------------------
 # issue 12: the report of a Bayesian search; repeated runs counted once
 
+@pytest.mark.slow
 def test_search_report_cli_default_baseline_and_by(cli):
     sweep = make_search(cli.cwd / "search")
     r = cli(REPORT, "search", "--by", "optimizer.lr")  # --baseline left at its default
@@ -218,6 +224,7 @@ def test_search_report_cli_default_baseline_and_by(cli):
     assert best == expected
 
 
+@pytest.mark.slow
 def test_search_report_cli_accepts_the_baseline_as_printed(cli):
     make_search(cli.cwd / "search")
     r = cli(REPORT, "search", "--by", "optimizer.lr", "--baseline", "1.83526")
@@ -226,6 +233,7 @@ def test_search_report_cli_accepts_the_baseline_as_printed(cli):
     assert "| 1.44213 | 0.003 | 2 |" in r.stdout  # paired with the baseline within lr=0.003
 
 
+@pytest.mark.slow
 def test_search_report_cli_bad_baseline_lists_each_p_as_accepted(cli):
     sweep = make_search(cli.cwd / "search")
     before = sorted(sweep.rglob("*"))

@@ -199,6 +199,7 @@ def status_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 
+@pytest.mark.slow
 def test_the_cli_reads_sqlite_read_only_and_a_journal_file(tmp_path):
     db = tmp_path / "o.db"
     finished_study(f"sqlite:///{db}")

@@ -118,6 +118,7 @@ def _build(barrier, cache: str, queue) -> None:
     queue.put((trained, tok.token_bytes))
 
 
+@pytest.mark.slow
 def test_two_parallel_jobs_build_a_bpe_once_and_both_read_it(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()
@@ -183,6 +184,7 @@ def test_a_bpe_sweep_on_a_text_file_ranks_on_bits_per_character(cli):
     assert "best_val_bpc" in (sweep / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_kjv_from_a_package_without_its_data_is_one_line_and_exit_2(cli):
     fake = cli.cwd / "site" / "bible"  # what a broken or foreign `bible` package looks like
     fake.mkdir(parents=True)
