@@ -9,7 +9,6 @@ these dataclasses, never a DictConfig.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qknorm.errors import LIST_KEYS, UserError, did_you_mean, one_line
+from qknorm.tracking import missing_package
 
 # The YAML beside the schema. Absolute: imported as a module, Hydra would resolve a relative
 # config_path against the task's package.
@@ -158,8 +158,7 @@ class TrackerConfig:
     # is taken from the directory the command starts in, like the Optuna storage)
     uri: str = "sqlite:///outputs/mlflow.db"
     experiment: str | None = None  # mlflow: the experiment's name; null: the config's `name`
-    # Where the run's log is not a terminal: a progress line every this many seconds
-    # (qknorm/ticker.py); 0: none. On a terminal tqdm's bar shows the same.
+    # A log that is not a terminal: a progress line every this many s (ticker.py); 0: none
     progress_s: float = 30.0
 
 
@@ -286,21 +285,7 @@ def validate(config: Config) -> None:
            f"data.fold={d.fold} is out of range for data.n_folds={d.n_folds}; use 0..{d.n_folds - 1}")
     _check_data(d)
 
-    _check(o.lr > 0 and math.isfinite(o.lr),
-           f"optimizer.lr={o.lr} must be a positive number; use e.g. optimizer.lr=1e-3")
-    _check(0 <= o.min_lr <= o.lr, f"optimizer.min_lr={o.min_lr} must be in [0, optimizer.lr={o.lr}]")
-    _check(o.weight_decay >= 0, f"optimizer.weight_decay={o.weight_decay} must be >= 0")
-    _check(o.warmup_iters >= 0, f"optimizer.warmup_iters={o.warmup_iters} must be >= 0")
-    _check(o.grad_clip >= 0, f"optimizer.grad_clip={o.grad_clip} must be >= 0 (0 disables clipping)")
-
-    for key in ("batch_size", "eval_interval", "eval_iters"):
-        _check(getattr(t, key) >= 1, f"train.{key}={getattr(t, key)} must be >= 1")
-    _check(t.max_iters >= 0, f"train.max_iters={t.max_iters} must be >= 0")
-    _check(math.isfinite(t.z_loss) and t.z_loss >= 0,
-           f"train.z_loss={t.z_loss} must be a number >= 0 (PaLM: 1e-4; 0 turns it off)")
-    _check(t.diag_batches >= 0, f"train.diag_batches={t.diag_batches} must be >= 0 (0 turns the "
-           "attention diagnostics off)")
-
+    _check_training(o, t)
     _check_race(config.optuna, t)
     _check_tracker(config.tracker)
 
@@ -310,6 +295,23 @@ def validate(config: Config) -> None:
            f"compile={config.compile!r} is not one of auto, true, false; pick one of those")
     _check(config.threads is None or config.threads >= 1,
            f"threads={config.threads} must be >= 1, or null for torch's default")
+
+
+def _check_training(o: OptimizerConfig, t: TrainConfig) -> None:
+    """optimizer.* and train.*: the schedule, the loss's extra term, the evals."""
+    _check(o.lr > 0 and math.isfinite(o.lr),
+           f"optimizer.lr={o.lr} must be a positive number; use e.g. optimizer.lr=1e-3")
+    _check(0 <= o.min_lr <= o.lr, f"optimizer.min_lr={o.min_lr} must be in [0, optimizer.lr={o.lr}]")
+    _check(o.weight_decay >= 0, f"optimizer.weight_decay={o.weight_decay} must be >= 0")
+    _check(o.warmup_iters >= 0, f"optimizer.warmup_iters={o.warmup_iters} must be >= 0")
+    _check(o.grad_clip >= 0, f"optimizer.grad_clip={o.grad_clip} must be >= 0 (0 disables clipping)")
+    for key in ("batch_size", "eval_interval", "eval_iters"):
+        _check(getattr(t, key) >= 1, f"train.{key}={getattr(t, key)} must be >= 1")
+    _check(t.max_iters >= 0, f"train.max_iters={t.max_iters} must be >= 0")
+    _check(math.isfinite(t.z_loss) and t.z_loss >= 0,
+           f"train.z_loss={t.z_loss} must be a number >= 0 (PaLM: 1e-4; 0 turns it off)")
+    _check(t.diag_batches >= 0, f"train.diag_batches={t.diag_batches} must be >= 0 (0 turns the "
+           "attention diagnostics off)")
 
 
 def _check_data(d: DataConfig) -> None:
@@ -374,30 +376,6 @@ def _check_tracker(tracker: TrackerConfig) -> None:
            f"tracker.progress_s={tracker.progress_s} must be seconds >= 0 (0: no progress line)")
     missing = missing_package(tracker.kind)
     _check(missing is None, str(missing))
-
-
-# The trackers' libraries (qknorm/tracking/), looked for without importing them: a config naming
-# one that is missing fails at validation, before any job starts.
-EXTRA = "tracking"  # pyproject.toml's optional-dependencies group holding both libraries
-INSTALL = f"pip install -e '.[{EXTRA}]'"
-# tracker kind -> (the module it imports, the distribution that provides it)
-PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow-skinny")}
-
-
-def missing_package(kind: str) -> str | None:
-    """One line naming what to install when `tracker=kind` cannot work here; None when it can."""
-    if kind not in PACKAGES:
-        return None
-    module, dist = PACKAGES[kind]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package that fails to import, a broken stub
-        found = False
-    if found:
-        return None
-    return (f"tracker={kind} needs the {dist} package, which is not installed; run {INSTALL} "
-            f"(the {EXTRA!r} extra), or use tracker=none")
-
 
 
 def _check_race(o: OptunaTrialConfig, t: TrainConfig) -> None:

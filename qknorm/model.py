@@ -279,3 +279,11 @@ class GPT(LanguageModel):
         logits = self.lm_head(x)  # (B, T, vocab)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss
+
+
+def z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """PaLM's z-loss term (arXiv 2204.02311): the mean over positions of log(Z)^2, Z = sum over
+    the vocabulary of exp(logit), in float32. It pulls log Z to 0, so that the output softmax's
+    normalizer stays near 1 and its logits cannot drift together (Wortsman et al.'s output-logit
+    divergence); the cross-entropy alone cannot see such a drift."""
+    return logits.float().logsumexp(-1).square().mean()

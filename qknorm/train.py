@@ -32,7 +32,7 @@ from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import BOOKKEEPING, flatten
 from qknorm.errors import RunDiverged, RunPruned, UserError, first_line
 from qknorm.hooks import EvalHook
-from qknorm.model import LanguageModel
+from qknorm.model import LanguageModel, z_loss
 from qknorm.ticker import Ticker
 from qknorm.tokenizer import bits_per, text_per_token
 
@@ -278,14 +278,6 @@ def _loop(run: Run, first_step: int, resumed: bool) -> None:
         if ticker.due():
             ticker.tick(step + 1, loss.item())
     bar.close()
-
-
-def z_loss(logits: torch.Tensor) -> torch.Tensor:
-    """PaLM's z-loss term (arXiv 2204.02311): the mean over positions of log(Z)^2, Z = sum over
-    the vocabulary of exp(logit), in float32. It pulls log Z to 0, so that the output softmax's
-    normalizer stays near 1 and its logits cannot drift together (Wortsman et al.'s output-logit
-    divergence); the cross-entropy alone cannot see such a drift."""
-    return logits.float().logsumexp(-1).square().mean()
 
 
 def train_step(run: Run, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -10,21 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 
 from qknorm import rundir
 from qknorm.angpt import AnBlock, AnGPT, bound_rows_, fold_constants, lerp_norm, nu_lerp
 from qknorm.arch import build_model
-from qknorm.config import ModelConfig, NormConfig, register_configs, to_config
+from qknorm.config import ModelConfig, NormConfig
 from qknorm.diagnostics import attention_diagnostics
 from qknorm.effective import effective_config, flatten
 from qknorm.errors import UserError
 from qknorm.model import GPT
 from qknorm.nn import calibration_factor, qknorm_gamma
-from tests.conftest import kill_after_evals
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
-register_configs()
+from tests.helpers.cli import REPORT, kill_after_evals
+from tests.helpers.config import compose_config
 
 TINY = ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, arch="angpt")
 WIDE = ModelConfig(n_layer=6, n_head=4, n_embd=256, block_size=128, arch="angpt")  # the spec's check
@@ -39,11 +36,6 @@ NORMS = {
     "lp4_calibrated_log": NormConfig(kind="lp", p=4.0, gamma_init="calibrated", gamma_param="log"),
     "rms": NormConfig(kind="rms"),
 }
-
-
-def compose_config(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return to_config(compose("config", overrides=list(overrides)))
 
 
 def make(cfg: ModelConfig = TINY, norm: NormConfig = NORMS["l2"], seed: int = 0) -> AnGPT:
@@ -332,6 +324,7 @@ def test_p2_temperature_is_the_same_whatever_the_norm_kind():
 # the command line, resume, bad input
 
 
+@pytest.mark.slow
 def test_cli_trains_angpt_and_writes_final_json(cli):
     r = cli("-m", "qknorm.train", "model.arch=angpt", "norm.p=4", "experiment=smoke", "threads=1",
             "hydra.run.dir=run")
@@ -370,12 +363,12 @@ def test_a_race_over_p_runs_in_angpt_through_the_sweeper(cli):
         cfg = yaml.safe_load((Path(d) / ".hydra" / "config.yaml").read_text())
         assert cfg["model"]["arch"] == "angpt" and cfg["optimizer"]["weight_decay"] == 0.0
         assert rundir.read_final(Path(d))["status"] == "completed"
-    report = cli(str(Path(__file__).resolve().parents[1] / "scripts" / "report.py"),
-                 "outputs/sweeps/smoke_race")
+    report = cli(REPORT, "outputs/sweeps/smoke_race")
     assert report.returncode == 0, report.stderr[-2000:]
     assert "## Race: study smoke_race" in (cli.cwd / "outputs/sweeps/smoke_race/summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_killed_angpt_run_resumes_bitwise(cli):
     run = ["model.arch=angpt", "optimizer=angpt", "norm.p=4", "experiment=smoke", "threads=1",
            "train.max_iters=120", "train.eval_interval=20", "train.save_checkpoint=true"]
@@ -414,6 +407,7 @@ def test_bad_input_is_one_clear_error(overrides, message):
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_bad_arch_on_the_command_line_is_one_line(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "model.angpt_nu_acf=3.72")
     assert r.returncode == 2

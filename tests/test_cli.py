@@ -8,8 +8,7 @@ import math
 import pytest
 
 from qknorm import rundir
-
-from .conftest import REPO
+from tests.helpers import REPO
 
 # The smoke model has 1 layer of 2 heads (conf/model/tiny.yaml) and an Lp norm, so one gamma
 DIAGNOSTICS = {f"{name}{layer}" for name in ("attn_entropy", "attn_entropy_frac", "attn_max_weight",
@@ -18,6 +17,7 @@ DIAGNOSTICS = {f"{name}{layer}" for name in ("attn_entropy", "attn_entropy_frac"
                                             "attn_logit_max_l0_h0", "attn_logit_max_l0_h1"}
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_metrics_and_final(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke")
     assert r.returncode == 0, r.stderr
@@ -53,6 +53,7 @@ def test_steady_throughput_leaves_the_first_interval_out():
     assert progress.steady_tokens_per_s == 200 / 4.0
 
 
+@pytest.mark.slow
 def test_grid_multirun_writes_one_job_dir_per_p(cli):
     r = cli("-m", "qknorm.train", "-m", "norm.p=2,4", "experiment=smoke")
     assert r.returncode == 0, r.stderr
@@ -62,6 +63,7 @@ def test_grid_multirun_writes_one_job_dir_per_p(cli):
     assert [rundir.read_final(j)["p"] for j in jobs] == [2.0, 4.0]
 
 
+@pytest.mark.slow
 def test_sample_from_a_checkpointed_run(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "train.save_checkpoint=true", "threads=1",
             "hydra.run.dir=outputs/runs/ckpt")
@@ -75,6 +77,7 @@ def test_sample_from_a_checkpointed_run(cli):
     assert again.stdout == r.stdout  # seeded: the same text twice
 
 
+@pytest.mark.slow
 def test_sample_without_checkpoint_is_one_clear_line(cli):
     (cli.cwd / "empty").mkdir()
     r = cli(str(REPO / "scripts" / "sample.py"), "empty")

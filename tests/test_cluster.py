@@ -29,8 +29,10 @@ from optuna.trial import TrialState
 from qknorm.sweep import slurm as _slurm
 from qknorm.sweep import specs as _specs
 from qknorm.sweep.study import HEARTBEAT_ATTR
-from tests.cluster import report_states
-from tests.test_sweeper import FAST, counted, ok, study_of
+from tests.helpers import REPO
+from tests.helpers.cli import FAST, ok
+from tests.helpers.cluster import report_states
+from tests.helpers.studies import counted, study_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # Under pytest-xdist (--dist loadgroup) the tests of one service share a worker, so each session
@@ -134,7 +136,7 @@ def check_study(cwd: Path, url: str, name: str, killed: int, kind: str) -> None:
 
 def report_counts_each_finished_trial_once(cwd: Path, real: list) -> None:
     r = subprocess.run([sys.executable, "scripts/report.py", str(cwd / "sweeps"), "--baseline", "none"],
-                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       cwd=REPO, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     with open(cwd / "sweeps" / "results.csv") as f:

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
-from qknorm.config import Config, register_configs, to_config
+from qknorm.config import Config
 from qknorm.errors import UserError, did_you_mean, first_line
+from tests.helpers.config import CONF, compose_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ["model", "norm", "data", "optimizer", "train", "experiment", "search", "arm"]
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONF / g).glob("*.yaml"))]
-
-register_configs()
-
-
-def compose_config(*overrides: str) -> Config:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return to_config(compose("config", overrides=list(overrides)))
 
 
 def test_defaults_are_design_defaults():

@@ -1,6 +1,6 @@
 """optuna-dashboard reads our studies: its server, started as users start it
 (`optuna-dashboard sqlite:///outputs/optuna.db`, README "Watching a sweep"), on a free local
-port, lists a race and a racing search that our sweeper made on tests/race_task.py's table, and
+port, lists a race and a racing search that our sweeper made on tests/helpers/race_task.py's table, and
 its JSON API gives each trial's state, value and the verdict in user attr `race`.
 
 The routes are optuna-dashboard's own (optuna_dashboard/_app.py): GET /api/studies lists the
@@ -23,9 +23,8 @@ import optuna
 import pytest
 
 from qknorm.sweep.race import readback
-from tests.conftest import run_cli
-from tests.test_race import RACE, TASK
-from tests.test_race_search import SEARCH, check_table
+from tests.helpers.cli import run_cli
+from tests.helpers.race import RACE, SEARCH, TASK, check_table
 
 pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is the `dashboard` extra")
 

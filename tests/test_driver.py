@@ -134,17 +134,17 @@ def test_a_race_runs_a_block_a_launch_best_first_with_rungs():
 
 @pytest.mark.slow
 def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monkeypatch):
-    """tests/race_task.py's table, searched through the CLI, then replayed by race_sims on the
-    same table with the live search's proposals in the live order: the same (x, fold) runs in
-    the same order, and the same answer."""
-    from tests.race_task import FOLD, MEAN, NOISE
-    from tests.test_race_search import SEARCH, TASK, answers
+    """tests/helpers/race_task.py's table, searched through the CLI, then replayed by race_sims
+    on the same table with the live search's proposals in the live order: the same (x, fold)
+    runs in the same order, and the same answer."""
+    from tests.helpers.race import SEARCH, TASK, answers, calls
+    from tests.helpers.race_task import FOLD, MEAN, NOISE
+    from tests.helpers.studies import study_of
 
     r = cli(TASK, *SEARCH)
     assert r.returncode == 0, r.stderr[-3000:]
-    live_runs = [tuple(map(int, ln.split())) for ln in
-                 (cli.cwd / "calls.log").read_text().splitlines() if ln]
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    live_runs = calls(cli.cwd)
+    study = study_of(cli.cwd, "s")
     settings = study.user_attrs["race"]
     order = [t.params["x"] for t in readback.proposals(study.get_trials())]
     grid = {x: [{"fold": f, "value": MEAN[x] + FOLD[f] + NOISE[x][f], "steps": 100,

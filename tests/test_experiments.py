@@ -7,8 +7,7 @@ import math
 import pytest
 
 from qknorm import rundir
-
-from .test_config import compose_config
+from tests.helpers.config import compose_config, compose_hydra_config
 
 P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
 
@@ -27,6 +26,7 @@ def test_paper_cpu_preset_is_cpu_recipe_with_5_folds():
     assert compose_config("experiment=paper_cpu", "norm.gamma_init=calibrated").name == "paper_cpu_calibrated"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["paper", "paper_cpu"])
 def test_preset_runs_a_few_steps_on_the_tiny_model(cli, preset):
     # The command-line sweep (2 p x 1 fold) replaces the preset's 8 p x n_folds grid.
@@ -41,21 +41,11 @@ def test_preset_runs_a_few_steps_on_the_tiny_model(cli, preset):
     assert finals[0]["n_params"] < 20_000  # the tiny model, not the preset's
 
 
-def _preset_sweeper(preset: str, *overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from .test_config import CONF
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={preset}", *overrides],
-                      return_hydra_config=True)
-    return cfg.hydra
-
-
 @pytest.mark.parametrize("preset, folds", [("paper", 10), ("paper_cpu", 10)])
 def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
     """The paper's p values plus inf on our sweeper's grid sampler, every p on every fold (fold
     replicates), in one study per gamma_init whose sweep dir a rerun resumes into."""
-    hydra_cfg = _preset_sweeper(preset, "norm.gamma_init=calibrated")
+    hydra_cfg = compose_hydra_config(f"experiment={preset}", "norm.gamma_init=calibrated").hydra
     sweeper = hydra_cfg.sweeper
     assert sweeper._target_.endswith("QknormOptunaSweeper")
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
@@ -67,6 +57,6 @@ def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
 
 
 def test_paper_preset_packs_jobs_on_one_gpu():
-    launcher = _preset_sweeper("paper").launcher
+    launcher = compose_hydra_config("experiment=paper").hydra.launcher
     assert launcher._target_.endswith("JoblibLauncher") and launcher.n_jobs == 8
     assert compose_config("experiment=paper").compile == "auto"  # compiled on CUDA

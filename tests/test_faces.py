@@ -1,7 +1,8 @@
 """The layout's rules (docs/design.md, "Layout"), checked on the source by reading it: each wing
 is used through its face, no underscored module of ours is used across packages, the run does
 not import the sweep wing, no docstring or comment names a module that is not there, no import
-cycle between files, no function over 60 lines nor class over 250, no module over 400.
+cycle between files, no function over 60 lines nor class over 250, no module over 400, and no
+test file imports another (tests/helpers/ holds what they share).
 `python -m pytest tests/test_faces.py` runs them; `make test` (CI) runs them with the rest.
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 SOURCES = ("qknorm", "scripts", "hydra_plugins")
 # The wings: packages whose __init__ names (__all__) what the rest may use.
 WINGS = ("sweep", "report", "tracking", "bench", "research")
@@ -204,3 +206,18 @@ def test_no_function_over_60_lines_nor_class_over_250():
                 bad.append(f"{where(path, node.lineno)}: {node.name}, "
                            f"{node.end_lineno - node.lineno + 1} lines (at most {limit})")
     assert not bad, "too long:\n" + "\n".join(bad)
+
+
+def test_test_modules_share_code_through_helpers_only():
+    """Nothing under tests/ imports a test module (tests/test_*.py) or conftest.py, at the top
+    or inside a function: shared code lives in tests/helpers/, fixtures come by name from
+    conftest.py. Importing a test module runs it a second time under another name (its
+    module-level setup, its imports) and ties one test file's layout to another's."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for module, name, line in imports(path):
+            parts = [*module.split("."), *([name] if name else [])]
+            if parts[0] == "tests" and any(p.startswith("test_") or p == "conftest"
+                                           for p in parts[1:]):
+                offenders.append(f"{where(path, line)} imports {'.'.join(parts)}")
+    assert not offenders, "move what they share into tests/helpers/:\n" + "\n".join(offenders)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 SCRIPT = REPO / "scripts" / "install_torch.py"
 UNREACHABLE = "http://127.0.0.1:9/"  # the discard port: nothing listens, refused at once
 

@@ -11,8 +11,8 @@ import pytest
 from qknorm.errors import UserError
 from qknorm.research import grid_runs
 from qknorm.research import landscapes as ls
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs/results/landscapes/landscapes.json"
 
 # 2 p x 2 folds, curves at steps 0, 10, 20 ending at the run's value. Means: p = 1 1.20, p = 2

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from qknorm.config import CONF_DIR, ModelConfig, NormConfig, register_configs, to_config
-from qknorm.model import GPT, explicit_attention, softcap, use_explicit_attention
-from qknorm.train import estimate_loss, setup, train_step, z_loss
+from qknorm.model import GPT, explicit_attention, softcap, use_explicit_attention, z_loss
+from qknorm.train import estimate_loss, setup, train_step
 
 register_configs()
 

@@ -15,8 +15,8 @@ from scipy import stats as sps
 
 from qknorm.report import Options, build_report, lrplots, lrsens, plots, results, write_report
 from qknorm.report.lrplots import DIVERGED_GID
-
-from .synthetic_runs import (
+from tests.helpers.config import compose_hydra_config
+from tests.helpers.synthetic_runs import (
     LR_BEST_GAP,
     LR_DIVERGED,
     LR_FAILED,
@@ -203,17 +203,8 @@ def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp
 # ---------------------------------------------------------------------------------------------
 # the preset, and a sweep in which a run diverges
 
-def _preset(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from .test_config import CONF
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=["search=lr_sensitivity", *overrides],
-                       return_hydra_config=True)
-
-
 def test_preset_is_a_log_lr_grid_by_norm_over_seeds_through_our_sweeper():
-    cfg = _preset("norm.gamma_init=calibrated")
+    cfg = compose_hydra_config("search=lr_sensitivity", "norm.gamma_init=calibrated")
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("QknormOptunaSweeper") and sweeper.sampler.name == "grid"
     lrs = [float(x) for x in sweeper.params["optimizer.lr"][len("choice("):-1].split(",")]
@@ -230,15 +221,6 @@ def test_preset_is_a_log_lr_grid_by_norm_over_seeds_through_our_sweeper():
     assert (cfg.threads, cfg.data.fold, cfg.hydra.launcher.n_jobs) == (1, 9, 2)
 
 
-def _width_preset(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from .test_config import CONF
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=["search=lr_width", *overrides],
-                       return_hydra_config=True)
-
-
 def _choices(param: str) -> list[str]:
     return [x.strip() for x in param[len("choice("):-1].split(",")]
 
@@ -247,11 +229,11 @@ def test_width_preset_is_a_ladder_of_widths_by_arm_by_lr_on_equal_tokens():
     """Issue 46's protocol: >= 3 widths spanning >= 4x at model=cpu's depth and head dim, the
     five arms, >= 6 lr in half decades up to 1.0, 3 seeds, the same tokens per run at every
     width; clipping in the study's name, so the run without it is another study."""
-    cfg = _width_preset()
+    cfg = compose_hydra_config("search=lr_width")
     sweeper = cfg.hydra.sweeper
     widths = {}
     for model in _choices(sweeper.params["model"]):
-        c = _width_preset(f"model={model}")
+        c = compose_hydra_config("search=lr_width", f"model={model}")
         widths[model] = (c.model.n_layer, c.model.n_embd, c.model.n_embd // c.model.n_head,
                          c.train.max_iters * c.train.batch_size * c.model.block_size)
     assert sorted(w[1] for w in widths.values()) == [64, 128, 256]
@@ -267,7 +249,7 @@ def test_width_preset_is_a_ladder_of_widths_by_arm_by_lr_on_equal_tokens():
     assert (cfg.optimizer.warmup_iters, cfg.optimizer.min_lr, cfg.optimizer.grad_clip) == (
         10, 0.0, 1.0)  # 5% warmup, as lr_sensitivity's
     assert (cfg.name, sweeper.study_name) == ("lr_width_clip1.0",) * 2
-    assert _width_preset("optimizer.grad_clip=0").name == "lr_width_clip0.0"
+    assert compose_hydra_config("search=lr_width", "optimizer.grad_clip=0").name == "lr_width_clip0.0"
 
 
 @pytest.mark.slow

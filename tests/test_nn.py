@@ -22,6 +22,7 @@ def unit(x: torch.Tensor, p: float) -> torch.Tensor:
     return x / torch.linalg.vector_norm(x, p, dim=-1, keepdim=True)
 
 
+@pytest.mark.slow
 def test_import_qknorm_nn_loads_torch_and_none_of_the_sweep_stack():
     """`pip install qknorm` without the sweep extra must be enough for the layer."""
     code = ("import qknorm.nn, sys; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")

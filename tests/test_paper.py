@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
 from qknorm.report import paper, results
-
-from .synthetic_runs import make_sweep
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+from tests.helpers.synthetic_runs import make_sweep
 
 
 @pytest.fixture
@@ -45,6 +42,7 @@ def test_comparison_puts_paper_and_sweep_side_by_side(results_dir):
     assert math.isnan(table.loc[3.0, "here:best_val_loss_mean"])  # p=3 was not run
 
 
+@pytest.mark.slow
 def test_paper_table_cli_prints_markdown_and_rejects_bad_input(cli, results_dir):
     r = cli(str(REPO / "scripts" / "paper_table.py"), f"a={results_dir}")
     assert r.returncode == 0, r.stderr

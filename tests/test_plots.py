@@ -10,8 +10,15 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from qknorm.report import Options, build_report, paxis, plots, results, stepplots, write_report
-
-from .synthetic_runs import BEST, SEARCH_P, add_runs_without_p, make_search, make_sweep, search_loss
+from tests.helpers.plots import run_dots
+from tests.helpers.synthetic_runs import (
+    BEST,
+    SEARCH_P,
+    add_runs_without_p,
+    make_search,
+    make_sweep,
+    search_loss,
+)
 
 FIGURES = ["loss_vs_p", "curves", "time_vs_p", "gamma_vs_p", "delta_vs_p"]  # no diagnostics: no entropy_*
 
@@ -21,12 +28,6 @@ def sweep(tmp_path):
     root = make_sweep(tmp_path / "sweep")
     add_runs_without_p(root, "none", [1.9, 2.1], first_job=12)
     return root
-
-
-def run_dots(ax) -> np.ndarray:
-    """(x, y) of every per-run dot on ax."""
-    sets = [c.get_offsets() for c in ax.collections if c.get_gid() == plots.RUN_GID]
-    return np.concatenate(sets) if sets else np.empty((0, 2))
 
 
 def test_loss_vs_p_has_one_dot_per_completed_lp_run(sweep):

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
+import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 APP = '''import hydra
 @hydra.main(version_base=None, config_path=None)
 def main(cfg): print("ran", cfg.x)
@@ -43,6 +44,7 @@ def sweeper_target(*overrides: str) -> str:
     return yaml.safe_load(r.stdout)["hydra"]["sweeper"]["_target_"]
 
 
+@pytest.mark.slow
 def test_qknorm_multiruns_dedup_and_presets_take_their_own_sweeper():
     assert sweeper_target() == "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper"
     optuna = "hydra_plugins.qknorm_sweeper.sweeper.QknormOptunaSweeper"

@@ -13,8 +13,8 @@ import pytest
 from optuna.trial import TrialState
 
 from qknorm.sweep.race import readback
-from tests.test_race_rungs import frozen, run
-from tests.test_status import DONE_BLOCK, finished_study, new_study, trial
+from tests.helpers import REPO
+from tests.helpers.studies import DONE_BLOCK, finished_study, frozen, new_study, run, trial
 
 FOLDS = [f"data.fold={f}" for f in range(3)]
 
@@ -115,11 +115,8 @@ def test_the_sweeper_logs_the_status_lines_after_every_tell(cli):
 
 def test_the_readmes_docs_tree_names_every_docs_page():
     """README.md's "Documentation" tree lists each docs/*.md with one line."""
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    readme = (repo / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     tree = readme.split("## Documentation", 1)[1].split("```")[1]
     listed = {line.split("── ", 1)[1].split()[0] for line in tree.splitlines() if "── " in line}
-    pages = {p.name for p in (repo / "docs").glob("*.md")}
+    pages = {p.name for p in (REPO / "docs").glob("*.md")}
     assert sorted(pages - listed) == []

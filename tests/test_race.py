@@ -1,15 +1,12 @@
 """Racing over replicates (issue 13, part 1): the decision rule on objectives with a known
 answer, the committed grids replayed as races, the checks, and a real race through the CLI that
-is killed and resumed (tests/race_task.py, a task whose losses are a table)."""
+is killed and resumed (tests/helpers/race_task.py, a task whose losses are a table)."""
 
 from __future__ import annotations
 
 import math
 import shlex
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import optuna
@@ -22,10 +19,11 @@ from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report.summary import race_section
 from qknorm.sweep.race import looks, readback, schedule
-from qknorm.sweep.race.settings import plan_race, race_conf
-from qknorm.sweep.space import parse_space, replicate_combinations
+from tests.helpers import REPO
+from tests.helpers.config import compose_hydra_config
+from tests.helpers.race import RACE, TASK, age_heartbeats, calls, plan, two_sweepers
+from tests.helpers.studies import study_of
 
-REPO = Path(__file__).resolve().parents[1]
 P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
 
 
@@ -132,15 +130,6 @@ def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropp
 
 # -- the checks ---------------------------------------------------------------------------------
 
-def plan(race_spec, params=None, folds=(0, 1, 2, 3, 4), **kw):
-    space, _ = parse_space(params or {"norm.p": "choice(1.0,2.0,inf)"}, [])
-    combos = replicate_combinations({"data.fold": list(folds)} if folds else {})
-    blocks = [" ".join(c) for c in combos]
-    args = {"directions": ["minimize"], "objectives": ["best_val_loss"], "sampler": "grid",
-            "pruner": "none", "n_trials": None, **kw}
-    return plan_race(race_conf(race_spec), space, blocks, **args)
-
-
 def test_a_race_spec_names_its_candidates_blocks_and_baseline():
     spec = plan({"min_replicates": 3, "alpha": 0.05, "baseline": 2})
     assert spec.candidates == ((1.0,), (2.0,), (math.inf,)) and spec.baseline == (2.0,)
@@ -212,9 +201,8 @@ def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
 
 
 def test_p_race_turns_paper_cpu_into_a_race_in_its_own_study_and_folder():
-    from .test_experiments import _preset_sweeper
-
-    hydra_cfg = _preset_sweeper("paper_cpu", "search=p_race", "norm.gamma_init=calibrated")
+    hydra_cfg = compose_hydra_config("experiment=paper_cpu", "search=p_race",
+                                     "norm.gamma_init=calibrated").hydra
     sweeper = hydra_cfg.sweeper
     assert dict(sweeper.race) == {"min_replicates": 3, "alpha": 0.05, "baseline": 2.0,
                                   "rungs": [0.25, 0.5], "margin": [0.1, 0.04],
@@ -231,7 +219,7 @@ def test_the_report_summary_carries_the_elimination_table(tmp_path):
     compute against the grid, read back from the study the runs name."""
     from qknorm import rundir
     from qknorm.report import build as report
-    from tests.synthetic_runs import config, final, write_config
+    from tests.helpers.synthetic_runs import config, final, write_config
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="r", storage=storage)
@@ -267,52 +255,14 @@ def test_the_report_summary_carries_the_elimination_table(tmp_path):
 
 # -- a real race through the command line ---------------------------------------------------------
 
-TASK = str(REPO / "tests" / "race_task.py")
-# n_jobs=2 of 4 candidates: the first look needs all four, so the sweeper runs two, finds the look
-# not ready and asks the other two (the path a second sweeper's candidates would take). A killed
-# sweep's trials are made stale by age_heartbeats, so the grace period can be long: a live
-# sweeper's heartbeat late by seconds under CI load must not get its trial failed and rerun.
-RACE = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4)", "hydra.sweeper.study_name=r",
-        "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=null",
-        "hydra.sweeper.n_jobs=2", "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
-        "++hydra.sweeper.race={min_replicates:2,alpha:0.05,baseline:2}",
-        "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=60",
-        "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
 # What the table in race_task.py makes the race do: x=3 out after 2 folds, x=4 after 3.
 EXPECTED_RUNS = sorted([(1, f) for f in range(4)] + [(2, f) for f in range(4)]
                        + [(3, 0), (3, 1), (4, 0), (4, 1), (4, 2)])
 
 
-def age_heartbeats(cwd: Path) -> int:
-    """Make the killed sweep's RUNNING trials stale now, as they are grace_period after the
-    kill, without waiting on the clock: their heartbeats (Optuna's trial_heartbeats table, in
-    the SQLite storage's own CURRENT_TIMESTAMP format) set back one hour, so the resumed
-    sweepers fail and retry them the moment they start, however soon that is. Returns the rows
-    changed."""
-    import sqlite3
-
-    with sqlite3.connect(cwd / "outputs" / "optuna.db") as db:
-        changed = db.execute("UPDATE trial_heartbeats SET heartbeat = "
-                             "datetime(heartbeat, '-1 hour')").rowcount
-    db.close()
-    return changed
-
-
-def two_sweepers(cli, *args: str):
-    """Run `python ARGS` twice at once in cli's dir (a killed sweep resumed by two sweepers);
-    both must succeed. Returns the second's result; the first's output is in other.log."""
-    with open(cli.cwd / "other.log", "w") as log:
-        other = subprocess.Popen([sys.executable, *args], cwd=cli.cwd, stdout=log,
-                                 stderr=subprocess.STDOUT)
-        r = cli(*args)
-        assert other.wait(timeout=300) == 0, (cli.cwd / "other.log").read_text()[-3000:]
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
 @pytest.mark.slow
 def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
-    from tests.race_task import THREADS, WALL_S, loss
+    from tests.helpers.race_task import THREADS, WALL_S, loss
 
     killed = cli(TASK, *RACE, "kill_at='1,2'")  # dies as x=1 starts fold 2 (the second look)
     assert killed.returncode == 9, killed.stderr[-2000:]
@@ -320,11 +270,9 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
 
     # Two sweepers resume it at once: they share the live candidates and every look.
     r = two_sweepers(cli, TASK, *RACE, "kill_at='1,2'")
-    calls = [tuple(map(int, ln.split())) for ln in (cli.cwd / "calls.log").read_text().split("\n")
-             if ln]
-    assert sorted(calls) == EXPECTED_RUNS  # every run once: nothing finished ran again
+    assert sorted(calls(cli.cwd)) == EXPECTED_RUNS  # every run once: nothing finished ran again
 
-    study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    study = study_of(cli.cwd, "r")
     e = readback.elimination(study)
     rows = {row["candidate"]: row for row in e.rows}
     assert {c: (row["outcome"], row["n"], row["after"], row["leader"])
@@ -365,14 +313,13 @@ def test_a_race_launches_no_replicate_once_its_budget_is_spent(cli):
     """Budget 900 steps, 100 a run: the first look (4 candidates x 2 folds, 800 steps) drops
     x=3, fold 2 of the other three takes it to 1,100, its look drops x=4, and fold 3 never
     launches: x=1 and x=2 survive after 3 of 4 folds."""
-    from tests.race_task import loss
+    from tests.helpers.race_task import loss
 
     r = cli(TASK, *RACE, "++hydra.sweeper.race.budget_steps=900")
     assert r.returncode == 0, r.stderr[-3000:]
-    calls = sorted(tuple(map(int, ln.split()))
-                   for ln in (cli.cwd / "calls.log").read_text().split("\n") if ln)
-    assert calls == sorted([(x, f) for x in (1, 2, 4) for f in range(3)] + [(3, 0), (3, 1)])
-    study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    assert sorted(calls(cli.cwd)) == sorted([(x, f) for x in (1, 2, 4) for f in range(3)]
+                                            + [(3, 0), (3, 1)])
+    study = study_of(cli.cwd, "r")
     e = readback.elimination(study)
     assert {row["candidate"]: (row["outcome"], row["n"]) for row in e.rows} == {
         "x=1": ("survived", 3), "x=2": ("survived", 3), "x=3": ("dropped", 2),
@@ -395,6 +342,7 @@ def test_bad_race_input_exits_2_before_any_job_or_study(cli):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, message", [
     ("++hydra.sweeper.race.alpah=0.1",
      "error: hydra.sweeper.race.alpah is not a race key; did you mean hydra.sweeper.race.alpha?"),

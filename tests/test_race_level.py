@@ -1,14 +1,12 @@
 """A race that can conclude level (equivalence, TOST): the rule on values computed by hand,
 the settings and checks, the answers the report and the console give, and a real race through
-the command line (tests/race_task.py) in which a candidate leaves level, killed and resumed by
-two sweepers, deciding exactly as one uninterrupted sweeper."""
+the command line (tests/helpers/race_task.py) in which a candidate leaves level, killed and
+resumed by two sweepers, deciding exactly as one uninterrupted sweeper."""
 
 from __future__ import annotations
 
 import math
 import statistics
-import subprocess
-import sys
 
 import optuna
 import pytest
@@ -17,6 +15,9 @@ from scipy import stats
 
 from qknorm.errors import UserError
 from qknorm.sweep.race import looks, readback
+from tests.helpers import REPO
+from tests.helpers.race import RACE, TASK, age_heartbeats, calls, race_plan, refused, two_sweepers
+from tests.helpers.studies import frozen, run, study_of
 
 # Four candidates over 4 blocks; the block effect (1, 2, 3, 4) is shared, pairing removes it.
 VALUES = {"a": [1.0, 2.0, 3.0, 4.0],
@@ -117,12 +118,6 @@ def test_each_candidate_gets_one_answer(outcome, leader, p_adj, interval, alone,
 
 # -- the settings -------------------------------------------------------------------------------
 
-def race_plan(**options):
-    from tests.test_race import plan
-
-    return plan({"min_replicates": 2, "baseline": 2.0, **options}, folds=(0, 1, 2))
-
-
 @pytest.mark.parametrize("value, message", [
     (0, "hydra.sweeper.race.equivalence=0 must be a number > 0 (δ in the objective's units"),
     (-0.02, "hydra.sweeper.race.equivalence=-0.02 must be a number > 0"),
@@ -131,10 +126,7 @@ def race_plan(**options):
               "converted to Float"),
 ])
 def test_bad_equivalence_is_one_line_naming_the_value_and_the_fix(value, message):
-    with pytest.raises(UserError) as e:
-        race_plan(equivalence=value)
-    assert str(e.value).startswith(message) and "\n" not in str(e.value)
-    assert e.value.exit_code == 2
+    assert refused(equivalence=value).startswith(message)
 
 
 def test_equivalence_is_part_of_the_race_a_study_holds():
@@ -154,8 +146,7 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
 
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     from qknorm.sweep.race import schedule
-    from tests.test_race import parse_space
-    from tests.test_race_rungs import frozen, run
+    from qknorm.sweep.space import parse_space
 
     spec = race_plan(equivalence=0.03, baseline=None)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
@@ -187,8 +178,6 @@ def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
 
 @pytest.fixture
 def task():
-    from tests.test_race import RACE, TASK
-
     # x=5 is level with x=1 (race_task.py); δ 0.05
     return [TASK, *[a.replace("choice(1,2,3,4)", "choice(1,2,3,4,5)")
                     .replace("baseline:2}", "baseline:2,equivalence:0.05}") for a in RACE]]
@@ -203,7 +192,7 @@ LEVEL_RUNS = sorted([(x, f) for x in (1, 2, 4) for f in range(3)] + [(3, 0), (3,
 
 
 def decisions(cwd):
-    study = optuna.load_study(study_name="r", storage=f"sqlite:///{cwd}/outputs/optuna.db")
+    study = study_of(cwd, "r")
     e = readback.elimination(study)
     return study, e, {r["candidate"]: (r["outcome"], r["answer"], r["n"], r["after"],
                                        r["leader"]) for r in e.rows}
@@ -216,19 +205,14 @@ EXPECTED = {"x=1": ("survived", "best", 3, "fold=2", "x=1"),
             "x=5": ("level", "level", 2, "fold=1", "x=1")}
 
 
-def calls(cwd) -> list[tuple[int, int]]:
-    return sorted(tuple(map(int, ln.split()))
-                  for ln in (cwd / "calls.log").read_text().splitlines() if ln)
-
-
 @pytest.mark.slow
 def test_a_race_ends_with_a_candidate_level_and_the_rest_decided(cli, task):
     from qknorm.report.summary import race_section
-    from tests.race_task import loss
+    from tests.helpers.race_task import loss
 
     r = cli(*task)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert calls(cli.cwd) == LEVEL_RUNS
+    assert sorted(calls(cli.cwd)) == LEVEL_RUNS
     study, e, rows = decisions(cli.cwd)
     assert rows == EXPECTED
     level = next(row for row in e.rows if row["candidate"] == "x=5")
@@ -254,18 +238,11 @@ def test_a_killed_level_race_resumed_by_two_sweepers_decides_as_one_sweeper(cli,
     """Killed as x=1 starts fold 2 (after the look where x=5 left level), resumed by two
     sweepers at once: the same runs, each once, and the same decisions as the uninterrupted
     race of test_a_race_ends_with_a_candidate_level_and_the_rest_decided."""
-    from tests.test_race import age_heartbeats
-
     killed = cli(*task, "kill_at='1,2'")
     assert killed.returncode == 9, killed.stderr[-2000:]
     assert age_heartbeats(cli.cwd) >= 1  # the killed sweep's running trials: stale from now
-    with open(cli.cwd / "other.log", "w") as log:
-        other = subprocess.Popen([sys.executable, *task, "kill_at='1,2'"], cwd=cli.cwd,
-                                 stdout=log, stderr=subprocess.STDOUT)
-        r = cli(*task, "kill_at='1,2'")
-        assert other.wait(timeout=300) == 0, (cli.cwd / "other.log").read_text()[-3000:]
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert calls(cli.cwd) == LEVEL_RUNS  # nothing finished ran again
+    two_sweepers(cli, *task, "kill_at='1,2'")
+    assert sorted(calls(cli.cwd)) == LEVEL_RUNS  # nothing finished ran again
     _, e, rows = decisions(cli.cwd)
     assert rows == EXPECTED
     assert e.spent == {"runs": 13, "stopped": 0, "steps": 1300, "core_s": 52.0}
@@ -273,7 +250,6 @@ def test_a_killed_level_race_resumed_by_two_sweepers_decides_as_one_sweeper(cli,
 
 def test_the_status_line_counts_a_level_candidate_as_decided():
     from qknorm.sweep.progress import _race_line
-    from tests.test_race_rungs import frozen, run
 
     folds = [f"data.fold={f}" for f in range(3)]
     settings = {"min_replicates": 2, "alpha": 0.05, "baseline": None, "blocks": folds,
@@ -293,6 +269,7 @@ def test_the_status_line_counts_a_level_candidate_as_decided():
     assert _race_line(folds).endswith("; looks by the corrected t, n_test/n_train = 1/4")
 
 
+@pytest.mark.slow
 def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     """scripts/race_replay.py: p = 4 behind the baseline p = 2 by 0.02 (± 0.0005) on 3 folds is
     level at δ 0.05 (level before a drop) and dropped at δ 0.01; p = 8, stopped in fold 0 (no
@@ -300,7 +277,6 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     import csv
     import subprocess
     import sys
-    from pathlib import Path
 
     rows = [{"norm.p": p, "data.fold": f, "data.n_folds": 3, "status": "completed",
              "best_val_loss": v}
@@ -312,7 +288,7 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "race_replay.py"),
+    script = [sys.executable, str(REPO / "scripts" / "race_replay.py"),
               str(path)]
 
     def replay(*extra):

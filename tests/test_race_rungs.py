@@ -23,6 +23,8 @@ from qknorm.sweep.study import (
     RACE_RUNS_ATTR,
     RACE_STOP_ATTR,
 )
+from tests.helpers.race import race_plan, refused
+from tests.helpers.studies import BLOCK, attrs, frozen, run, rung_study
 
 # -- the rule ------------------------------------------------------------------------------------
 
@@ -74,35 +76,15 @@ def test_rungs_are_increasing_eval_steps_before_the_end(rungs, message):
 
 # -- the job-side hook, on a real study --------------------------------------------------------
 
-BLOCK = "data.fold=0"
-
-
 @pytest.fixture
 def study(tmp_path):
-    return race_study(tmp_path)
-
-
-def race_study(tmp_path) -> str:
-    """A race's study (its storage URL): p=2 ran fold 0 to the end, its rung values recorded;
-    p=4's and p=1's trials are running. Another fold's values must never count."""
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    s = optuna.create_study(study_name="r", storage=url)
-    trials = [s.ask() for _ in range(3)]
-    for t, label in zip(trials, ("norm.p=2.0", "norm.p=4.0", "norm.p=1.0"), strict=True):
-        t.set_user_attr(RACE_CANDIDATE_ATTR, label)
-    trials[0].set_user_attr(RACE_RUNG_ATTR + BLOCK, {"250": 2.40, "500": 2.20})
-    trials[0].set_user_attr(RACE_RUNG_ATTR + "data.fold=1", {"250": 1.00, "500": 1.00})
-    return url
+    return rung_study(tmp_path)
 
 
 def hook(url: str, trial: int, margin: float | None, rungs=(250, 500), block=BLOCK):
     cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
                             race=RaceRungsConfig(block=block, rungs=list(rungs), margin=margin))
     return eval_hook(cfg)
-
-
-def attrs(url: str, trial: int) -> dict:
-    return optuna.load_study(study_name="r", storage=url).trials[trial].user_attrs
 
 
 def test_a_job_that_has_lost_at_a_rung_stops_there_and_says_why(study):
@@ -184,12 +166,6 @@ def test_race_keys_are_checked_in_the_job_config():
 
 # -- the sweeper's side: settings, replay, report ---------------------------------------------
 
-def race_plan(**options):
-    from tests.test_race import plan
-
-    return plan({"min_replicates": 2, "baseline": 2.0, **options}, folds=(0, 1, 2))
-
-
 @pytest.mark.parametrize("options, message", [
     ({"rungs": [1000, 500]}, "hydra.sweeper.race.rungs=[1000, 500] must be increasing, e.g. "
                              "[0.25, 0.5] (fractions of train.max_iters)"),
@@ -200,12 +176,7 @@ def race_plan(**options):
                                     "loss units"),
 ])
 def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, message):
-    from qknorm.errors import UserError
-
-    with pytest.raises(UserError) as e:
-        race_plan(**options)
-    assert str(e.value).startswith(message) and "\n" not in str(e.value)
-    assert e.value.exit_code == 2
+    assert refused(**options).startswith(message)
 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
@@ -225,32 +196,13 @@ def test_rungs_are_part_of_the_race_a_study_holds():
         schedule.check_study(study, on, "s")
 
 
-def frozen(p: float, runs: dict, state=None, record=None):
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import TrialState, create_trial
-
-    attrs = {RACE_CANDIDATE_ATTR: f"norm.p={p}", RACE_RUNS_ATTR: runs}
-    if record:
-        attrs[RACE_OUTCOME_ATTR] = record
-    state = state or TrialState.RUNNING
-    done = [r["value"] for r in readback.completed(runs).values()]
-    return create_trial(params={"norm.p": p}, state=state,
-                        distributions={"norm.p": CategoricalDistribution([1.0, 2.0, math.inf])},
-                        user_attrs=attrs,
-                        value=sum(done) / len(done) if state == TrialState.COMPLETE else None)
-
-
-def run(value, steps=30, core_s=3.0, **stop):
-    return {"value": value, "steps": steps, "core_s": core_s, **stop}
-
-
 STOP = {"stopped_at": 10, "val_loss": 3.3, "best": "norm.p=2.0", "delta": 0.25}
 F = [f"data.fold={f}" for f in range(3)]
 
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
     from qknorm.sweep.race import schedule
-    from tests.test_race import parse_space
+    from qknorm.sweep.space import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
@@ -428,6 +380,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
 
 
 
+@pytest.mark.slow
 def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
     """qknorm.research.rung_error_rates --room: per eval step the largest gap of a run of a p the grid
     does not call worse, the smallest of a worse p's run, and the runs a rung's margin stops."""

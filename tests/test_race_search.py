@@ -1,5 +1,6 @@
-"""The racing search (search=p_tpe's rules) through the real command line, on tests/race_task.py's
-table: its answer, and a search killed mid-way and resumed by two sweepers at once."""
+"""The racing search (search=p_tpe's rules) through the real command line, on
+tests/helpers/race_task.py's table: its answer, and a search killed mid-way and resumed by two
+sweepers at once."""
 
 from __future__ import annotations
 
@@ -7,42 +8,21 @@ import collections
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import optuna
 import pytest
 
 from qknorm.sweep.race import readback
-
-REPO = Path(__file__).resolve().parents[1]
-TASK = str(REPO / "tests" / "race_task.py")
-# Five candidates, four folds, two to start; δ = 0.05. From the table: x=3 is 1.0 behind (worse),
-# x=4 0.1 behind with noise (worse or undecided), x=1, x=2 and x=5 within 0.02 (best or level).
-SEARCH = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4,5)", "hydra.sweeper.study_name=s",
-          "hydra.sweeper.sampler.name=tpe", "hydra.sweeper.sampler.seed=0",
-          "hydra.sweeper.n_trials=5", "hydra.sweeper.n_jobs=1", "hydra.sweeper.pruner.name=none",
-          "++hydra.sweeper.replicates={fold:[0,1,2,3]}",
-          "++hydra.sweeper.race={min_replicates:2,alpha:0.05,equivalence:0.05}",
-          "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=60",
-          "hydra.sweep.dir=sweep", "hydra.output_subdir=null", "hydra/job_logging=disabled"]
-
-
-def answers(cwd: Path) -> dict[str, str]:
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{cwd}/outputs/optuna.db")
-    rows = readback.answer(study.get_trials(), study.user_attrs["race"])
-    return {r["candidate"]: r["answer"] for r in rows}
-
-
-def calls(cwd: Path) -> collections.Counter:
-    return collections.Counter(ln for ln in (cwd / "calls.log").read_text().splitlines() if ln)
-
-
-def check_table(got: dict[str, str]) -> None:
-    assert sorted(got) == ["x=1", "x=2", "x=3", "x=4", "x=5"]  # each x proposed once
-    assert got["x=3"] == "worse"
-    assert got["x=4"] in ("worse", "undecided")
-    assert sorted(got[x] for x in ("x=1", "x=2", "x=5")) in (["best", "level", "level"],
-                                                               ["best", "level", "undecided"])
+from tests.helpers.race import (
+    SEARCH,
+    TASK,
+    age_heartbeats,
+    answers,
+    calls,
+    check_table,
+    two_sweepers,
+)
+from tests.helpers.studies import study_of
 
 
 @pytest.mark.slow
@@ -51,7 +31,7 @@ def test_a_search_answers_with_the_best_the_level_and_the_worse(cli):
     assert r.returncode == 0, r.stderr[-3000:]
     got = answers(cli.cwd)
     check_table(got)
-    assert max(calls(cli.cwd).values()) == 1  # no (x, fold) ran twice
+    assert max(collections.Counter(calls(cli.cwd)).values()) == 1  # no (x, fold) ran twice
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("search: best "))
     best = next(c for c, a in got.items() if a == "best")
     assert line.startswith(f"search: best {best} (mean ") and "worse: x=3" in line
@@ -62,16 +42,14 @@ def test_a_search_answers_with_the_best_the_level_and_the_worse(cli):
 
 @pytest.mark.slow
 def test_a_killed_search_resumed_by_two_sweepers_runs_no_finished_fold_again(cli):
-    from tests.test_race import age_heartbeats, two_sweepers
-
     killed = cli(TASK, *SEARCH, "kill_at='3,1'")  # dies as x=3 starts its second fold
     assert killed.returncode == 9, killed.stderr[-2000:]
-    before = calls(cli.cwd)
-    assert before["3 0"] == 1 and "3 1" not in before
+    before = collections.Counter(calls(cli.cwd))
+    assert before[(3, 0)] == 1 and (3, 1) not in before
     assert age_heartbeats(cli.cwd) >= 1  # the killed sweep's running trials: stale from now
     two_sweepers(cli, TASK, *SEARCH, "kill_at='3,1'")
-    after = calls(cli.cwd)
-    assert after["3 0"] == 1  # x=3's fold 0 ran before the kill: its retry kept it
+    after = collections.Counter(calls(cli.cwd))
+    assert after[(3, 0)] == 1  # x=3's fold 0 ran before the kill: its retry kept it
     assert all(n == 1 for key, n in after.items() if key in before)
     check_table(answers(cli.cwd))
 
@@ -103,10 +81,10 @@ def test_a_search_ends_within_its_budget_even_with_proposals_still_racing(cli):
     r = cli(TASK, *SEARCH, "hydra.sweeper.n_jobs=2", "++hydra.sweeper.race.budget_steps=550",
             timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert sum(calls(cli.cwd).values()) == 5  # 500 steps: a sixth run would take it to 600
+    assert len(calls(cli.cwd)) == 5  # 500 steps: a sixth run would take it to 600
     got = answers(cli.cwd)
     assert "racing" not in got.values() and list(got.values()).count("best") == 1
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{cli.cwd}/outputs/optuna.db")
+    study = study_of(cli.cwd, "s")
     assert all(t.state.is_finished() for t in study.trials)
 
 

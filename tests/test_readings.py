@@ -12,8 +12,7 @@ import pytest
 from qknorm import rundir
 from qknorm.report import build as report
 from qknorm.report import readings as two_readings
-
-from .synthetic_runs import config, final, write_config
+from tests.helpers.synthetic_runs import config, final, write_config
 
 FOLDS = (0, 1, 2)
 # val loss at steps 0, 10, 20 for fold f

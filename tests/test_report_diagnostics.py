@@ -28,8 +28,8 @@ from qknorm.report import (
     stepplots,
     summarize,
 )
-
-from .synthetic_runs import (
+from tests.helpers.plots import run_dots
+from tests.helpers.synthetic_runs import (
     BEST,
     DIAG_END,
     DIAG_START,
@@ -39,7 +39,6 @@ from .synthetic_runs import (
     make_sweep,
     write_config,
 )
-from .test_plots import run_dots
 
 
 @pytest.fixture

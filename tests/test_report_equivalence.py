@@ -1,6 +1,6 @@
 """The report's third answer: each Δ vs the baseline is worse / better (Holm), level within ±δ
 (TOST: the paired 90% t-interval inside ±δ) or undecided, on the synthetic sweep of
-tests/synthetic_runs.py, whose differences are known."""
+tests/helpers/synthetic_runs.py, whose differences are known."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from qknorm.report import Options, load, results, stats, summarize
-
-from .synthetic_runs import make_sweep
+from tests.helpers.synthetic_runs import make_sweep
 
 # p=4 minus p=2 over folds 0, 1, 2: -0.2, -0.1, 0 (mean -0.1, sd 0.1); p=inf over folds 0, 1,
 # 3: 0.5, 0.3, 0.2 (mean 1/3, sd sqrt(7/300)); 3 pairs each (test_report_diagnostics).
@@ -89,10 +88,9 @@ def test_the_summary_gives_the_verdict_column_and_states_delta(tmp_path):
 
 @pytest.mark.slow
 def test_report_cli_takes_equivalence_and_refuses_a_bad_one(cli, tmp_path):
-    from tests.test_race import REPO
+    from tests.helpers.cli import REPORT as report
 
     root = make_sweep(tmp_path / "sweep")
-    report = str(REPO / "scripts" / "report.py")
     r = cli(report, str(root), "--equivalence", "0.3", "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| [-0.2947, 0.0947] | level within ±δ |" in (root / "summary.md").read_text()

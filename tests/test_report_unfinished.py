@@ -4,13 +4,13 @@ first runs still going, or the leftovers of runs that stopped on an input error.
 
 from __future__ import annotations
 
-from .conftest import REPO
-from .synthetic_runs import config, write_config, write_curve
-from .test_results_cli import assert_user_error
+import pytest
 
-REPORT = str(REPO / "scripts" / "report.py")
+from tests.helpers.cli import REPORT, assert_one_line_error
+from tests.helpers.synthetic_runs import config, write_config, write_curve
 
 
+@pytest.mark.slow
 def test_a_dir_with_no_finished_run_is_one_line_and_writes_nothing(cli):
     sweep = cli.cwd / "sweep"
     for job, p in enumerate([2.0, 4.0]):  # two runs still going: evals logged, no final.json
@@ -18,7 +18,7 @@ def test_a_dir_with_no_finished_run_is_one_line_and_writes_nothing(cli):
         write_curve(sweep / str(job), 1.0, 10.0, p)
     write_config(sweep / "2", config(2.0, 1))  # refused before training: its config only
     before = sorted(sweep.rglob("*"))
-    assert_user_error(cli(REPORT, "sweep"), "no run under sweep has finished",
+    assert_one_line_error(cli(REPORT, "sweep"), "no run under sweep has finished",
                       "3 run dirs", "no final.json")
     assert sorted(sweep.rglob("*")) == before
 
@@ -30,8 +30,7 @@ def test_a_sweep_whose_every_finished_run_diverged_is_summarized_not_a_traceback
 
     from qknorm import rundir
     from qknorm.report import build as report
-
-    from .synthetic_runs import final
+    from tests.helpers.synthetic_runs import final
 
     for job, p in enumerate([2.0, 4.0]):
         run = tmp_path / str(job)

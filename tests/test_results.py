@@ -1,4 +1,5 @@
-"""qknorm.report.results and .stats on synthetic run dirs with known numbers (tests/synthetic_runs)."""
+"""qknorm.report.results and .stats on synthetic run dirs with known numbers
+(tests/helpers/synthetic_runs.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from qknorm import rundir
 from qknorm.effective import effective_config, effective_key, flatten
 from qknorm.errors import UserError
 from qknorm.report import Options, baseline, load, paxis, results, stats, summarize
-
-from .synthetic_runs import (
+from tests.helpers.synthetic_runs import (
     BEST,
     DIVERGED,
     FOLDS,

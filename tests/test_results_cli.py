@@ -17,9 +17,9 @@ from scipy import stats as sps
 
 from qknorm import rundir
 from qknorm.report import Options, load, results, stats, summarize
-
-from .conftest import REPO
-from .synthetic_runs import (
+from tests.helpers import REPO
+from tests.helpers.cli import REPORT, assert_one_line_error
+from tests.helpers.synthetic_runs import (
     config,
     final,
     make_search,
@@ -29,19 +29,10 @@ from .synthetic_runs import (
     write_curve,
 )
 
-REPORT = str(REPO / "scripts" / "report.py")
 PLOT = str(REPO / "scripts" / "plot.py")
 
 
-def assert_user_error(r, *words):
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "Traceback" not in r.stderr + r.stdout
-    for word in words:
-        assert word in lines[0]
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("args, words", [
     (["--metric", "loss"], ["--metric loss is not a column", "best_val_loss"]),
     (["--metric", "status"], ["--metric status is not a numeric column"]),
@@ -54,18 +45,20 @@ def assert_user_error(r, *words):
 def test_bad_option_is_one_line_and_writes_nothing(cli, args, words):
     sweep = make_sweep(cli.cwd / "sweep")
     before = sorted(p for p in sweep.rglob("*"))
-    assert_user_error(cli(REPORT, "sweep", *args), *words)
+    assert_one_line_error(cli(REPORT, "sweep", *args), *words)
     assert sorted(p for p in sweep.rglob("*")) == before  # no results.csv, no report/, no temp
 
 
+@pytest.mark.slow
 def test_dir_without_runs_and_bad_out(cli):
     (cli.cwd / "empty").mkdir()
-    assert_user_error(cli(REPORT, "empty"), "no runs under empty")
+    assert_one_line_error(cli(REPORT, "empty"), "no runs under empty")
     make_sweep(cli.cwd / "sweep")
-    assert_user_error(cli(PLOT, "loss_vs_p", "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
+    assert_one_line_error(cli(PLOT, "loss_vs_p", "sweep", "--out", "fig.gif"), "--out fig.gif", ".png")
     assert not (cli.cwd / "fig.gif").exists() and not (cli.cwd / "sweep" / "report").exists()
 
 
+@pytest.mark.slow
 def test_plot_script_writes_the_named_file(cli):
     make_sweep(cli.cwd / "sweep")
     r = cli(PLOT, "loss_vs_p", "sweep", "--metric", "wall_time_s", "--baseline", "inf", "--logx",
@@ -74,6 +67,7 @@ def test_plot_script_writes_the_named_file(cli):
     assert (cli.cwd / "figs" / "time.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+@pytest.mark.slow
 def test_plot_py_takes_the_kind_first(cli):
     """scripts/plot.py KIND DIR: the figure lands in DIR/report/KIND.png; each kind keeps its
     own checks (curves: --metric names a metrics.jsonl column)."""
@@ -82,9 +76,9 @@ def test_plot_py_takes_the_kind_first(cli):
     r = cli(str(REPO / "scripts" / "plot.py"), "gamma_vs_p", "sweep")
     assert r.returncode == 0, r.stderr
     assert (cli.cwd / "sweep" / "report" / "gamma_vs_p.png").read_bytes()[:4] == b"\x89PNG"
-    assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric", "x"),
+    assert_one_line_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric", "x"),
                       "--metric x is not a metrics.jsonl column", "val_loss")
-    assert_user_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric",
+    assert_one_line_error(cli(str(REPO / "scripts" / "plot.py"), "curves", "sweep", "--metric",
                           "attn_entropy_frac"), "--metric attn_entropy_frac: no run logged it")
 
 
@@ -194,6 +188,7 @@ def test_missing_study_storage_is_a_note_and_never_creates_a_database(tmp_path):
     assert "study 'gone'" in collection.warnings[0] and not (tmp_path / "no.db").exists()
 
 
+@pytest.mark.slow
 def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
     sweep, _ = make_study_runs(cli.cwd)
     r = cli(REPORT, "sweep", "--quiet")
@@ -210,6 +205,7 @@ def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
 # ---------------------------------------------------------------------------------------------
 # issue 12: the report of a Bayesian search; repeated runs counted once
 
+@pytest.mark.slow
 def test_search_report_cli_default_baseline_and_by(cli):
     sweep = make_search(cli.cwd / "search")
     r = cli(REPORT, "search", "--by", "optimizer.lr")  # --baseline left at its default
@@ -228,6 +224,7 @@ def test_search_report_cli_default_baseline_and_by(cli):
     assert best == expected
 
 
+@pytest.mark.slow
 def test_search_report_cli_accepts_the_baseline_as_printed(cli):
     make_search(cli.cwd / "search")
     r = cli(REPORT, "search", "--by", "optimizer.lr", "--baseline", "1.83526")
@@ -236,11 +233,12 @@ def test_search_report_cli_accepts_the_baseline_as_printed(cli):
     assert "| 1.44213 | 0.003 | 2 |" in r.stdout  # paired with the baseline within lr=0.003
 
 
+@pytest.mark.slow
 def test_search_report_cli_bad_baseline_lists_each_p_as_accepted(cli):
     sweep = make_search(cli.cwd / "search")
     before = sorted(sweep.rglob("*"))
     r = cli(REPORT, "search", "--baseline", "1.8353")
-    assert_user_error(r, "--baseline 1.8353: no run used norm.p=1.8353",
+    assert_one_line_error(r, "--baseline 1.8353: no run used norm.p=1.8353",
                       "each accepted as written: 1.09485, 1.19045, 1.27198, 1.44213, 1.76043, "
                       "1.83526, 2.28526, 2.60796, 3.50177, 4.12996, 6.23381, 11.4772, inf")
     assert sorted(sweep.rglob("*")) == before

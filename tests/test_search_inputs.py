@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_failures import assert_one_line_error
+from tests.helpers.cli import assert_one_line_error
 
 pytestmark = pytest.mark.slow  # each case starts the real command line (5-10 s on 2 cores)
 

@@ -3,7 +3,6 @@ Optuna in tmp storages, with known durations and run dirs, and once on a real sm
 
 from __future__ import annotations
 
-import datetime
 import math
 import os
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm import rundir
@@ -22,7 +21,6 @@ from qknorm.sweep.specs import JOURNAL_PREFIX
 from qknorm.sweep.study import (
     N_ATTR,
     N_TRIALS_ATTR,
-    PARAMS_ATTR,
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
     RACE_RUNS_ATTR,
@@ -32,30 +30,9 @@ from qknorm.sweep.study import (
     STD_ATTR,
     record_total,
 )
+from tests.helpers.studies import DONE_BLOCK, NOW, finished_study, new_study, run, trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-NOW = 1_800_000_000.0  # Unix time the status is read at
-P = FloatDistribution(0.1, 100.0)
-
-
-def at(seconds_before_now: float) -> datetime.datetime:
-    # Optuna keeps naive local datetimes; .timestamp() reads them back the same way.
-    return datetime.datetime.fromtimestamp(NOW - seconds_before_now)
-
-
-def trial(number: int, state: TrialState, start: float, took: float | None = None,
-          value=None, params: dict | None = None, **attrs) -> FrozenTrial:
-    """A trial that started `start` s before NOW and took `took` s (None: still running);
-    `attrs`: its user attrs by their names in qknorm/sweep/study.py (status, n, std, jobs, ...)."""
-    params = params if params is not None else {"norm.p": 2.0 + number}
-    return FrozenTrial(
-        number=number, state=state, value=None, values=value if isinstance(value, list) else
-        None if value is None else [value],
-        datetime_start=at(start),
-        datetime_complete=None if took is None else at(start - took),
-        params=params, distributions={k: P for k in params},
-        user_attrs={PARAMS_ATTR: params, **attrs},
-        system_attrs={}, intermediate_values={}, trial_id=number)
 
 
 def job(root: Path, name: str, steps: int, wall: float, threads: int) -> str:
@@ -64,11 +41,6 @@ def job(root: Path, name: str, steps: int, wall: float, threads: int) -> str:
     rundir.write_final(d, {"status": "completed", "steps": steps, "wall_time_s": wall,
                            "threads": threads})
     return str(d)
-
-
-def new_study(url_or_storage, name="s", directions=("minimize",)) -> optuna.Study:
-    return optuna.create_study(storage=url_or_storage, study_name=name,
-                               directions=list(directions))
 
 
 def plain_study(tmp_path: Path, url: str) -> optuna.Study:
@@ -192,10 +164,6 @@ def race_trial(number: int, p: float, state: TrialState, runs: dict, **attrs) ->
     return t
 
 
-def run(value, steps=30, core_s=3.0):
-    return {"value": value, "steps": steps, "core_s": core_s}
-
-
 def race_study(url: str) -> optuna.Study:
     study = new_study(url, "r")
     study.set_user_attr(RACE_SETTINGS_ATTR, {
@@ -231,19 +199,7 @@ def status_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 
-def finished_study(storage, name: str = "done") -> None:
-    study = new_study(storage, name)
-    study.add_trial(trial(0, TrialState.COMPLETE, 100, 30, 3.5, status="completed", n=2,
-                          std=0.25, mean=3.5))
-    study.add_trial(trial(1, TrialState.PRUNED, 70, 10, status="pruned", n=1))
-
-
-DONE_BLOCK = ("study done:\n"
-              "  trials 2/2: 1 complete, 1 pruned, 0 failed, 0 running; elapsed 40s, done\n"
-              "  best: trial 0 (norm.p=2) 3.5000 ± 0.2500 (n=2)\n"
-              "  spent: 0 jobs, 0 training steps, 0 core-h\n")
-
-
+@pytest.mark.slow
 def test_the_cli_reads_sqlite_read_only_and_a_journal_file(tmp_path):
     db = tmp_path / "o.db"
     finished_study(f"sqlite:///{db}")

@@ -23,21 +23,10 @@ from optuna.trial import TrialState
 
 from qknorm import rundir
 from qknorm.sweep import specs as optuna_specs
+from tests.helpers.cli import FAST, ok
+from tests.helpers.studies import counted, study_of
 
 pytestmark = pytest.mark.slow
-
-# Seconds per job: the smoke model, one thread, 20 steps, an eval every 10.
-FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
-
-
-def study_of(cwd: Path, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{cwd}/outputs/optuna.db")
-
-
-def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Trials that count toward n_trials (the sweeper's `status` user attr)."""
-    return [t for t in study.get_trials()
-            if t.user_attrs.get("status") in ("completed", "pruned", "failed")]
 
 
 def job_config(run_dir: str) -> dict:
@@ -46,10 +35,6 @@ def job_config(run_dir: str) -> dict:
 
 def sweep_dirs(cwd: Path, name: str) -> list[Path]:
     return sorted((cwd / "outputs" / "sweeps" / name).iterdir())
-
-
-def ok(r: subprocess.CompletedProcess) -> None:
-    assert r.returncode == 0, r.stderr[-3000:]
 
 
 def test_tpe_trial_value_is_mean_of_replicates_and_reruns_top_up(cli):

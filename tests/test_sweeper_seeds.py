@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 
 import optuna
@@ -18,6 +17,7 @@ from qknorm.sweep import specs
 from qknorm.sweep import study as study_record
 from qknorm.sweep.space import parse_space
 from qknorm.sweep.sweep import OptunaSweep, shared_seed
+from tests.helpers import REPO
 
 GRID = {"name": "grid", "seed": 0}
 TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
@@ -98,8 +98,7 @@ def test_ask_gives_up_a_trial_when_another_sweeper_took_the_last_slot_in_between
 
 # -- the same command proposes the same points, under every Optuna pyproject allows ---------------
 
-ROOT = Path(__file__).resolve().parents[1]
-ANGPT_LR = ROOT / "docs" / "results" / "angpt_cpu" / "lr_search"
+ANGPT_LR = REPO / "docs" / "results" / "angpt_cpu" / "lr_search"
 
 
 def test_the_committed_tpe_search_is_proposed_again_point_for_point():
@@ -107,7 +106,7 @@ def test_the_committed_tpe_search_is_proposed_again_point_for_point():
     again through the sweeper's ask path with the preset's sampler and told what they were told:
     every lr comes back. Optuna 4.9's defaults (no constant liar) gave 4 of the 20 another lr,
     and multivariate TPE under 4.9 11; the pins (specs.PINNED) hold both releases to these."""
-    preset = yaml.safe_load((ROOT / "conf" / "search" / "angpt_lr.yaml").read_text())
+    preset = yaml.safe_load((REPO / "conf" / "search" / "angpt_lr.yaml").read_text())
     sweeper = preset["hydra"]["sweeper"]
     spec, _ = specs.resolve("sampler", sweeper["sampler"], specs.SAMPLERS, set())
     space, _ = parse_space(sweeper["params"], [])

@@ -11,6 +11,7 @@ import pytest
 from qknorm.errors import UserError
 from qknorm.sweep import specs as specs
 from qknorm.sweep.plan import given_keys
+from tests.helpers import REPO
 
 MEDIAN = {"name": "median", "n_startup_trials": 4, "n_warmup_steps": 500}  # search=p_tpe's
 TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
@@ -165,7 +166,7 @@ def test_two_sweepers_popping_one_sqlite_study_at_once_never_take_the_same_trial
         study.enqueue_trial({"x": x})
     script = Path(__file__).parent / "helpers" / "pop_trials.py"
     start = str(time.time() + 3)  # both processes are up and spinning by then
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, str(script), url, start, "40"], env=env,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     got = [p.communicate(timeout=120)[0].split() for p in procs]

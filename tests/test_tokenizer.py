@@ -7,7 +7,6 @@ import importlib.util
 import math
 import multiprocessing
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,9 +18,8 @@ from qknorm.data import fold_pieces, load_splits, load_text
 from qknorm.errors import UserError
 from qknorm.tokenizer import bits_per, text_per_token
 from qknorm.train import fixed_batches
-from tests.test_failures import assert_one_line_error
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+from tests.helpers.cli import REPORT, assert_one_line_error
 
 pytest.importorskip("tokenizers", reason="data.tokenizer=bpe needs the bpe extra (tokenizers)")
 
@@ -120,6 +118,7 @@ def _build(barrier, cache: str, queue) -> None:
     queue.put((trained, tok.token_bytes))
 
 
+@pytest.mark.slow
 def test_two_parallel_jobs_build_a_bpe_once_and_both_read_it(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()
@@ -178,13 +177,14 @@ def test_a_bpe_sweep_on_a_text_file_ranks_on_bits_per_character(cli):
     for final in finals:
         # ASCII text: a character is a byte; a BPE token covers more than one of them
         assert final["best_val_bpc"] == final["best_val_bpb"] < final["best_val_loss"] / math.log(2)
-    r = cli(str(REPO / "scripts" / "report.py"), str(sweep), "--metric", "best_val_bpc", "--quiet")
+    r = cli(REPORT, str(sweep), "--metric", "best_val_bpc", "--quiet")
     assert r.returncode == 0, r.stderr
     results = pd.read_csv(sweep / "results.csv")
     assert sorted(results["best_val_bpc"]) == sorted(f["best_val_bpc"] for f in finals)
     assert "best_val_bpc" in (sweep / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_kjv_from_a_package_without_its_data_is_one_line_and_exit_2(cli):
     fake = cli.cwd / "site" / "bible"  # what a broken or foreign `bible` package looks like
     fake.mkdir(parents=True)

@@ -16,8 +16,8 @@ import yaml
 
 from qknorm import rundir
 from qknorm.rundir import find_run_dirs, read_config
-from tests import synthetic_runs
-from tests.conftest import kill_after_evals
+from tests.helpers import synthetic_runs
+from tests.helpers.cli import kill_after_evals
 
 FAST = ["experiment=smoke", "threads=1", "train.max_iters=20", "train.eval_interval=10"]
 INSTALL = "pip install -e '.[tracking]'"
@@ -137,6 +137,7 @@ def test_tensorboard_resumed_run_has_each_eval_once(cli):
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # the killed attempt's: rebuilt
 
 
+@pytest.mark.slow
 def test_tracker_without_its_package_is_one_line_before_training(cli, tmp_path):
     """tensorboard (or mlflow) missing: one line naming the extra, exit 2, no run dir."""
     stub = tmp_path / "stub"
@@ -158,6 +159,7 @@ def test_tracker_without_its_package_is_one_line_before_training(cli, tmp_path):
     assert r.returncode == 2 and "the MLflow export needs the mlflow-skinny package" in one_line(r)
 
 
+@pytest.mark.slow
 def test_bad_tracker_is_one_line(cli):
     r = cli("-m", "qknorm.train", *FAST, "tracker.kind=wandb")
     assert r.returncode == 2
@@ -168,19 +170,13 @@ def test_bad_tracker_is_one_line(cli):
 
 
 def test_tracker_options_compose(tmp_path):
-    from hydra import compose, initialize_config_dir
+    from tests.helpers.config import compose_config, compose_hydra_config
 
-    from qknorm.config import register_configs, to_config
-    from tests.test_config import CONF
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        assert to_config(compose("config")).tracker.kind == "none"
-        cfg = compose("config", overrides=["tracker=mlflow"], return_hydra_config=True)
-        assert list(cfg.hydra.callbacks) == ["qknorm_mlflow"]
-        if importlib_has("mlflow"):
-            t = to_config(compose("config", overrides=["tracker=mlflow"])).tracker
-            assert (t.kind, t.uri, t.experiment) == ("mlflow", "sqlite:///outputs/mlflow.db", None)
+    assert compose_config().tracker.kind == "none"
+    assert list(compose_hydra_config("tracker=mlflow").hydra.callbacks) == ["qknorm_mlflow"]
+    if importlib_has("mlflow"):
+        t = compose_config("tracker=mlflow").tracker
+        assert (t.kind, t.uri, t.experiment) == ("mlflow", "sqlite:///outputs/mlflow.db", None)
 
 
 def importlib_has(module: str) -> bool:
@@ -301,6 +297,7 @@ def synthetic_sweep(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_concurrent_exports_to_one_sqlite_store_neither_fail_nor_duplicate(tmp_path):
     """Two sweeps exported at once, and one of them twice at once: no lock error, no run twice."""
     needs("mlflow")
@@ -328,6 +325,7 @@ def test_concurrent_exports_to_one_sqlite_store_neither_fail_nor_duplicate(tmp_p
     assert_run_mirrors_run_dir(client, diverged, a / "7")
 
 
+@pytest.mark.slow
 def test_mlflow_export_bad_input_is_one_line(cli, tmp_path):
     needs("mlflow")
     r = cli("-m", "qknorm.tracking.mlflow", str(tmp_path / "nope"))
@@ -342,6 +340,7 @@ def test_mlflow_export_bad_input_is_one_line(cli, tmp_path):
         "; check --uri / tracker.uri (e.g. sqlite:///outputs/mlflow.db)")
 
 
+@pytest.mark.slow
 def test_a_store_that_cannot_be_opened_is_one_line_before_training(cli):
     """issue 38: an unknown scheme or a server that does not answer is found before any job
     trains, in one line, exit 2, for a run and a multirun."""

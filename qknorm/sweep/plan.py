@@ -351,7 +351,7 @@ def _check_p_is_read(space: SearchSpace, cfg: DictConfig) -> None:
 def task_config(cfg: DictConfig) -> Config | None:
     """A job config the planner composed (hydra node and all) as the task reads it, checked
     (to_config: raises UserError); None when the task is not qknorm.train (another schema,
-    e.g. tests/race_task.py)."""
+    e.g. tests/helpers/race_task.py)."""
     if OmegaConf.get_type(cfg) is not Config:
         return None
     job = copy.deepcopy(cfg)

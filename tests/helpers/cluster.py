@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 SCRIPT = REPO / "tests" / "local_cluster.sh"
 START_TIMEOUT_S = 180
 # One line per scenario ("name: COMPLETE=6 FAIL=1 ..."), appended to a file in this directory:

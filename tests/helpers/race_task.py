@@ -1,4 +1,4 @@
-"""A Hydra task with a known answer, for racing tests: `python tests/race_task.py -m ...`.
+"""A Hydra task with a known answer, for racing tests: `python tests/helpers/race_task.py -m ...`.
 
 Its "loss" for candidate x on fold f is MEAN[x] + FOLD[f] + NOISE[x][f]: a table, so the race it
 drives has one right outcome. It writes a final.json like qknorm.train's (so the sweeper reads
