@@ -324,6 +324,7 @@ def test_p2_temperature_is_the_same_whatever_the_norm_kind():
 # the command line, resume, bad input
 
 
+@pytest.mark.slow
 def test_cli_trains_angpt_and_writes_final_json(cli):
     r = cli("-m", "qknorm.train", "model.arch=angpt", "norm.p=4", "experiment=smoke", "threads=1",
             "hydra.run.dir=run")
@@ -367,6 +368,7 @@ def test_a_race_over_p_runs_in_angpt_through_the_sweeper(cli):
     assert "## Race: study smoke_race" in (cli.cwd / "outputs/sweeps/smoke_race/summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_killed_angpt_run_resumes_bitwise(cli):
     run = ["model.arch=angpt", "optimizer=angpt", "norm.p=4", "experiment=smoke", "threads=1",
            "train.max_iters=120", "train.eval_interval=20", "train.save_checkpoint=true"]

@@ -83,6 +83,7 @@ def test_the_interaction_is_the_difference_of_p_effects_with_its_t_interval(fold
     assert final_row["delta"] == pytest.approx(best["delta"])  # final = best in these curves
 
 
+@pytest.mark.slow
 def test_the_script_writes_the_summary_and_a_bad_reference_is_one_line(tmp_path):
     root = make_runs(tmp_path)
     script = [sys.executable, str(REPO / "scripts" / "arch_report.py"), str(root)]

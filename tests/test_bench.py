@@ -22,6 +22,7 @@ def _check_spread(s: dict, n: int) -> None:
     assert s["iqr"] == pytest.approx(s["q3"] - s["q1"])
 
 
+@pytest.mark.slow
 def test_bench_cli_writes_json_with_every_section(cli):
     out = cli.cwd / "b.json"
     r = cli(str(REPO / "scripts" / "bench.py"), "--model", "tiny", "--threads", "1",
@@ -86,6 +87,7 @@ def test_bench_cli_writes_json_with_every_section(cli):
             sum(o[f"warm_{p}_{kind}_s"]["median"] for p in phases[1:]))
 
 
+@pytest.mark.slow
 def test_bench_cli_rejects_unknown_variant(cli):
     r = cli(str(REPO / "scripts" / "bench.py"), "--model", "tiny", "--norms", "l3",
             "--out", str(cli.cwd / "b.json"))

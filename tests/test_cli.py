@@ -16,6 +16,7 @@ DIAGNOSTICS = {f"{name}{layer}" for name in ("attn_entropy", "attn_entropy_frac"
                for layer in ("", "_l0")} | {"gamma_l0", "out_logit_mean", "out_logit_max", "out_z"}
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_metrics_and_final(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke")
     assert r.returncode == 0, r.stderr
@@ -51,6 +52,7 @@ def test_steady_throughput_leaves_the_first_interval_out():
     assert progress.steady_tokens_per_s == 200 / 4.0
 
 
+@pytest.mark.slow
 def test_grid_multirun_writes_one_job_dir_per_p(cli):
     r = cli("-m", "qknorm.train", "-m", "norm.p=2,4", "experiment=smoke")
     assert r.returncode == 0, r.stderr
@@ -60,6 +62,7 @@ def test_grid_multirun_writes_one_job_dir_per_p(cli):
     assert [rundir.read_final(j)["p"] for j in jobs] == [2.0, 4.0]
 
 
+@pytest.mark.slow
 def test_sample_from_a_checkpointed_run(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "train.save_checkpoint=true", "threads=1",
             "hydra.run.dir=outputs/runs/ckpt")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from qknorm import rundir
@@ -11,6 +12,7 @@ from qknorm.data import load_splits
 RUN = ["experiment=smoke", "threads=1", "train.max_iters=20"]
 
 
+@pytest.mark.slow
 def test_same_seed_gives_bitwise_identical_val_losses_with_or_without_diagnostics(cli):
     """b turns the attention diagnostics off: their extra forward changes nothing in training."""
     for name, diag in (("a", 4), ("b", 0)):

@@ -26,6 +26,7 @@ def test_paper_cpu_preset_is_cpu_recipe_with_5_folds():
     assert compose_config("experiment=paper_cpu", "norm.gamma_init=calibrated").name == "paper_cpu_calibrated"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["paper", "paper_cpu"])
 def test_preset_runs_a_few_steps_on_the_tiny_model(cli, preset):
     # The command-line sweep (2 p x 1 fold) replaces the preset's 8 p x n_folds grid.

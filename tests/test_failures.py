@@ -89,6 +89,7 @@ def test_bad_input_is_one_line_and_writes_no_result(cli, overrides, needles, com
         assert "Traceback" in log and "UserError" in log
 
 
+@pytest.mark.slow
 def test_multirun_validates_every_job_before_any_starts(cli):
     r = cli("-m", "qknorm.train", "-m", *SMOKE, "norm.p=2,0.5")
     line = assert_one_line_error(r, "norm.p=0.5", "multirun job #1", "no job was started")
@@ -96,6 +97,7 @@ def test_multirun_validates_every_job_before_any_starts(cli):
     assert not (cli.cwd / "outputs").exists()  # job #0 (p=2, valid) never ran either
 
 
+@pytest.mark.slow
 def test_a_search_whose_key_is_fixed_says_so_before_any_study(cli):
     """search=p_tpe searches 1/norm.p; norm.p=3 on the command line removes that param (and
     any other on norm.p), which leaves nothing to search: one line, exit 2, no study."""
@@ -105,6 +107,7 @@ def test_a_search_whose_key_is_fixed_says_so_before_any_study(cli):
     assert not (cli.cwd / "outputs" / "optuna.db").exists()
 
 
+@pytest.mark.slow
 def test_hydra_commands_still_work(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "norm.p=3", "--cfg", "job")
     assert r.returncode == 0, r.stderr
@@ -126,6 +129,7 @@ def test_hydra_full_error_still_gives_the_trace(cli):
 DIVERGE = ["optimizer.lr=1e6", "optimizer.min_lr=0"]  # NaN at step 2 of the smoke model (checked)
 
 
+@pytest.mark.slow
 def test_diverged_run_is_recorded_with_its_step(cli):
     r = cli("-m", "qknorm.train", *SMOKE, *DIVERGE)
     assert r.returncode == 1, r.stderr
@@ -140,6 +144,7 @@ def test_diverged_run_is_recorded_with_its_step(cli):
     assert "Traceback" in (run_dir / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_diverged_job_does_not_stop_the_multirun(cli):
     r = cli("-m", "qknorm.train", "-m", *SMOKE, "optimizer.min_lr=0",
             "optimizer.lr=1e-3,1e6,2e-3")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.helpers import REPO
@@ -43,6 +44,7 @@ def sweeper_target(*overrides: str) -> str:
     return yaml.safe_load(r.stdout)["hydra"]["sweeper"]["_target_"]
 
 
+@pytest.mark.slow
 def test_qknorm_multiruns_dedup_and_presets_take_their_own_sweeper():
     assert sweeper_target() == "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper"
     optuna = "hydra_plugins.qknorm_sweeper.sweeper.QknormOptunaSweeper"

@@ -269,6 +269,7 @@ def test_the_status_line_counts_a_level_candidate_as_decided():
     assert _race_line(folds).endswith("; looks by the corrected t, n_test/n_train = 1/4")
 
 
+@pytest.mark.slow
 def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     """scripts/race_replay.py: p = 4 behind the baseline p = 2 by 0.02 (± 0.0005) on 3 folds is
     level at δ 0.05 (level before a drop) and dropped at δ 0.01; p = 8, stopped in fold 0 (no

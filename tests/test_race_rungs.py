@@ -380,6 +380,7 @@ def test_a_race_stops_a_run_that_has_lost_at_its_rung_and_counts_its_steps(cli):
 
 
 
+@pytest.mark.slow
 def test_room_reads_curves_csv_and_the_grid_says_which_p_are_worse(tmp_path):
     """qknorm.research.rung_error_rates --room: per eval step the largest gap of a run of a p the grid
     does not call worse, the smallest of a worse p's run, and the runs a rung's margin stops."""

@@ -178,6 +178,7 @@ def test_folds_by_seeds_average_the_seeds_of_a_fold_first(tmp_path):
     assert "10 run(s) share a data.fold with another: averaged" in cells[8]  # 5 + 5
 
 
+@pytest.mark.slow
 def test_the_cli_takes_test_and_rebuilds_from_results_csv_alone(cli, tmp_path):
     root = make_runs(tmp_path / "sweep")
     r = cli(REPORT, str(root), "--quiet")
@@ -259,6 +260,7 @@ def test_replicate_test_refuses_mixed_layouts_in_one_line(tmp_path):
     assert stats.replicate_test(runs, "paired") == multitest.PAIRED_T  # as the line offers
 
 
+@pytest.mark.slow
 def test_race_replay_prints_the_verdicts_the_report_prints(tmp_path):
     """One look at all 5 folds with the baseline leading: the race's 90% interval of each p's
     Δ to the leader is the report's TOST interval vs p = 2, and both say the same word."""

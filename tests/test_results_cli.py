@@ -48,6 +48,7 @@ def test_bad_option_is_one_line_and_writes_nothing(cli, args, words):
     assert sorted(p for p in sweep.rglob("*")) == before  # no results.csv, no report/, no temp
 
 
+@pytest.mark.slow
 def test_dir_without_runs_and_bad_out(cli):
     (cli.cwd / "empty").mkdir()
     assert_one_line_error(cli(REPORT, "empty"), "no runs under empty")
@@ -64,6 +65,7 @@ def test_plot_script_writes_the_named_file(cli):
     assert (cli.cwd / "figs" / "time.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+@pytest.mark.slow
 def test_plot_py_takes_the_kind_first(cli):
     """scripts/plot.py KIND DIR: the figure lands in DIR/report/KIND.png; each kind keeps its
     own checks (curves: --metric names a metrics.jsonl column)."""
@@ -184,6 +186,7 @@ def test_missing_study_storage_is_a_note_and_never_creates_a_database(tmp_path):
     assert "study 'gone'" in collection.warnings[0] and not (tmp_path / "no.db").exists()
 
 
+@pytest.mark.slow
 def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
     sweep, _ = make_study_runs(cli.cwd)
     r = cli(REPORT, "sweep", "--quiet")
@@ -200,6 +203,7 @@ def test_report_cli_on_a_study_draws_its_optuna_plots(cli):
 # ---------------------------------------------------------------------------------------------
 # issue 12: the report of a Bayesian search; repeated runs counted once
 
+@pytest.mark.slow
 def test_search_report_cli_default_baseline_and_by(cli):
     sweep = make_search(cli.cwd / "search")
     r = cli(REPORT, "search", "--by", "optimizer.lr")  # --baseline left at its default
@@ -218,6 +222,7 @@ def test_search_report_cli_default_baseline_and_by(cli):
     assert best == expected
 
 
+@pytest.mark.slow
 def test_search_report_cli_accepts_the_baseline_as_printed(cli):
     make_search(cli.cwd / "search")
     r = cli(REPORT, "search", "--by", "optimizer.lr", "--baseline", "1.83526")

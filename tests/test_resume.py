@@ -21,6 +21,7 @@ RUN = ["experiment=smoke", "threads=1", "train.max_iters=200", "train.eval_inter
        "train.save_checkpoint=true"]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_val_loss_bitwise(cli):
     ref = cli("-m", "qknorm.train", *RUN, "hydra.run.dir=ref")
     assert ref.returncode == 0, ref.stderr
@@ -53,6 +54,7 @@ def test_killed_run_resumes_to_the_same_val_loss_bitwise(cli):
     assert final["tokens_per_s"] > 0 and final["wall_time_s"] > 0
 
 
+@pytest.mark.slow
 def test_resume_without_checkpoint_is_one_line(cli):
     r = cli("-m", "qknorm.train", "experiment=smoke", "threads=1", "hydra.run.dir=fresh",
             "train.resume=true")
@@ -64,6 +66,7 @@ def test_resume_without_checkpoint_is_one_line(cli):
     assert rundir.read_final(cli.cwd / "fresh") is None
 
 
+@pytest.mark.slow
 def test_resume_with_a_changed_config_is_refused(cli):
     run = ["experiment=smoke", "threads=1", "train.max_iters=10", "train.save_checkpoint=true",
            "hydra.run.dir=run"]
@@ -96,6 +99,7 @@ def test_checkpoint_with_a_pickled_object_is_refused(evil_run_dir, tmp_path, mon
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_resume_from_a_pickled_object_is_one_line(cli, evil_run_dir):
     r = cli("-m", "qknorm.train", "experiment=smoke", "threads=1", f"hydra.run.dir={evil_run_dir}",
             "train.resume=true")

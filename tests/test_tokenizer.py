@@ -118,6 +118,7 @@ def _build(barrier, cache: str, queue) -> None:
     queue.put((trained, tok.token_bytes))
 
 
+@pytest.mark.slow
 def test_two_parallel_jobs_build_a_bpe_once_and_both_read_it(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()

@@ -137,6 +137,7 @@ def test_tensorboard_resumed_run_has_each_eval_once(cli):
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # the killed attempt's: rebuilt
 
 
+@pytest.mark.slow
 def test_tracker_without_its_package_is_one_line_before_training(cli, tmp_path):
     """tensorboard (or mlflow) missing: one line naming the extra, exit 2, no run dir."""
     stub = tmp_path / "stub"
@@ -158,6 +159,7 @@ def test_tracker_without_its_package_is_one_line_before_training(cli, tmp_path):
     assert r.returncode == 2 and "the MLflow export needs the mlflow-skinny package" in one_line(r)
 
 
+@pytest.mark.slow
 def test_bad_tracker_is_one_line(cli):
     r = cli("-m", "qknorm.train", *FAST, "tracker.kind=wandb")
     assert r.returncode == 2
@@ -295,6 +297,7 @@ def synthetic_sweep(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_concurrent_exports_to_one_sqlite_store_neither_fail_nor_duplicate(tmp_path):
     """Two sweeps exported at once, and one of them twice at once: no lock error, no run twice."""
     needs("mlflow")
@@ -322,6 +325,7 @@ def test_concurrent_exports_to_one_sqlite_store_neither_fail_nor_duplicate(tmp_p
     assert_run_mirrors_run_dir(client, diverged, a / "7")
 
 
+@pytest.mark.slow
 def test_mlflow_export_bad_input_is_one_line(cli, tmp_path):
     needs("mlflow")
     r = cli("-m", "qknorm.tracking.mlflow", str(tmp_path / "nope"))
@@ -336,6 +340,7 @@ def test_mlflow_export_bad_input_is_one_line(cli, tmp_path):
         "; check --uri / tracker.uri (e.g. sqlite:///outputs/mlflow.db)")
 
 
+@pytest.mark.slow
 def test_a_store_that_cannot_be_opened_is_one_line_before_training(cli):
     """issue 38: an unknown scheme or a server that does not answer is found before any job
     trains, in one line, exit 2, for a run and a multirun."""
