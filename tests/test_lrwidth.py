@@ -313,6 +313,25 @@ def test_one_width_has_no_width_table_nor_width_figure(sweep, tmp_path):
         assert r["holm_pvalue"] == pytest.approx(adjusted, rel=1e-9)
 
 
+def test_groups_of_different_lr_grids_are_said_not_to_compare(sweep, tmp_path):
+    """softcap at 64 without lr 1.0 (a study still running): its sensitivity is over 2 lr."""
+    root = tmp_path / "short"
+    shutil.copytree(sweep, root)
+    for path in root.glob("*/.hydra/config.yaml"):
+        cfg = yaml.safe_load(path.read_text())
+        if (cfg["model"]["n_embd"], cfg["model"]["attn_softcap"], cfg["optimizer"]["lr"]) == (
+                64, 50.0, 1.0):
+            shutil.rmtree(path.parent.parent)
+    section = section_of(build_report(root, Options(formats=())).summary)
+    assert "The groups ran 2 different lr grids (2 to 3 lr;" in section
+    short = [r for r in width_table(section) if r[:2] == ["64 (2)", "softcap"]][0]
+    values = [statistics.fmean(counted(64, "softcap", lr, s) for lr in LRS[:2])
+              - min(counted(64, "softcap", lr, s) for lr in LRS[:2]) for s in SEEDS]
+    assert short[3].startswith(f"{statistics.fmean(values):.4f} [")
+    assert "different lr grids" not in section_of(
+        build_report(sweep, Options(formats=())).summary)
+
+
 def arms_of(frame: pd.DataFrame) -> pd.Series:
     return arm_names(frame)
 

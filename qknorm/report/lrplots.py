@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-from qknorm.report import lrsens
+from qknorm.report import arms, lrsens
 from qknorm.report.canvas import OTHER_KIND_COLORS, RUN_GID, SERIES_COLORS, metric_label, new_figure
 from qknorm.report.lrsens import LR, READINGS, LRSensitivity, label
 from qknorm.rundir import DIVERGED
@@ -168,9 +169,12 @@ def lr_width(lr: LRSensitivity) -> Figure | None:
     lrs.set_yticks(grid)
     lrs.set_yticklabels([f"{x:g}" for x in grid])
     lrs.minorticks_off()
-    lrs.set_ylabel("learning rate (log): best ●, max stable ○")
+    lrs.set_ylabel("learning rate (log)")
     lrs.set_title("best lr (lowest mean min(ℓ, ℓ₀)) and max stable lr", fontsize=9)
-    lrs.legend(fontsize=6, frameon=False, ncols=2)
+    # the arms' colours and markers are the left panel's: this legend says only the two styles
+    lrs.legend(handles=[Line2D([], [], color="0.3", marker="o", label="best lr"),
+                        Line2D([], [], color="0.3", marker="o", mfc="none", ls=":",
+                               label="max stable lr")], fontsize=7, frameon=False)
     fig.suptitle("LR sensitivity against width (Wortsman et al. 2023), per arm", fontsize=10)
     return fig
 
@@ -195,7 +199,7 @@ def attn_logit_heads(lr: LRSensitivity, at_lr: float | None = None) -> Figure | 
     series = lrsens.series_names(points, lr.keys)
     widths = sorted(points[lrsens.WIDTH].unique()) if lrsens.WIDTH in points else [None]
     shades = _shades(len(widths))
-    panels = list(dict.fromkeys(series))
+    panels = sorted(set(series), key=lambda n: (n.split(" ")[0] != arms.REFERENCE, n))
     fig, axes = new_figure(len(panels), width=3.4, height=4.2)
     slot = 0.7 / len(widths)
     for ax, name in zip(axes, panels):
@@ -219,8 +223,10 @@ def attn_logit_heads(lr: LRSensitivity, at_lr: float | None = None) -> Figure | 
         ax.set_title(name, fontsize=10)
         ax.grid(True, alpha=0.3, lw=0.6, axis="y")
     axes[0].set_ylabel("largest attention logit of a head (last eval)")
-    if len(widths) > 1:
-        axes[0].legend(fontsize=7, frameon=False)
+    if len(widths) > 1:  # every width, though the first panel may lack one
+        axes[0].legend(handles=[Line2D([], [], ls="", marker="o", color=shade,
+                                       label=width_label(w)) for w, shade in zip(widths, shades)],
+                       fontsize=7, frameon=False)
     fig.suptitle(f"largest attention logit per layer and head at lr = {at_lr:g}: each point a "
                  "head of one run (seeds together), × a diverged run's last eval", fontsize=10)
     return fig

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from qknorm.report.lrsens import LR, READINGS, REPLICATE, WIDTH, LRSensitivity, label, width_view
+from qknorm.report.lrsens import (
+    GRID,
+    LR,
+    READINGS,
+    REPLICATE,
+    WIDTH,
+    LRSensitivity,
+    label,
+    width_view,
+)
 from qknorm.report.tables import markdown_table, num, pval
 
 DEFINITION = (
@@ -132,4 +141,17 @@ def _by_width(lr: LRSensitivity) -> list[str]:
                               ref=ref, test=lr.test.short(), each=each), "",
             markdown_table(["width" + (" (heads)" if heads else ""), "arm", "replicates",
                             "sensitivity (final) [95%]", "best lr", "max stable lr",
-                            f"Δ vs {ref} [95%]", "t p", "Holm p"], rows), ""]
+                            f"Δ vs {ref} [95%]", "t p", "Holm p"], rows), "",
+            *_grids(view)]
+
+
+def _grids(view) -> list[str]:
+    """A warning where the groups ran different lr grids (a study still running, or a width
+    or arm short of some lr): each sensitivity is over its own group's grid."""
+    grids = view[GRID].drop_duplicates()
+    if len(grids) < 2:
+        return []
+    return [f"The groups ran {len(grids)} different lr grids ({int(grids['n_lr'].min())} to "
+            f"{int(grids['n_lr'].max())} lr; the lr grid column above): a sensitivity is over "
+            "its own group's grid, so sensitivities, and Δ, of different grids do not compare "
+            "(a study still running?).", ""]

@@ -297,6 +297,7 @@ def _same(a, b) -> bool:
 
 WIDTH = "model.n_embd"
 HEADS = "model.n_head"  # the ladder keeps the head dim: its head count goes with the width
+GRID = ["n_lr", "lr_min", "lr_max"]  # a group's lr grid, as group_summary gives it
 
 
 def has_widths(lr: LRSensitivity) -> bool:
@@ -309,8 +310,8 @@ def width_view(lr: LRSensitivity) -> pd.DataFrame | None:
     """One row per group, by width then arm (the reference first): `width`, `arm` (its name,
     arms.arm_names), `series` (the arm and any setting key besides the width: what one line of
     the figure joins), the replicates, the sensitivity (final) with its interval, the best and
-    max stable lr, and Δ vs the reference of its width with t and Holm p (NaN on the
-    reference's row). None unless the groups span several widths."""
+    max stable lr, its lr grid (GRID), and Δ vs the reference of its width with t and Holm p
+    (NaN on the reference's row). None unless the groups span several widths."""
     if not has_widths(lr):
         return None
     summary = lr.summary.reset_index(drop=True)
@@ -319,7 +320,8 @@ def width_view(lr: LRSensitivity) -> pd.DataFrame | None:
         "width": summary[WIDTH].astype(int), "arm": arms.arm_names(summary),
         "series": series_names(summary, lr.keys), "n": summary[f"{name}_n"],
         **{c: summary[f"{name}_{c}"] for c in ("mean", "ci_low", "ci_high")},
-        "best_lr": summary["best_lr"], "max_stable_lr": summary["max_stable_lr"]})
+        "best_lr": summary["best_lr"], "max_stable_lr": summary["max_stable_lr"],
+        **{c: summary[c] for c in GRID}})
     if HEADS in lr.keys:
         frame.insert(1, "heads", summary[HEADS].astype(int))
     delta = ["delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue", "holm_pvalue", "n_pairs"]
