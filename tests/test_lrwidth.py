@@ -309,7 +309,7 @@ def test_one_width_has_no_width_table_nor_width_figure(sweep, tmp_path):
                           [sensitivity(64, "qknorm", s) for s in SEEDS]).pvalue
          for a in ("lp4_calibrated", "softcap")}
     for arm, adjusted in holm_by_hand(p).items():
-        r = one.paired[arms_of(one.paired) == arm].iloc[0]
+        r = one.paired[arm_names(one.paired) == arm].iloc[0]
         assert r["holm_pvalue"] == pytest.approx(adjusted, rel=1e-9)
 
 
@@ -330,10 +330,6 @@ def test_groups_of_different_lr_grids_are_said_not_to_compare(sweep, tmp_path):
     assert short[3].startswith(f"{statistics.fmean(values):.4f} [")
     assert "different lr grids" not in section_of(
         build_report(sweep, Options(formats=())).summary)
-
-
-def arms_of(frame: pd.DataFrame) -> pd.Series:
-    return arm_names(frame)
 
 
 def test_the_width_figure_draws_the_hand_sensitivities_and_lrs(reading):
