@@ -35,7 +35,7 @@ def lr(record: Record, runs: Runs) -> Rows:
     keys, rows = reading.keys, {}
     for _, r in reading.summary.iterrows():
         at = _group(reading.by_lr, r, keys)
-        best = at.loc[at["val_loss_mean"].idxmin()]
+        best = at[at[lrsens.LR] == r["best_lr"]].iloc[0]
         rows[lrsens.label(r, keys)] = {
             "sensitivity": r["sensitivity_mean"], "low": r["sensitivity_ci_low"],
             "high": r["sensitivity_ci_high"], "max_stable_lr": r["max_stable_lr"],

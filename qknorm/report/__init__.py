@@ -7,11 +7,12 @@
   timing     a timing (wall time, tokens/s) by its median and range, never a t-interval
   readings   best and final val loss side by side, and whether they order p alike
   lrsens     the learning-rate reading: LR sensitivity per norm, max stable lr (a sweep over lr)
+  arms       a run's logit-control arm (conf/arm/), read from its keys; QKNorm the reference
   plots      figures against p (loss, time, γ, entropy, learned p) and render
   canvas     what every figure shares: canvas, labels, colours, gids, --by series, legend
   stepplots  figures over training steps
   deltaplot  the paired Δ vs the baseline, per p
-  lrplots    the loss against lr and the largest attention logit near the top lr
+  lrplots    the loss against lr, the largest attention logit near the top lr, by width and head
   studyplots Optuna's own plots of a study
   computed   Options and Statistics: every number, computed once
   tables     how summary.md writes a number, a p-value, a table

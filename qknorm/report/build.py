@@ -145,7 +145,8 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
             paired: pd.DataFrame | None = None,
             lr: lrsens.LRSensitivity | None = None) -> dict[str, object]:
     """Every figure; `paired` (compute's table vs the baseline) adds delta_vs_p, `lr` (its
-    learning-rate reading) lr_sensitivity and attn_logit_curves. The entropy and logit figures
+    learning-rate reading) lr_sensitivity, attn_logit_curves and, where they apply, lr_width
+    (several widths) and attn_logit_heads (per-head logits logged). The entropy and logit figures
     need runs that logged diagnostics: older runs report without them."""
     runs = collection.runs
     with_curves = has_curves(collection, curves)
@@ -169,9 +170,9 @@ def figures(collection: results.Collection, options: Options, curves: pd.DataFra
         figs["learned_p"] = plots.learned_p(runs)
     if lr is not None:
         figs["lr_sensitivity"] = lrplots.lr_sensitivity(lr)
-        logits = lrplots.attn_logit_curves(lr, curves)
-        if logits is not None:
-            figs["attn_logit_curves"] = logits
+        optional = {"attn_logit_curves": lrplots.attn_logit_curves(lr, curves),
+                    "lr_width": lrplots.lr_width(lr), "attn_logit_heads": lrplots.attn_logit_heads(lr)}
+        figs.update({name: fig for name, fig in optional.items() if fig is not None})
     for (name, _), study in collection.studies.items():
         if study is None:
             continue  # results.collect noted why

@@ -1,10 +1,20 @@
-"""summary.md's learning-rate section (issue 36): the tables of qknorm.report.lrsens, formatted."""
+"""summary.md's learning-rate section (issue 36): the tables of qknorm.report.lrsens, formatted,
+and across widths (issue 46) a table by width and arm."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from qknorm.report.lrsens import LR, READINGS, REPLICATE, LRSensitivity, label
+from qknorm.report.lrsens import (
+    GRID,
+    LR,
+    READINGS,
+    REPLICATE,
+    WIDTH,
+    LRSensitivity,
+    label,
+    width_view,
+)
 from qknorm.report.tables import markdown_table, num, pval
 
 DEFINITION = (
@@ -15,12 +25,27 @@ DEFINITION = (
     "more stable. Mean over replicates with the 95% interval of the test above. Max stable lr: "
     "the largest lr at which every replicate completed (none diverged or missing).")
 
+# What the width table shows and why Holm runs within a width (issue 46: "Δ vs QKNorm with Holm
+# at each width").
+WIDTH_NOTE = (
+    "By width ({width}{heads}), Wortsman et al.'s view: per width and arm the sensitivity "
+    "(final) with its 95% interval over replicates, the best lr (the lowest mean of min(ℓ, ℓ₀) "
+    "over replicates: does it move with width?), the max stable lr, and Δ sensitivity = arm − "
+    "{ref} of the same width, paired by replicate, the {test}, two-sided. Holm family: the arms "
+    "compared with {ref} at one width ({each}), not the whole table, because each width asks "
+    "its own question (is this arm more or less sensitive than QKNorm at this size?), the one "
+    "each point of Wortsman et al.'s figure answers; how that changes with width is read along "
+    "the widths.")
+
 
 def _interval(row: pd.Series, name: str) -> str:
-    if pd.isna(row[f"{name}_ci_low"]):  # one replicate: no interval
-        return num(row[f"{name}_mean"])
-    return (f"{num(row[f'{name}_mean'])} [{num(row[f'{name}_ci_low'])}, "
-            f"{num(row[f'{name}_ci_high'])}]")
+    return _bracket(row[f"{name}_mean"], row[f"{name}_ci_low"], row[f"{name}_ci_high"])
+
+
+def _bracket(mean: float, low: float, high: float) -> str:
+    if pd.isna(low):  # one replicate: no interval
+        return num(mean)
+    return f"{num(mean)} [{num(low)}, {num(high)}]"
 
 
 def _lr(x: float) -> str:
@@ -37,7 +62,7 @@ def section(lr: LRSensitivity) -> list[str]:
     out = ["## Learning-rate sensitivity", "", DEFINITION, "",
            markdown_table(["group", "replicates", "runs", "diverged", "lr grid", "max stable lr",
                            "sensitivity (final) [95%]", "sensitivity (best) [95%]"], rows), ""]
-    out += _per_replicate(lr) + _paired(lr) + _by_lr(lr)
+    out += _by_width(lr) + _per_replicate(lr) + _paired(lr) + _by_lr(lr)
     return out + [f"- {note}" for note in lr.notes] + ([""] if lr.notes else [])
 
 
@@ -63,7 +88,7 @@ def _paired(lr: LRSensitivity) -> list[str]:
              pval(r["holm_pvalue"]), "-" if pd.isna(r["d_z"]) else f"{r['d_z']:.2f}",
              r["note"] or ""] for _, r in lr.paired.iterrows()]
     return [f"Δ sensitivity (final) vs {lr.reference} (group − reference), paired by replicate: "
-            f"the {lr.test.short()}, two-sided; Holm p over the table's comparisons.", "",
+            f"the {lr.test.short()}, two-sided; {_family(lr)}", "",
             markdown_table(["group", "pairs", "mean Δ", "95% interval of Δ", "t p", "Holm p",
                             "d_z", "note"], rows) if rows else "no other group", ""]
 
@@ -80,3 +105,53 @@ def _by_lr(lr: LRSensitivity) -> list[str]:
             "ℓ₀), and the largest attention logit at the last eval (mean over runs):", "",
             markdown_table(["group", "lr", "runs", "diverged", "final val loss",
                             "best val loss", "largest attention logit"], rows), ""]
+
+
+def _family(lr: LRSensitivity) -> str:
+    """Which comparisons one Holm adjustment spans: each setting's (the width table says why)."""
+    if not lr.family:
+        return "Holm p over the table's comparisons."
+    return (f"Holm p within each value of {', '.join(lr.family)}: the comparisons with the "
+            "reference of that value" + (" (the width table says why)." if WIDTH in lr.family
+                                         else "."))
+
+
+def _by_width(lr: LRSensitivity) -> list[str]:
+    """Wortsman et al.'s view: per width and arm the sensitivity, the best and the max stable
+    lr (does the best lr move with width) and Δ vs the reference arm of the same width."""
+    view = width_view(lr)
+    if view is None:
+        return []
+    ref = view.loc[view["reference"], "arm"]
+    ref = ref.iloc[0] if len(ref) else "the reference"
+    heads = "heads" in view.columns
+    rows = []
+    for _, r in view.iterrows():
+        delta = (["reference", "", ""] if r["reference"] else
+                 [_bracket(r["delta_mean"], r["delta_ci_low"], r["delta_ci_high"]),
+                  pval(r["t_pvalue"]), pval(r["holm_pvalue"])])
+        rows.append([str(r["width"]) + (f" ({r['heads']})" if heads else ""), r["series"],
+                     str(int(r["n"])), _bracket(r["mean"], r["ci_low"], r["ci_high"]),
+                     _lr(r["best_lr"]), _lr(r["max_stable_lr"]), *delta])
+    per_width = (~view["reference"]).groupby(view["width"]).sum()
+    each = (f"{int(per_width.iloc[0])} at each width" if per_width.nunique() == 1
+            else "their number at each width: " + ", ".join(
+                f"{int(n)} at {w}" for w, n in per_width.items()))
+    return [WIDTH_NOTE.format(width=WIDTH, heads="; heads in brackets" if heads else "",
+                              ref=ref, test=lr.test.short(), each=each), "",
+            markdown_table(["width" + (" (heads)" if heads else ""), "arm", "replicates",
+                            "sensitivity (final) [95%]", "best lr", "max stable lr",
+                            f"Δ vs {ref} [95%]", "t p", "Holm p"], rows), "",
+            *_grids(view)]
+
+
+def _grids(view) -> list[str]:
+    """A warning where the groups ran different lr grids (a study still running, or a width
+    or arm short of some lr): each sensitivity is over its own group's grid."""
+    grids = view[GRID].drop_duplicates()
+    if len(grids) < 2:
+        return []
+    return [f"The groups ran {len(grids)} different lr grids ({int(grids['n_lr'].min())} to "
+            f"{int(grids['n_lr'].max())} lr; the lr grid column above): a sensitivity is over "
+            "its own group's grid, so sensitivities, and Δ, of different grids do not compare "
+            "(a study still running?).", ""]

@@ -15,14 +15,19 @@ grid (a failed, pruned or unfinished run) has no sensitivity: the mean would be 
 grid; a group that ran one lr is left out. The group's sensitivity is the mean over its
 replicates with the report's 95% interval (seeds on one split: the paired t, qknorm.multitest).
 The max stable lr is the largest lr at which every replicate of the group completed (none
-diverged, none missing). Each group is compared with the reference, QKNorm (norm=l2, or lp at
-p = 2; without it norm=none), paired by replicate: Δ sensitivity with its interval and t p,
-Holm-adjusted over the table.
+diverged, none missing); the best lr the one with the lowest mean over the group's runs of
+min(ℓ, ℓ₀). Each group is compared with the reference, QKNorm (norm=l2, or lp at p = 2; without
+it norm=none; qknorm.report.arms), paired by replicate and within the same setting (the group
+keys that are not the arm: the width in a width ladder): Δ sensitivity with its interval and t
+p, Holm-adjusted within each setting (over the table when there is one).
+
+Across widths (issue 46), `width_view` puts the numbers of each (width, arm) on one row.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,13 +35,14 @@ import pandas as pd
 
 from qknorm.effective import UNUSED_KEYS
 from qknorm.multitest import PAIRED_T, ReplicateTest, holm
-from qknorm.report import results, stats
+from qknorm.report import arms, results, stats
 from qknorm.report.paxis import format_p
 from qknorm.rundir import COMPLETED, DIVERGED, REPLICATE_KEYS
 
 LR = "optimizer.lr"
 REPLICATE = list(REPLICATE_KEYS)
 READINGS = {"val_loss": "sensitivity", "best_val_loss": "sensitivity_best"}  # ℓ -> its column
+HEAD = re.compile(r"^attn_logit_max_l(\d+)_h(\d+)$")  # a head's largest logit (issue 46)
 COUNTED = (COMPLETED, DIVERGED)
 
 
@@ -52,6 +58,7 @@ class LRSensitivity:
     paired: pd.DataFrame  # Δ sensitivity vs the reference, paired by replicate
     reference: str | None  # the reference group's label (p=2, norm=l2, norm=none), or None
     test: ReplicateTest = PAIRED_T
+    family: list[str] = field(default_factory=list)  # Holm runs within each value of these
     notes: list[str] = field(default_factory=list)
 
 
@@ -93,12 +100,15 @@ def compute(runs: pd.DataFrame, curves: pd.DataFrame, by: list[str] | tuple[str,
         return None
     reps = replicate_sensitivity(points, keys, notes)
     reference = reference_of(points, keys)
+    # Holm's family: the settings the read groups span (a width whose runs are all at one lr
+    # so far is not read, and does not split the table)
+    family = [k for k in arms.setting_keys(keys) if points[k].nunique(dropna=False) > 1]
     return LRSensitivity(
         keys=keys, points=points, replicates=reps,
         summary=group_summary(points, reps, keys, test), by_lr=by_lr(points, keys),
         paired=paired_vs_reference(reps, keys, reference, test),
         reference=label(reference, []) if reference is not None else None, test=test,
-        notes=notes)
+        family=family, notes=notes)
 
 
 def counted_runs(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str],
@@ -124,7 +134,8 @@ def counted_runs(runs: pd.DataFrame, curves: pd.DataFrame, keys: list[str],
     if np.isnan(l0).any():
         notes.append(f"{int(np.isnan(l0).sum())} run(s) without an eval at step 0 (no ℓ₀): "
                      "their replicate has no sensitivity")
-    frame = counted[[*keys, LR, *REPLICATE, "status", "run_dir", "attn_logit_max"]].copy()
+    heads = [c for c in results.logit_layer_columns(counted.columns) if HEAD.match(c)]
+    frame = counted[[*keys, LR, *REPLICATE, "status", "run_dir", "attn_logit_max", *heads]].copy()
     frame["l0"] = l0
     diverged = (counted["status"] == DIVERGED).to_numpy()
     for reading in READINGS:
@@ -172,15 +183,21 @@ def max_stable_lr(group: pd.DataFrame) -> float:
     return max(stable) if stable else math.nan
 
 
+def best_lr(group: pd.DataFrame) -> float:
+    """The lr with the lowest mean over the group's runs of min(ℓ, ℓ₀) (the final val loss as
+    the sensitivity reads it, a diverged run at ℓ₀): the smaller lr on a tie."""
+    return float(group.groupby(LR)["val_loss"].mean().idxmin())
+
+
 def group_summary(points: pd.DataFrame, reps: pd.DataFrame, keys: list[str],
                   test: ReplicateTest) -> pd.DataFrame:
-    """Per group: runs, diverged, the grid, the max stable lr and each reading's sensitivity,
-    mean, std and 95% interval over its replicates under `test`."""
+    """Per group: runs, diverged, the grid, the max stable lr, the best lr and each reading's
+    sensitivity, mean, std and 95% interval over its replicates under `test`."""
     rows = []
     for row, group in _groups(points, keys):
         out = {**row, "runs": len(group), "diverged": int((group["status"] == DIVERGED).sum()),
                "n_lr": group[LR].nunique(), "lr_min": group[LR].min(), "lr_max": group[LR].max(),
-               "max_stable_lr": max_stable_lr(group)}
+               "max_stable_lr": max_stable_lr(group), "best_lr": best_lr(group)}
         mine = reps[_nan_match(reps, row)]
         for name in READINGS.values():
             n, mean, std, low, high = stats.t_interval(stats.replicates(mine, name, test)[0],
@@ -216,35 +233,37 @@ def by_lr(points: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def reference_of(points: pd.DataFrame, keys: list[str]) -> dict | None:
-    """The group every other is compared with: QKNorm (norm=l2, else lp at p = 2), else
-    norm=none; None when neither was run. With other group keys, its norm is matched within
-    each of their values (paired_vs_reference)."""
-    kinds, ps = points["norm.kind"], points["norm.p"]
-    for chosen in (kinds == "l2", (kinds == "lp") & (ps == 2.0), kinds == "none"):
+    """The arm every other is compared with: QKNorm (norm=l2, else lp at p = 2, with QKNorm's γ
+    init and no other control), else norm=none without a control; None when neither was run.
+    Its values of the arm's keys (arms.is_arm_key): the setting keys are matched per group
+    (paired_vs_reference), so each width has its own reference."""
+    names = arms.arm_names(points)
+    kinds = points["norm.kind"]
+    for chosen in ((names == arms.REFERENCE) & (kinds == "l2"), names == arms.REFERENCE,
+                   names == arms.FALLBACK):
         if chosen.any():
             first = points[chosen].iloc[0]
-            return {k: first[k] for k in ("norm.kind", "norm.p")}
+            return {k: first[k] for k in keys if arms.is_arm_key(k)}
     return None
 
 
 def paired_vs_reference(reps: pd.DataFrame, keys: list[str], reference: dict | None,
                         test: ReplicateTest) -> pd.DataFrame:
     """Δ sensitivity (group − reference) per group, paired by replicate (stats.replicates under
-    `test`), within the same values of the non-norm keys; Holm over the table's t p."""
+    `test`), against the reference of the same setting (arms.setting_keys: the same width);
+    Holm over the t p of each setting's comparisons (the whole table when there is one)."""
     columns = [*keys, "n_pairs", "delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue",
                "holm_pvalue", "d_z", "note"]
     if reference is None:
         return pd.DataFrame(columns=columns)
     name = READINGS["val_loss"]
     is_ref = _nan_match(reps, reference)
+    setting = arms.setting_keys(keys)
     rows = []
     for row, group in _groups(reps, keys):
         if all(_same(row[k], v) for k, v in reference.items()):
             continue
-        base = reps[is_ref]
-        for k in keys:
-            if k not in reference:
-                base = base[_nan_match(base, {k: row[k]})]
+        base = reps[is_ref & _nan_match(reps, {k: row[k] for k in setting})]
         x = stats.replicates(group, name, test)[0]
         b = stats.replicates(base, name, test)[0]
         common = x.index.intersection(b.index)
@@ -255,9 +274,73 @@ def paired_vs_reference(reps: pd.DataFrame, keys: list[str], reference: dict | N
                      "note": "; ".join(n for n in result.note.split("; ")  # no Wilcoxon here
                                        if n and "Wilcoxon" not in n)})
     table = pd.DataFrame(rows, columns=columns)
-    table["holm_pvalue"] = holm(table["t_pvalue"])
+    table["holm_pvalue"] = holm_within(table, setting)
     return table
+
+
+def holm_within(table: pd.DataFrame, family: list[str]) -> pd.Series:
+    """Holm-adjusted t p within each value of the `family` keys (one family without them)."""
+    adjusted = pd.Series(math.nan, index=table.index, dtype=float)
+    if not len(table):
+        return adjusted
+    for _, rows in (table.groupby(family, dropna=False) if family else [(None, table)]):
+        adjusted[rows.index] = holm(rows["t_pvalue"])
+    return adjusted
 
 
 def _same(a, b) -> bool:
     return (pd.isna(a) and pd.isna(b)) or a == b
+
+
+# ---------------------------------------------------------------------------------------------
+# Across width (issue 46): Wortsman et al. found the effect in how sensitivity grows with width.
+
+WIDTH = "model.n_embd"
+HEADS = "model.n_head"  # the ladder keeps the head dim: its head count goes with the width
+GRID = ["n_lr", "lr_min", "lr_max"]  # a group's lr grid, as group_summary gives it
+
+
+def has_widths(lr: LRSensitivity) -> bool:
+    """The groups read span several widths: the width view applies (a width whose runs are
+    all at one lr so far has no group)."""
+    return WIDTH in lr.family
+
+
+def width_view(lr: LRSensitivity) -> pd.DataFrame | None:
+    """One row per group, by width then arm (the reference first): `width`, `arm` (its name,
+    arms.arm_names), `series` (the arm and any setting key besides the width: what one line of
+    the figure joins), the replicates, the sensitivity (final) with its interval, the best and
+    max stable lr, its lr grid (GRID), and Δ vs the reference of its width with t and Holm p
+    (NaN on the reference's row). None unless the groups span several widths."""
+    if not has_widths(lr):
+        return None
+    summary = lr.summary.reset_index(drop=True)
+    name = READINGS["val_loss"]
+    frame = pd.DataFrame({
+        "width": summary[WIDTH].astype(int), "arm": arms.arm_names(summary),
+        "series": series_names(summary, lr.keys), "n": summary[f"{name}_n"],
+        **{c: summary[f"{name}_{c}"] for c in ("mean", "ci_low", "ci_high")},
+        "best_lr": summary["best_lr"], "max_stable_lr": summary["max_stable_lr"],
+        **{c: summary[c] for c in GRID}})
+    if HEADS in lr.keys:
+        frame.insert(1, "heads", summary[HEADS].astype(int))
+    delta = ["delta_mean", "delta_ci_low", "delta_ci_high", "t_pvalue", "holm_pvalue", "n_pairs"]
+    frame[delta] = math.nan
+    frame["reference"] = lr.reference is not None  # paired_vs_reference skips the reference
+    for i, row in summary.iterrows():
+        match = lr.paired[_nan_match(lr.paired, {k: row[k] for k in lr.keys})]
+        if len(match):
+            frame.loc[i, delta] = match.iloc[0][delta].to_numpy(dtype=float)
+            frame.loc[i, "reference"] = False
+    order = frame.assign(other=~frame["reference"]).sort_values(["width", "other", "series"])
+    return order.drop(columns="other").reset_index(drop=True)
+
+
+def series_names(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Per row (a group, a run) its arm, plus each setting key other than the width and its
+    heads (a second study's optimizer.grad_clip under one root): what one line of the width
+    figure joins across widths, and one panel of the per-head figure holds."""
+    others = [k for k in arms.setting_keys(keys) if k not in (WIDTH, HEADS)]
+    names = arms.arm_names(frame)
+    return pd.Series([" ".join([n, *(f"{k}={r[k]}" for k in others)])
+                      for n, (_, r) in zip(names, frame.iterrows())], index=frame.index)
