@@ -12,6 +12,7 @@ import torch
 from qknorm.config import ModelConfig, NormConfig
 from qknorm.diagnostics import MAXIMA, STATS, attention_diagnostics, output_stats, row_stats
 from qknorm.model import GPT
+from tests.helpers.models import set_heads
 
 LN2 = math.log(2)
 
@@ -121,22 +122,6 @@ def test_largest_attention_logit_of_a_hand_built_attention(norm, largest):
     assert d["attn_logit_max"] == pytest.approx(max(largest(1.0), largest(2.0)), rel=1e-5)
 
 
-def _per_head_model(c: dict[tuple[int, int], float], cap: float | None = None) -> GPT:
-    """2 layers x 2 heads of dim 8, q and k set through c_attn's bias (weights zeroed): head h
-    of layer i has q = c[i, h] * ones and k = -ones in every position, so each of its logits
-    is -c[i, h] * 8 / sqrt(8) (norm=none: q.k / sqrt(d))."""
-    torch.manual_seed(0)
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True,
-                            attn_softcap=cap), NormConfig(kind="none"), 65)
-    for i, block in enumerate(model.transformer.h):
-        with torch.no_grad():
-            block.attn.c_attn.weight[:32].zero_()
-            for h in (0, 1):
-                block.attn.c_attn.bias[8 * h:8 * (h + 1)].fill_(c[i, h])  # q of head h
-            block.attn.c_attn.bias[16:32].fill_(-1.0)  # k
-    return model
-
-
 HEAD_C = {(0, 0): 1.0, (0, 1): 3.0, (1, 0): 2.0, (1, 1): 0.5}
 
 
@@ -144,7 +129,7 @@ def test_largest_attention_logit_per_head_of_a_hand_built_attention():
     """attn_logit_max_l{i}_h{h} is each head's |logit| c * sqrt(8); the layer's is the larger
     of its two heads, the plain key the largest of all."""
     x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(5))
-    d = attention_diagnostics(_per_head_model(HEAD_C), [(x, x), (x.flip(0), x)], nullcontext())
+    d = attention_diagnostics(set_heads(HEAD_C, -1.0), [(x, x), (x.flip(0), x)], nullcontext())
     for (i, h), c in HEAD_C.items():
         assert d[f"attn_logit_max_l{i}_h{h}"] == pytest.approx(c * math.sqrt(8), rel=1e-6)
     assert d["attn_logit_max_l0"] == pytest.approx(3.0 * math.sqrt(8), rel=1e-6)
@@ -159,7 +144,7 @@ def test_per_head_maximum_is_over_every_batch_and_row():
     """Head 0 of layer 0 gets the q of one position (row 3) scaled by 1, 5, 2 in three batches
     (a hook on c_attn): its reading is that row's 5 sqrt(8) in the second batch, not the last
     batch's nor a mean over rows; head 1 keeps its 3 sqrt(8)."""
-    model = _per_head_model(HEAD_C)
+    model = set_heads(HEAD_C, -1.0)
     factors = iter((1.0, 5.0, 2.0))
 
     def scale_head0_q(module, inputs, output):
@@ -178,7 +163,7 @@ def test_softcapped_attention_reads_the_capped_logits():
     """With model.attn_softcap = 4 every reading is the logit the softmax takes:
     4 tanh(c sqrt(8) / 4) per head, below the cap however large c sqrt(8) is."""
     x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(5))
-    d = attention_diagnostics(_per_head_model(HEAD_C, cap=4.0), [(x, x)], nullcontext())
+    d = attention_diagnostics(set_heads(HEAD_C, -1.0, attn_softcap=4.0), [(x, x)], nullcontext())
     for (i, h), c in HEAD_C.items():
         want = 4.0 * math.tanh(c * math.sqrt(8) / 4.0)
         assert d[f"attn_logit_max_l{i}_h{h}"] == pytest.approx(want, rel=1e-6)

@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from qknorm.config import CONF_DIR, ModelConfig, NormConfig, register_configs, to_config
 from qknorm.model import GPT, explicit_attention, softcap, use_explicit_attention, z_loss
 from qknorm.train import estimate_loss, setup, train_step
+from tests.helpers.models import set_heads
 
 register_configs()
 
@@ -174,30 +175,13 @@ def test_training_with_the_controls_unset_is_bit_identical_to_before(norm):
 # ---------------------------------------------------------------------------------------------
 # QK-Clip
 
-def _clip_model(c: dict[tuple[int, int], float], tau: float) -> GPT:
-    """2 layers x 2 heads of dim 8, norm=none, q and k set through c_attn's bias (weights
-    zeroed): head h of layer i has q = c[i, h] * ones and k = ones, so each of its logits is
-    c[i, h] * 8 / sqrt(8) = c[i, h] sqrt(8); v = 2 * ones."""
-    torch.manual_seed(0)
-    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True,
-                            qk_clip=tau), NormConfig(kind="none"), 65)
-    for i, block in enumerate(model.transformer.h):
-        with torch.no_grad():
-            block.attn.c_attn.weight[:32].zero_()
-            for h in (0, 1):
-                block.attn.c_attn.bias[8 * h:8 * (h + 1)].fill_(c[i, h])
-            block.attn.c_attn.bias[16:32].fill_(1.0)
-            block.attn.c_attn.bias[32:].fill_(2.0)
-    return model
-
-
 def test_qk_clip_scales_the_heads_above_tau_to_tau_and_leaves_the_others():
     """tau = 100. Layer 0: head 0's logits 50 sqrt(8) = 141.4 pass it, head 1's 10 sqrt(8) do
     not; layer 1: -50 sqrt(8) (signed, as K2's S_max: a large negative logit is not clipped).
     After the step's forward and project_weights_: head 0's q and k rows are scaled by
     sqrt(100 / 141.4) each, so its logits are 100; every other row is as it was."""
     c = {(0, 0): 50.0, (0, 1): 10.0, (1, 0): -50.0, (1, 1): -50.0}
-    model = _clip_model(c, tau=100.0)
+    model = set_heads(c, 1.0, 2.0, qk_clip=100.0)
     before = [b.attn.c_attn.bias.clone() for b in model.transformer.h]
     x = torch.randint(65, (2, 8), generator=torch.Generator().manual_seed(3))
     model(x, x)  # a training forward records each head's largest logit
@@ -220,7 +204,7 @@ def test_qk_clip_reads_the_causal_logits_only():
     """Position 7's key scaled by 10 and its query zeroed (a hook on c_attn): only rows t < 7
     would see that key, above the diagonal, where the mask hides it; the recorded maximum stays
     c sqrt(8), not 10 c sqrt(8)."""
-    model = _clip_model({(0, 0): 50.0, (0, 1): 10.0, (1, 0): 1.0, (1, 1): 1.0}, tau=100.0)
+    model = set_heads({(0, 0): 50.0, (0, 1): 10.0, (1, 0): 1.0, (1, 1): 1.0}, 1.0, 2.0, qk_clip=100.0)
 
     def hide_a_large_key(module, inputs, output):
         output = output.clone()
@@ -248,7 +232,7 @@ def test_train_step_clips_after_the_optimizer_step():
 
 
 def test_without_qk_clip_the_model_records_nothing_and_steps_as_before():
-    model = _clip_model({(0, 0): 50.0, (0, 1): 10.0, (1, 0): 1.0, (1, 1): 1.0}, tau=100.0)
+    model = set_heads({(0, 0): 50.0, (0, 1): 10.0, (1, 0): 1.0, (1, 1): 1.0}, 1.0, 2.0, qk_clip=100.0)
     plain = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, bias=True),
                 NormConfig(kind="none"), 65)
     plain.load_state_dict(model.state_dict())
