@@ -5,7 +5,7 @@ tqdm stays silent, and the log would show nothing between two evals: on this mac
 eval interval of model=cpu is minutes. So, as Lightning and Hugging Face's Trainer print a line
 per logging interval, the run logs one every `tracker.progress_s` seconds of wall time:
 
-  step 120/2000 (6%): loss 2.3456, 5,400 tok/s, elapsed 30s, ETA 7m50s
+  step 143/200 (72%): loss 3.3766, 3,656 tok/s, elapsed 30s, ETA 12s   (a search=lr_width job)
 
 Seconds rather than steps, so one setting suits a CPU run at 10 steps/s and a GPU run at 500.
 The loss is the step's training loss (the only host sync this adds, once a line); tokens/s and
