@@ -24,6 +24,7 @@ from tests.helpers.synthetic_runs import (
     LR_GRID,
     LR_L0,
     LR_SEEDS,
+    lr_reading,
     make_lr_sweep,
     make_search,
     make_sweep,
@@ -37,8 +38,7 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reading(sweep):
-    runs = results.collect(sweep).runs
-    return lrsens.compute(runs, results.collect_curves(runs, sweep))
+    return lr_reading(sweep)
 
 
 def by_hand(group: str, seed: int, best: bool = False) -> float:

@@ -19,6 +19,7 @@ from scipy import stats as sps
 from qknorm import rundir
 from qknorm.report import Options, build_report, lrplots, lrsens, plots, results
 from qknorm.report.arms import arm_name, arm_names
+from tests.helpers.synthetic_runs import lr_reading
 
 # ---------------------------------------------------------------------------------------------
 # The sweep: model.n_embd 64 (2 heads) and 128 (4 heads), 2 layers, head dim 32; the arms
@@ -152,8 +153,7 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reading(sweep):
-    runs = results.collect(sweep).runs
-    return lrsens.compute(runs, results.collect_curves(runs, sweep))
+    return lr_reading(sweep)
 
 
 def group(frame: pd.DataFrame, width: int, arm: str) -> pd.Series:

@@ -226,3 +226,12 @@ def make_lr_sweep(root: Path) -> Path:
                                                   val_loss=last, **logit))
                 job += 1
     return root
+
+
+def lr_reading(sweep: Path):
+    """The learning-rate reading of a sweep dir, as the report makes it: its runs with their
+    curves through qknorm.report.lrsens."""
+    from qknorm.report import lrsens, results
+
+    runs = results.collect(sweep).runs
+    return lrsens.compute(runs, results.collect_curves(runs, sweep))
