@@ -5,15 +5,22 @@ the same values. Expected numbers come from scipy and hand computation."""
 
 from __future__ import annotations
 
+import logging
+import math
+
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution
 from scipy import stats
 
+from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T
 from qknorm.research import race_sims
-from qknorm.sweep.race import driver, readback
+from qknorm.sweep.race import driver, readback, settings
 from qknorm.sweep.race.intensify import Proposal, Rules
+from qknorm.sweep.race.search import propose
 from qknorm.sweep.race.verdicts import INCUMBENT, PARKED, RACING
+from qknorm.sweep.space import Param, SearchSpace
 from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
@@ -39,6 +46,56 @@ def test_holm_turns_two_worse_calls_into_undecided():
     assert answer[0].outcome == INCUMBENT
     assert [answer[1].outcome, answer[2].outcome] == ["undecided", "undecided"]
     assert sorted([answer[1].p, answer[2].p]) == pytest.approx(sorted(holm))
+
+
+def test_proposals_never_tested_still_count_in_holms_family():
+    """The search chose which proposals to test from their values, so the family is every
+    proposal: one screened out on a block, or stopped at a rung, counts at p = 1."""
+    inc = done("a", [1.0, 1.2, 1.1])
+    d = [0.03, 0.05, 0.075]
+    tested = done("b", [x + y for x, y in zip(inc.values.values(), d)])
+    raw = stats.ttest_1samp(d, 0.0, alternative="greater").pvalue
+    assert raw < 0.05 < 2 * raw and raw < 0.05 < 3 * raw
+    _, alone = driver.answer([inc, tested], RULES)
+    assert alone[1].outcome == "worse" and alone[1].p == pytest.approx(raw)
+    screened = done("c", [1.05])  # one block: no test
+    stopped = Proposal("d", {}, stopped=True, live=False, steps=500)
+    _, answer = driver.answer([inc, tested, screened], RULES)
+    assert answer[1].outcome == "undecided" and answer[1].p == pytest.approx(2 * raw)
+    _, answer = driver.answer([inc, tested, screened, stopped], RULES)
+    assert answer[1].outcome == "undecided" and answer[1].p == pytest.approx(3 * raw)
+    assert answer[2].outcome == "undecided" and answer[3].outcome == "stopped"
+
+
+def test_the_initial_design_is_proposed_first_in_order_then_the_sampler():
+    dist = {"1/norm.p": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    space = SearchSpace((Param("1/norm.p", "norm.p", dist["1/norm.p"], None),), ())
+    initial = [space.params_of({"norm.p": math.inf}), space.params_of({"norm.p": 1.0})]
+    assert initial == [{"1/norm.p": 0.0}, {"1/norm.p": 1.0}]
+    make = lambda n: optuna.samplers.RandomSampler(seed=n)  # noqa: E731
+    assert propose(make, [], dist, initial) == {"1/norm.p": 0.0}
+    assert propose(make, [({"1/norm.p": 0.0}, 1.5)], dist, initial) == {"1/norm.p": 1.0}
+    # a resumed search that already ran the second point runs the first, not it again
+    assert propose(make, [({"1/norm.p": 1.0}, 1.5)], dist, initial) == {"1/norm.p": 0.0}
+    told = [({"1/norm.p": 0.0}, 1.5), ({"1/norm.p": 1.0}, None)]  # None: still running
+    after = propose(make, told, dist, initial)
+    assert after == propose(make, told, dist) and 0.0 < after["1/norm.p"] < 1.0
+    with pytest.raises(ValueError, match=r"norm.p=0.5 is outside 1/norm.p's range \[0.0, 1.0\]"):
+        space.params_of({"norm.p": 0.5})
+
+
+def test_an_initial_point_the_space_cannot_propose_is_dropped_with_one_line(caplog):
+    """search=p_tpe's initial [inf, 1.0] under norm.p=interval(1, 8): p = inf is outside, so
+    the search starts from p = 1, and one log line says so (as a rung that does not fit)."""
+    dist = FloatDistribution(1.0, 8.0)
+    space = SearchSpace((Param("norm.p", "norm.p", dist, None),), ())
+    with caplog.at_level(logging.WARNING):
+        got = settings._initial([math.inf, 1.0, 2.0, 1.0], space, "tpe")
+    assert got == ({"norm.p": 1.0}, {"norm.p": 2.0})  # in order, the repeat once
+    assert caplog.messages == ["hydra.sweeper.race.initial=[inf, 1.0, 2.0, 1.0]: norm.p=inf "
+                               "is outside norm.p's range [1.0, 8.0]: dropped"]
+    with pytest.raises(UserError, match="a race runs every point of its grid"):
+        settings._initial([2.0], space, None)
 
 
 def test_a_budget_fits_whole_runs_only():
@@ -134,19 +191,20 @@ def test_a_race_runs_a_block_a_launch_best_first_with_rungs():
 
 @pytest.mark.slow
 def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monkeypatch):
-    """tests/helpers/race_task.py's table, searched through the CLI, then replayed by race_sims
-    on the same table with the live search's proposals in the live order: the same (x, fold)
-    runs in the same order, and the same answer."""
+    """tests/helpers/race_task.py's table, searched through the CLI (its initial design first),
+    then replayed by race_sims on the same table with the live search's proposals in the live
+    order: the same (x, fold) runs in the same order, and the same answer."""
     from tests.helpers.race import SEARCH, TASK, answers, calls
     from tests.helpers.race_task import FOLD, MEAN, NOISE
     from tests.helpers.studies import study_of
 
-    r = cli(TASK, *SEARCH)
+    r = cli(TASK, *SEARCH, "++hydra.sweeper.race.initial=[5,1]")
     assert r.returncode == 0, r.stderr[-3000:]
     live_runs = calls(cli.cwd)
     study = study_of(cli.cwd, "s")
     settings = study.user_attrs["race"]
     order = [t.params["x"] for t in readback.proposals(study.get_trials())]
+    assert order[:2] == [5, 1] and settings["initial"] == [{"x": 5}, {"x": 1}]  # then TPE's
     grid = {x: [{"fold": f, "value": MEAN[x] + FOLD[f] + NOISE[x][f], "steps": 100,
                  "core_s": 4.0, "curve": None} for f in range(4)] for x in MEAN}
     ran = []

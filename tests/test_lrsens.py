@@ -227,8 +227,9 @@ def _choices(param: str) -> list[str]:
 
 def test_width_preset_is_a_ladder_of_widths_by_arm_by_lr_on_equal_tokens():
     """Issue 46's protocol: >= 3 widths spanning >= 4x at model=cpu's depth and head dim, the
-    five arms, >= 6 lr in half decades up to 3.0 (where no QK-norm fails at 256 wide), 3 seeds, the same tokens per run at every
-    width; clipping in the study's name, so the run without it is another study."""
+    five arms, >= 6 lr in half decades up to 3.0 (where no QK-norm fails at 256 wide), 3 seeds,
+    the same tokens per run at every width; clipping in the study's name, so the run without it
+    is another study."""
     cfg = compose_hydra_config("search=lr_width")
     sweeper = cfg.hydra.sweeper
     widths = {}

@@ -128,6 +128,35 @@ def landscapes(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, f
     return out
 
 
+HELD_OUT_SPIKES = (1.0, 2.5, 4.0)  # none of them a spike of `landscapes`
+HELD_OUT_K = (1.25, 1.75)
+HELD_OUT_BASINS = (2.5, math.inf)
+
+
+def held_out(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, float]]:
+    """Landscapes no setting was chosen on (`--set held_out`): spikes of 1.25δ and 1.75δ at
+    p = 1, 2.5 and 4, two basins at p = 2.5 and ∞ (δ/4 apart, the rest 2.5δ behind), a bowl in
+    1/p with its floor at p = 3 (3δ at p = 1, 0.75δ at ∞), and slopes of 2.2δ in 1/p to either
+    end. A setting chosen on `landscapes` is tested here on other effects and positions."""
+    def only(best: dict[float, float], rest: float = 0.0) -> dict[float, float]:
+        missing = set(best) - set(ps)
+        if missing:
+            raise UserError(f"the grid has no p {sorted(missing)}; planting needs them")
+        return {p: best.get(p, rest) for p in ps}
+
+    out = {f"spike_{_name_p(p)}_{k:g}d": only({p: -k * delta})
+           for p in HELD_OUT_SPIKES for k in HELD_OUT_K}
+    out["two_basins_2.5_inf"] = only({HELD_OUT_BASINS[0]: 0.0, HELD_OUT_BASINS[1]: delta / 4},
+                                     rest=2.5 * delta)
+    out["bowl_3"] = {p: 3 * delta * ((1 / p - 1 / 3) / (2 / 3)) ** 2 for p in ps}
+    out["slope_2.2d"] = {p: 2.2 * delta * (1 - 1 / p) for p in ps}
+    out["slope_inf_2.2d"] = {p: 2.2 * delta / p for p in ps}
+    return out
+
+
+SETS = {"tuning": landscapes, "held_out": held_out}
+
+
 def _key(p: float) -> str:
     """p as results.csv writes norm.p ('1.5', '4.0', 'inf'): float(key) reads it back."""
     return str(float(p))
@@ -137,11 +166,13 @@ def _name_p(p: float) -> str:
     return "inf" if math.isinf(p) else f"{p:g}"
 
 
-def build(sources: dict[str, Grid], delta: float = DELTA) -> dict[str, dict]:
-    """'source/landscape' -> {source, base, planted, judge, grid} for every source grid."""
+def build(sources: dict[str, Grid], delta: float = DELTA,
+          which: str = "tuning") -> dict[str, dict]:
+    """'source/landscape' -> {source, base, planted, judge, grid} for every source grid, for
+    the landscapes of SETS[which]."""
     out = {}
     for source, grid in sources.items():
-        for name, planted in landscapes(sorted(grid), delta).items():
+        for name, planted in SETS[which](sorted(grid), delta).items():
             planted_grid = plant(grid, planted)
             out[f"{source}/{name}"] = {"base": base_level(grid), "planted": planted,
                                        "judge": grid_runs.judge(planted_grid),
@@ -216,12 +247,15 @@ def main() -> None:
     parser.add_argument("--grid", action="append", metavar="DIR",
                         help="a report folder with results.csv and curves.csv, named by its "
                              f"folder (repeatable; default: {' '.join(SOURCES)})")
+    parser.add_argument("--set", choices=sorted(SETS), default="tuning",
+                        help="tuning: the landscapes the search's settings were chosen on; "
+                             "held_out: others, to test them on (default: tuning)")
     parser.add_argument("--out", type=Path, help="JSON out (default: only the summary)")
     args = parser.parse_args()
     dirs = {Path(d).name: d for d in args.grid or SOURCES}
     sources = {name: grid_runs.load(Path(d) / "results.csv", Path(d) / "curves.csv")
                for name, d in dirs.items()}
-    built = build(sources)
+    built = build(sources, which=args.set)
     print("\n".join(summary(built)))
     if args.out:
         command = "python -m qknorm.research.landscapes " + shlex.join(sys.argv[1:])

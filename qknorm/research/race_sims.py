@@ -77,7 +77,7 @@ def sampler_factory(name: str, preset: Mapping) -> Callable[[int], optuna.sample
 
 def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
                 rules: intensify.Rules, rungs: Mapping[int, float], preset: Mapping | None = None,
-                explore: float = 1.0) -> dict:
+                explore: float = 1.0, initial: tuple[float, ...] = ()) -> dict:
     """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
     sampler's defaults; `explore`: the share of the budget it proposes in): its answer
     (driver.answer) and its cost."""
@@ -95,7 +95,8 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
         if step.propose:
             told = [({"norm.p": p.key}, v) for p, v in zip(props, driver.told(props, step.search),
                                                           strict=True)]
-            params = propose(lambda n: make(seed * 100_000 + n), told, dist)
+            params = propose(lambda n: make(seed * 100_000 + n), told, dist,
+                             [{"norm.p": p} for p in initial if p in grid])
             exhausted = params is None  # the sampler proposes only p already raced
             props += [] if exhausted else [intensify.Proposal(params["norm.p"], {})]
             continue

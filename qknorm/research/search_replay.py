@@ -145,9 +145,15 @@ def run_all(grid: dict, budget: float, seeds: int,
     for s in only or ("tpe", "gp"):
         out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
                                                          search_race["rungs"], SEARCH["sampler"],
-                                                         search_race["explore"])
+                                                         search_race["explore"],
+                                                         _initial(search_race))
                                    for seed in range(seeds)]
     return out
+
+
+def _initial(race: dict) -> tuple[float, ...]:
+    """The preset's initial design (race.initial: values of norm.p, as written) as p."""
+    return tuple(float(p) for p in race.get("initial") or ())
 
 
 def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> dict:
@@ -213,7 +219,37 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--smac-seeds", type=int, default=None,
                     help="seeds for SMAC3 (default: --seeds); it takes ~8 s a search")
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
+    ap.add_argument("--update", action="store_true",
+                    help="with --only and --out: rerun only the racing searches into --out's "
+                         "JSON, keeping its other searches (the race and the plain searches "
+                         "do not run the racing engine); a racing search of another sampler "
+                         "there is dropped, since it ran older rules")
     return ap
+
+
+def updated(old: dict, new: dict) -> dict:
+    """`old` (a JSON this module wrote) with every racing search replaced by `new`'s: those
+    `new` ran are taken, the others dropped (listed under "dropped"); new's command is added
+    under "updated"."""
+    def merge(old_searches: dict, new_searches: dict) -> dict:
+        kept = {k: v for k, v in old_searches.items() if not k.startswith(RACING)}
+        return {**kept, **new_searches}
+
+    out = {**old, "updated": [*old.get("updated", []), new["command"]]}
+    if "landscapes" in old:
+        out["landscapes"] = {name: {**e, "searches": merge(e["searches"],
+                                                           new["landscapes"][name]["searches"])}
+                             for name, e in old["landscapes"].items()}
+        searches = [e["searches"] for e in old["landscapes"].values()]
+    else:
+        out["searches"], searches = merge(old["searches"], new["searches"]), [old["searches"]]
+    ran = {k for e in ([new["searches"]] if "searches" in new else
+                       [e["searches"] for e in new["landscapes"].values()]) for k in e}
+    out["dropped"] = sorted({k for e in searches for k in e if k.startswith(RACING)} - ran)
+    return out
+
+
+RACING = "race_search_"
 
 
 def _write(out: dict, path: Path | None, indent: int = 2) -> int:
@@ -239,12 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     only = tuple(x for x in args.only.split(",") if x)
+    if args.update and not (only and args.out is not None and args.out.is_file()):
+        print(f"error: --update reruns racing searches into an existing --out JSON; give "
+              f"--only (e.g. tpe) and --out FILE that exists (got --only={args.only!r}, "
+              f"--out={args.out})", file=sys.stderr)
+        return 2
+    old = json.loads(args.out.read_text()) if args.update else None
     if args.landscapes is not None or args.results is None:
         if args.landscapes is None:
             print("error: give a grid's results.csv or --landscapes JSON", file=sys.stderr)
             return 2
-        out = landscapes_main(args.landscapes, budgets, args.seeds, only, args.smac_seeds)
-        return _write({"command": command, **out}, args.out, indent=1)
+        out = {"command": command,
+               **landscapes_main(args.landscapes, budgets, args.seeds, only, args.smac_seeds)}
+        return _write(out if old is None else updated(old, out), args.out, indent=1)
     grid = grid_runs.load(args.results, args.curves)
     truth = grid_runs.judge(grid)
     runs = [r for rs in grid.values() for r in rs]
@@ -265,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                                       only).items():
             out["searches"].setdefault(name, {})[str(int(b))] = score(
                 outcomes, truth, RACE["race"]["equivalence"])
-    return _write(out, args.out)
+    return _write(out if old is None else updated(old, out), args.out)
 
 
 if __name__ == "__main__":

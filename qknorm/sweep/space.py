@@ -63,6 +63,20 @@ class Param:
             return sampled
         return math.inf if sampled == 0 else 1.0 / sampled
 
+    def sampled(self, value: Any) -> Any:
+        """The sampled value that gives the config `value` (value's inverse: norm.p=inf is
+        1/norm.p=0.0); ValueError when no sampled value of the distribution gives it."""
+        x = value
+        if self.reciprocal:
+            x = 0.0 if float(value) == math.inf else 1.0 / float(value)
+        if isinstance(self.distribution, FloatDistribution):
+            x = float(x)
+        d = self.distribution
+        if not d._contains(d.to_internal_repr(x)):
+            raise ValueError(f"{self.key}={format_value(value)} is outside {self.name}'s "
+                             f"{_shown(d)}")
+        return x
+
     def examples(self) -> list[Any]:
         """Config values to check at composition time: every choice, or both ends."""
         if self.grid is not None:
@@ -94,6 +108,15 @@ class SearchSpace:
     def values(self, trial_params: Mapping[str, Any]) -> dict[str, Any]:
         """Config key -> value for one trial (1/norm.p=0.25 becomes norm.p=4.0)."""
         return {p.key: p.value(trial_params[p.name]) for p in self.params}
+
+    def params_of(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The trial params that give these config values (values' inverse), in the space's
+        order; ValueError naming the key that is missing or outside its param's range."""
+        missing = [p.key for p in self.params if p.key not in config]
+        if missing or set(config) - {p.key for p in self.params}:
+            raise ValueError(f"{dict(config)} does not give each searched key "
+                             f"({', '.join(p.key for p in self.params)}) once")
+        return {p.name: p.sampled(config[p.key]) for p in self.params}
 
     def overrides(self, trial_params: Mapping[str, Any]) -> list[str]:
         return [*self.fixed,
@@ -273,3 +296,10 @@ def replicate_combinations(replicates: Mapping[str, Sequence[Any]]) -> list[list
     keys = list(replicates)
     return [[f"{k}={format_value(v)}" for k, v in zip(keys, combo, strict=True)]
             for combo in itertools.product(*(replicates[k] for k in keys))]
+
+
+def _shown(d: BaseDistribution) -> str:
+    """A distribution as an error names it: "range [0.0, 1.0]", "choices (1.0, 2.0)"."""
+    if isinstance(d, CategoricalDistribution):
+        return f"choices ({', '.join(format_value(c) for c in d.choices)})"
+    return f"range [{format_value(d.low)}, {format_value(d.high)}]"

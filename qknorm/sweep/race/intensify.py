@@ -33,13 +33,15 @@ sweeper or a second one replays the same decisions; a proposal whose trial is fi
 more blocks.
 
 The answer (`final`): the incumbent is the best; every other proposal is compared with it once
-more, on the blocks both ran, and the one-sided p-values are Holm-adjusted over those
-comparisons: level (TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal
+more, on the blocks both ran, and the one-sided p-values are Holm-adjusted over every proposal,
+those with no test (one block, stopped at a rung) counted at p = 1, since the search chose
+which to test from their values (a grid's family is every p, and so is the search's): level
+(TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal
 stopped at a rung is `stopped`, which the answer reads as undecided (the margin rule tests
 nothing; readback.answer). What the stops during the search control: each look is one test at alpha against
 the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
 answer's Holm carries the claim). What the answer controls: family-wise error of its worse
-calls at alpha over the comparisons with the final incumbent, given that incumbent; the
+calls at alpha over every proposal's comparison with the final incumbent, given that incumbent; the
 incumbent is picked on the same blocks (its lead is biased, as the race's leader's is).
 
 Example (two blocks for a takeover, alpha 0.05, δ 0.02): incumbent p=2 runs fold 0; p=4 runs
@@ -215,7 +217,7 @@ def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm:
 
 
 def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[int, Judgement]:
-    """The answer: every proposal against the final incumbent, Holm over the comparisons."""
+    """The answer: every proposal against the final incumbent, Holm over every proposal."""
     inc = search.incumbent
     if inc is None:
         return {}
@@ -234,7 +236,11 @@ def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[i
             n = min(len(mine), len(best))
             delta = mine[0] - best[0] if n else None
             out[i] = Judgement(UNDECIDED if mine or prop.live else FAILED, len(mine), inc, delta)
-    adjusted = holm([j.p for j in looks.values()])
+    # Holm over every proposal compared with the incumbent, the untested ones at p = 1: the
+    # search chose which to test from their values (screened on one block, stopped at a rung),
+    # so the family is every proposal, as the grid's is every p.
+    untested = len(out) - 1  # out: the incumbent and the proposals with no test
+    adjusted = holm([*(j.p for j in looks.values()), *[1.0] * untested])[:len(looks)]
     for (i, j), q in zip(looks.items(), adjusted, strict=True):
         out[i] = Judgement(verdict(j.low, j.high, q, rules, UNDECIDED), j.n, inc, j.delta, q,
                            j.low, j.high)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -190,7 +190,7 @@ class RaceSearchSchedule:
                                               strict=True)]
         spec = self.plan.sampler_spec
         return propose(lambda n: optuna_specs.build_sampler({**spec, "seed": _seed(spec, n)}, None),
-                       told, self.plan.space.distributions)
+                       told, self.plan.space.distributions, self.spec.initial)
 
     def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
         """Take the asked trials; one that repeats an earlier proposal (two sweepers proposed
@@ -215,12 +215,17 @@ class RaceSearchSchedule:
 
 
 def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple[dict, Any]],
-            distributions: dict, attempts: int = 16) -> dict[str, Any] | None:
-    """The next proposal: a fresh in-memory study is told every proposal so far with its value
-    (None: not known yet, left out), and its sampler, made by `make(n)` for the n-th ask,
-    proposes; a repeat of an earlier proposal is told its value and the sampler asked again, up
-    to `attempts` times (then None: nothing new to propose)."""
+            distributions: dict, initial: Sequence[dict] = (),
+            attempts: int = 16) -> dict[str, Any] | None:
+    """The next proposal: the first of `initial` (the initial design, race.initial) not yet
+    proposed; else a fresh in-memory study is told every proposal so far with its value (None:
+    not known yet, left out), and its sampler, made by `make(n)` for the n-th ask, proposes; a
+    repeat of an earlier proposal is told its value and the sampler asked again, up to
+    `attempts` times (then None: nothing new to propose)."""
     known = [params for params, _ in told]
+    design = next((params for params in initial if params not in known), None)
+    if design is not None:
+        return dict(design)
     told = [(params, value) for params, value in told if value is not None]
     for attempt in range(attempts):
         with _quiet():  # not "A new study created in memory" before every proposal

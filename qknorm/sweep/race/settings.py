@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from qknorm.errors import UserError, did_you_mean, first_line
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep.race.rungs import checked_rungs, resolve_rungs
 from qknorm.sweep.space import SearchSpace, format_value
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -64,6 +67,11 @@ class RaceConf:
     # budget_steps is spent, then confirms its incumbent against the close ones (docs/search.md).
     # Without a budget it proposes until n_trials are made. Not used by a race.
     explore: float = 0.8
+    # A racing search's first proposals, in order, before its sampler's (an initial design, as
+    # SMAC's starts from the default configuration): config values of the searched key, e.g.
+    # [.inf, 1.0] for search=p_tpe's 1/norm.p (the interval's ends, which a continuous sampler
+    # proposes with probability 0), or mappings key -> value when several keys are searched.
+    initial: Optional[List[Any]] = None
 
 
 @dataclass
@@ -138,6 +146,7 @@ class RaceSpec:
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
     explore: float = 0.8  # a search's share of budget_steps for new proposals (RaceConf)
+    initial: tuple[dict[str, Any], ...] = ()  # a search's first proposals, as trial params
 
     def with_rungs(self, steps: Sequence[int], margins: Sequence[float]) -> RaceSpec:
         """This race judged at these steps with these margins (the plan's resolved rungs)."""
@@ -166,7 +175,9 @@ class RaceSpec:
                 "test": None if self.test == PAIRED_T else self.test.name,
                 "ratio": None if self.test == PAIRED_T else self.test.ratio,
                 **({"search": self.search, "sign": self.sign, "explore": self.explore}
-                   if self.search else {})}
+                   if self.search else {}),
+                # only when set: a study searched before initial existed reads the same
+                **({"initial": [dict(p) for p in self.initial]} if self.initial else {})}
 
     def job_keys(self, candidate: Hashable, block: str) -> list[str]:
         """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
@@ -230,7 +241,40 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
     return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
                     1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
                     _budget(conf.budget_steps), _equivalence(conf.equivalence), margins,
-                    search=search, explore=_explore(conf.explore))
+                    search=search, explore=_explore(conf.explore),
+                    initial=_initial(conf.initial, space, search))
+
+
+def _initial(values: list[Any] | None, space: SearchSpace,
+             search: str | None) -> tuple[dict[str, Any], ...]:
+    """race.initial as trial params (SearchSpace.params_of). A point the space cannot propose
+    (a preset's p = inf under norm.p=interval(1, 8)) is dropped with one log line, as a rung
+    that does not fit is: the search starts from the next point, or from its sampler."""
+    if not values:
+        return ()
+    if search is None:
+        raise UserError(f"{_written(values)}: a race runs every point of its grid; initial is "
+                        "a search's first proposals (sampler tpe, gp or random), or set it null")
+    keys, out = [p.key for p in space.params], []
+    for value in values:
+        try:
+            if not isinstance(value, dict) and len(keys) > 1:
+                raise ValueError(f"{format_value(value)} is ambiguous, the search varies "
+                                 f"{', '.join(keys)}; give each, e.g. {{{keys[0]}: ...}}")
+            params = space.params_of(value if isinstance(value, dict) else {keys[0]: value})
+        except ValueError as e:
+            log.warning("%s: %s: dropped", _written(values), e)
+            continue
+        if params not in out:
+            out.append(params)
+    return tuple(out)
+
+
+def _written(values: list[Any]) -> str:
+    """race.initial as an override writes it: [inf, 1.0], [{norm.p: 2.0, model: cpu}]."""
+    return "hydra.sweeper.race.initial=[" + ", ".join(
+        "{" + ", ".join(f"{k}: {format_value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, dict) else format_value(v) for v in values) + "]"
 
 
 def _explore(value: float) -> float:
