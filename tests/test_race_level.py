@@ -100,7 +100,7 @@ def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside(
 
 @pytest.mark.parametrize("outcome, leader, p_adj, interval, alone, want", [
     ("dropped", "x", 0.01, (None, None), False, "worse"),
-    ("stopped", "x", None, (None, None), False, "worse"),
+    ("stopped", "x", None, (None, None), False, "undecided"),  # a rung rule tests nothing
     ("level", "x", 0.4, (-0.01, 0.01), False, "level"),
     ("survived", "me", None, (None, None), False, "best"),
     ("survived", None, None, (None, None), True, "best"),  # the others left before any look

@@ -113,14 +113,15 @@ def test_the_replay_table_prints_each_search_as_counts_over_seeds():
 
 
 def test_an_update_replaces_every_racing_search_and_keeps_the_others():
-    """--update: the racing searches it ran replace the old ones, a racing search of another
-    sampler (older rules) is dropped and named, the race and plain searches stay."""
+    """--update: the race and the racing searches it ran replace the old ones, a racing search
+    of another sampler (older rules) is dropped and named, the plain searches stay."""
     old = {"command": "first", "searches": {
-        "tpe": {"26667": "plain"}, "race": {"26667": "race"},
+        "tpe": {"26667": "plain"}, "race": {"26667": "old"},
         "race_search_tpe": {"26667": "old", "80000": "old"}, "race_search_gp": {"26667": "old"}}}
-    new = {"command": "second", "searches": {"race_search_tpe": {"26667": "new"}}}
+    new = {"command": "second", "searches": {"race": {"26667": "new"},
+                                             "race_search_tpe": {"26667": "new"}}}
     got = replay.updated(old, new)
-    assert got["searches"] == {"tpe": {"26667": "plain"}, "race": {"26667": "race"},
+    assert got["searches"] == {"tpe": {"26667": "plain"}, "race": {"26667": "new"},
                                "race_search_tpe": {"26667": "new"}}
     assert (got["command"], got["updated"], got["dropped"]) == ("first", ["second"],
                                                                 ["race_search_gp"])
@@ -128,5 +129,5 @@ def test_an_update_replaces_every_racing_search_and_keeps_the_others():
     fresh = {"command": "third", "landscapes": {"a/flat": {"searches": new["searches"]}}}
     got = replay.updated(scape, fresh)
     assert got["landscapes"]["a/flat"] == {"best": 2.0, "searches": {
-        "tpe": {"26667": "plain"}, "race": {"26667": "race"}, "race_search_tpe": {"26667": "new"}}}
+        "tpe": {"26667": "plain"}, "race": {"26667": "new"}, "race_search_tpe": {"26667": "new"}}}
     assert got["dropped"] == ["race_search_gp"]

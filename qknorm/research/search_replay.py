@@ -124,7 +124,7 @@ def run_all(grid: dict, budget: float, seeds: int,
             search_min: int = SEARCH["race"]["min_replicates"],
             only: tuple[str, ...] = (), smac_seeds: int | None = None) -> dict[str, list[dict]]:
     """Every search's outcomes at one budget: {name: [outcome per seed]} (`only`: just those
-    racing searches, by sampler)."""
+    racing searches, by sampler, and the race: the two the racing engine runs)."""
     k, race = grid_runs.n_folds(grid), RACE["race"]
     rules = Rules(k, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(k))
     search_race = SEARCH["race"]
@@ -139,9 +139,8 @@ def run_all(grid: dict, budget: float, seeds: int,
                             for s in range(seeds if smac_seeds is None else smac_seeds)]
         except ImportError:  # smac is not installed: the JSON says so
             out["smac3"] = []
-        # the race is deterministic: one answer, as many times as seeds
-        out["race"] = [race_sims.race(grid, budget, rules, race["rungs"], race["baseline"])
-                       ] * seeds
+    # the race is deterministic: one answer, as many times as seeds
+    out["race"] = [race_sims.race(grid, budget, rules, race["rungs"], race["baseline"])] * seeds
     for s in only or ("tpe", "gp"):
         out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
                                                          search_race["rungs"], SEARCH["sampler"],
@@ -215,24 +214,25 @@ def parser() -> argparse.ArgumentParser:
                     default=SEARCH["race"]["min_replicates"],
                     help="the racing search's min_replicates (default: search=p_tpe's)")
     ap.add_argument("--only", default="", help="comma-separated samplers: only those racing "
-                                               "searches (e.g. tpe), no other search")
+                                               "searches (e.g. tpe) and the race, no plain "
+                                               "search")
     ap.add_argument("--smac-seeds", type=int, default=None,
                     help="seeds for SMAC3 (default: --seeds); it takes ~8 s a search")
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
     ap.add_argument("--update", action="store_true",
-                    help="with --only and --out: rerun only the racing searches into --out's "
-                         "JSON, keeping its other searches (the race and the plain searches "
-                         "do not run the racing engine); a racing search of another sampler "
-                         "there is dropped, since it ran older rules")
+                    help="with --only and --out: rerun the racing searches and the race into "
+                         "--out's JSON, keeping its plain searches (they do not run the racing "
+                         "engine); a racing search of another sampler there is dropped, since "
+                         "it ran older rules")
     return ap
 
 
 def updated(old: dict, new: dict) -> dict:
-    """`old` (a JSON this module wrote) with every racing search replaced by `new`'s: those
-    `new` ran are taken, the others dropped (listed under "dropped"); new's command is added
-    under "updated"."""
+    """`old` (a JSON this module wrote) with the race and every racing search replaced by
+    `new`'s: those `new` ran are taken, the others dropped (listed under "dropped"); new's
+    command is added under "updated"."""
     def merge(old_searches: dict, new_searches: dict) -> dict:
-        kept = {k: v for k, v in old_searches.items() if not k.startswith(RACING)}
+        kept = {k: v for k, v in old_searches.items() if not _engine(k)}
         return {**kept, **new_searches}
 
     out = {**old, "updated": [*old.get("updated", []), new["command"]]}
@@ -245,11 +245,13 @@ def updated(old: dict, new: dict) -> dict:
         out["searches"], searches = merge(old["searches"], new["searches"]), [old["searches"]]
     ran = {k for e in ([new["searches"]] if "searches" in new else
                        [e["searches"] for e in new["landscapes"].values()]) for k in e}
-    out["dropped"] = sorted({k for e in searches for k in e if k.startswith(RACING)} - ran)
+    out["dropped"] = sorted({k for e in searches for k in e if _engine(k)} - ran)
     return out
 
 
-RACING = "race_search_"
+def _engine(search: str) -> bool:
+    """The race and the racing searches: what the racing engine runs."""
+    return search == "race" or search.startswith("race_search_")
 
 
 def _write(out: dict, path: Path | None, indent: int = 2) -> int:

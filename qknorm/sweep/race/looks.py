@@ -208,14 +208,17 @@ def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | Non
            low: float | None, high: float | None, alpha: float, equivalence: float | None,
            alone: bool = False) -> str:
     """What the race says of a candidate, from its record (pure: the report and the sweeper
-    agree). WORSE: dropped, stopped at a rung (the margin rule), or a survivor (the baseline,
-    which never leaves) whose Holm-adjusted p at its last look is <= alpha and whose interval
-    is not inside ±δ; LEVEL: left level, or a surviving baseline whose interval lies inside ±δ
-    (level first, as at a look); BEST: the leader of the last look
-    (or the one survivor when no look was made); UNDECIDED: any other survivor. Other
-    outcomes (failed, racing, not started) are their own answer."""
-    if outcome in (DROPPED, STOPPED):
+    agree). WORSE: dropped, or a survivor (the baseline, which never leaves) whose
+    Holm-adjusted p at its last look is <= alpha and whose interval is not inside ±δ; LEVEL:
+    left level, or a surviving baseline whose interval lies inside ±δ (level first, as at a
+    look); BEST: the leader of the last look (or the one survivor when no look was made);
+    UNDECIDED: stopped at a rung (the margin rule tests nothing: on noisy curves it stops p
+    that the grid does not show worse, docs/search.md), or any other survivor. Other outcomes
+    (failed, racing, not started) are their own answer."""
+    if outcome == DROPPED:
         return WORSE
+    if outcome == STOPPED:  # the margin rule saves compute and tests nothing
+        return UNDECIDED
     if outcome != SURVIVED:
         return outcome
     if leader is None:  # no look: every other candidate left before it (or the budget ended it)
