@@ -319,6 +319,48 @@ def test_lr_record_reads_the_sensitivity_of_each_norm(book):
     assert got["p=4@0.01"]["loss"] == pytest.approx(2.7)
 
 
+def test_lr_record_over_a_width_ladder_reads_each_width_against_its_own_qknorm(book):
+    """Two widths × QKNorm and no QK-norm × lr 0.001, 0.01 × seeds 0, 1, ℓ₀ = 4: rows
+    WIDTH/ARM with Δ against QKNorm of the same width, and WIDTH/ARM@LR."""
+    loss = {(64, "l2", 0): (2.0, 2.4), (64, "l2", 1): (2.1, 2.3),
+            (64, "none", 0): (2.0, 2.8), (64, "none", 1): (2.2, 2.6),
+            (256, "l2", 0): (1.9, 2.1), (256, "l2", 1): (1.8, 2.2),
+            (256, "none", 0): (1.9, 3.3), (256, "none", 1): (1.8, 3.1)}
+    runs, curves = [], []
+    for (width, kind, seed), values in loss.items():
+        for lr, v in zip((0.001, 0.01), values):
+            name = f"w{width}_{kind}_s{seed}_lr{lr}"
+            runs.append({"model.n_embd": width, "model.n_head": width // 32, "optimizer.lr": lr,
+                         "norm.kind": kind, "norm.p": 2.0 if kind == "l2" else math.nan,
+                         "seed": seed, "data.fold": 9, "data.n_folds": 10,
+                         "status": "completed", "val_loss": v, "best_val_loss": v,
+                         "attn_logit_max": 11.0 if kind == "l2" else 100 * lr, "run_dir": name,
+                         "git_sha": SHA})
+            curves += [{"run_dir": name, "step": 0, "val_loss": 4.0},
+                       {"run_dir": name, "step": 100, "val_loss": v}]
+    write(book.results.parents[1], "lw", runs, curves)
+    (book.results / "records" / "lw.yaml").write_text(
+        "sources:\n  lw: {dir: lw, commit: abc1234, command: by hand, hardware: none}\n")
+    book = records.load(book.results.parents[1])
+    got = kinds.compute(record(book, "lr", "source: lw\n    test: paired"), Runs(book))
+    # a seed's sensitivity: its mean over the 2 lr minus its lowest. 64: qknorm 0.2, 0.1;
+    # none 0.4, 0.2 (Δ 0.2, 0.1). 256: qknorm 0.1, 0.2; none 0.7, 0.65 (Δ 0.6, 0.45)
+    assert got["64/qknorm"]["sensitivity"] == pytest.approx(0.15)
+    assert got["256/none"]["sensitivity"] == pytest.approx(0.675)
+    assert got["64/none"]["delta"] == pytest.approx(0.15)
+    assert got["256/none"]["delta"] == pytest.approx(0.525)
+    # the paired t on 1 df (a Cauchy): t = mean / (sd / √2); sd(0.6, 0.45) = 0.15 / √2
+    for width, d, sd in ((64, 0.15, 0.1 / math.sqrt(2)), (256, 0.525, 0.15 / math.sqrt(2))):
+        t = d / (sd / math.sqrt(2))
+        row = got[f"{width}/none"]
+        assert row["t_p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi)
+        assert row["holm"] == pytest.approx(row["t_p"])  # one comparison at each width
+    assert (got["256/none"]["best_lr"], got["256/none"]["max_stable_lr"]) == (0.001, 0.01)
+    assert math.isnan(got["64/qknorm"]["delta"])  # the reference
+    assert got["256/none@0.01"]["loss"] == pytest.approx(3.2)
+    assert got["256/none@0.01"]["logit"] == pytest.approx(1.0)
+
+
 def test_arch_record_pairs_the_architectures_by_fold(book):
     root = book.results.parents[1]
     best = {("gpt", 2.0): [1.80, 1.85, 1.90], ("gpt", 4.0): [1.81, 1.86, 1.92],

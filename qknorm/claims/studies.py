@@ -4,7 +4,8 @@
          sensitivity with the 95% interval, the max stable lr, the lowest mean loss over the lr
          grid (ℓ*) and where, the range of the largest attention logit over the grid, Δ
          sensitivity vs the reference with t p and Holm p; per group and lr (row GROUP@LR) the
-         mean loss and the largest attention logit
+         mean loss and the largest attention logit; over a width ladder also per width and arm
+         (rows WIDTH/ARM and WIDTH/ARM@LR), Δ against the reference of the same width
   arch   two architectures on the same folds (qknorm.report.archcompare, from the comparison's
          comparison.csv): per arm (row ARCH/P) the mean with its interval and the steps to the
          reference's loss; per p (row between/P) ARCH − reference arch; the interaction
@@ -49,6 +50,28 @@ def lr(record: Record, runs: Runs) -> Rows:
         rows[lrsens.label(r, keys)].update({
             "delta": r["delta_mean"], "dlow": r["delta_ci_low"], "dhigh": r["delta_ci_high"],
             "t_p": r["t_pvalue"], "holm": r["holm_pvalue"]})
+    return {**rows, **_by_width(reading)}
+
+
+def _by_width(reading: lrsens.LRSensitivity) -> Rows:
+    """A width ladder's rows as the report's width table reads them (lrsens.width_view): per
+    width and arm (row WIDTH/ARM) the sensitivity, best and max stable lr, Δ vs the reference
+    of that width; per width, arm and lr (row WIDTH/ARM@LR) the mean loss and the largest
+    attention logit. None without several widths."""
+    view = lrsens.width_view(reading)
+    if view is None:
+        return {}
+    rows: Rows = {}
+    for _, v in view.iterrows():
+        rows[f"{v['width']}/{v['series']}"] = {
+            "sensitivity": v["mean"], "low": v["ci_low"], "high": v["ci_high"],
+            "best_lr": v["best_lr"], "max_stable_lr": v["max_stable_lr"],
+            "delta": v["delta_mean"], "dlow": v["delta_ci_low"], "dhigh": v["delta_ci_high"],
+            "t_p": v["t_pvalue"], "holm": v["holm_pvalue"]}
+    at = reading.by_lr
+    for (_, a), series in zip(at.iterrows(), lrsens.series_names(at, reading.keys), strict=True):
+        rows[f"{int(a[lrsens.WIDTH])}/{series}@{a[lrsens.LR]:g}"] = {
+            "loss": a["val_loss_mean"], "logit": a["attn_logit_max"]}
     return rows
 
 
