@@ -9,8 +9,9 @@ the jobs apply) judges a run at each rung against the runs of the same fold that
 (the race's baseline is never judged; the search judges every run, the incumbent's too); a
 stopped run costs the steps up to its rung.
 
-The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives)
-through the live sweeper's own race.search.propose: a fresh in-memory study told every
+The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives),
+after the preset's initial design (race.initial's p that the grid ran), through the live
+sweeper's own race.search.propose: a fresh in-memory study told every
 proposal's fold-adjusted value (driver.told), its sampler seeded by (seed, proposal number).
 """
 

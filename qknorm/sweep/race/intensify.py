@@ -36,13 +36,14 @@ The answer (`final`): the incumbent is the best; every other proposal is compare
 more, on the blocks both ran, and the one-sided p-values are Holm-adjusted over every proposal,
 those with no test (one block, stopped at a rung) counted at p = 1, since the search chose
 which to test from their values (a grid's family is every p, and so is the search's): level
-(TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal
-stopped at a rung is `stopped`, which the answer reads as undecided (the margin rule tests
-nothing; readback.answer). What the stops during the search control: each look is one test at alpha against
-the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
+(TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal stopped at a rung is
+`stopped`, which the answer reads as undecided (the margin rule tests nothing;
+readback.answer). What the stops during the search control: each look is one test at alpha
+against the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
 answer's Holm carries the claim). What the answer controls: family-wise error of its worse
-calls at alpha over every proposal's comparison with the final incumbent, given that incumbent; the
-incumbent is picked on the same blocks (its lead is biased, as the race's leader's is).
+calls at alpha over every proposal's comparison with the final incumbent, given that
+incumbent; the incumbent is picked on the same blocks (its lead is biased, as the race's
+leader's is).
 
 Example (two blocks for a takeover, alpha 0.05, δ 0.02): incumbent p=2 runs fold 0; p=4 runs
 fold 0 and is 0.15 behind there: parked. p=1.5 is 0.012 ahead on fold 0 (δ/2 or more): both
