@@ -359,6 +359,7 @@ def test_lr_record_over_a_width_ladder_reads_each_width_against_its_own_qknorm(b
     assert math.isnan(got["64/qknorm"]["delta"])  # the reference
     assert got["256/none@0.01"]["loss"] == pytest.approx(3.2)
     assert got["256/none@0.01"]["logit"] == pytest.approx(1.0)
+    assert (got["256/none@0.01"]["runs"], got["256/none@0.01"]["diverged"]) == (2, 0)
 
 
 def test_arch_record_pairs_the_architectures_by_fold(book):

@@ -56,8 +56,8 @@ def lr(record: Record, runs: Runs) -> Rows:
 def _by_width(reading: lrsens.LRSensitivity) -> Rows:
     """A width ladder's rows as the report's width table reads them (lrsens.width_view): per
     width and arm (row WIDTH/ARM) the sensitivity, best and max stable lr, Δ vs the reference
-    of that width; per width, arm and lr (row WIDTH/ARM@LR) the mean loss and the largest
-    attention logit. None without several widths."""
+    of that width; per width, arm and lr (row WIDTH/ARM@LR) the mean loss, the largest
+    attention logit, the runs and how many diverged. None without several widths."""
     view = lrsens.width_view(reading)
     if view is None:
         return {}
@@ -71,7 +71,8 @@ def _by_width(reading: lrsens.LRSensitivity) -> Rows:
     at = reading.by_lr
     for (_, a), series in zip(at.iterrows(), lrsens.series_names(at, reading.keys), strict=True):
         rows[f"{int(a[lrsens.WIDTH])}/{series}@{a[lrsens.LR]:g}"] = {
-            "loss": a["val_loss_mean"], "logit": a["attn_logit_max"]}
+            "loss": a["val_loss_mean"], "logit": a["attn_logit_max"], "runs": int(a["runs"]),
+            "diverged": int(a["diverged"])}
     return rows
 
 
