@@ -43,4 +43,3 @@ def test_a_bad_search_is_refused_before_anything_is_written(cli, overrides, need
     r = cli("-m", "qknorm.train", "search=p_tpe", *SMOKE, *overrides)
     assert_one_line_error(r, *needles)
     assert not (cli.cwd / "outputs").exists()  # no study, no sweep dir, no run
-
