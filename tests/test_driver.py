@@ -98,6 +98,24 @@ def test_an_initial_point_the_space_cannot_propose_is_dropped_with_one_line(capl
         settings._initial([2.0], space, None)
 
 
+def test_an_incumbent_stopped_at_a_rung_gives_way_instead_of_hanging_the_search():
+    """Seen live (paper_cpu, p_tpe): the incumbent p = 1 ran fold 0, then was stopped at a rung
+    in fold 1, so it could never reach min_replicates 2; the challenger ahead on both folds
+    could not take over and every step asked for nothing. Now it takes over; and one ahead
+    on fold 0 only runs fold 1 for its takeover."""
+    inc = Proposal("p1", {0: 2.06}, stopped=True, live=False, steps=2500, run=2000)
+    ahead = Proposal("p1.6", {0: 1.85, 1: 1.82}, steps=4000, run=2000)
+    one = Proposal("p1.9", {0: 1.86}, steps=2000, run=2000)
+    step = driver.search_step([inc, ahead, one], RULES, 26667, 0.8, 2, 20)
+    assert step.search.incumbent == 1 and step.search.judged[0].outcome == "stopped"
+    assert step.search.judged[2].outcome == PARKED  # 0.01 behind the new incumbent on fold 0
+    assert step.propose and not step.over  # so the search goes on proposing
+    step = driver.search_step([inc, one], RULES, 26667, 0.8, 1, 20)  # one slot: no proposal
+    assert step.search.incumbent == 0 and step.runs == [(1, 1)]  # fold 1, for a takeover
+    two = Proposal("p1.9", {0: 1.86, 1: 1.90}, steps=4000, run=2000)
+    assert driver.search_step([inc, two], RULES, 26667, 0.8, 2, 20).search.incumbent == 1
+
+
 def test_a_budget_fits_whole_runs_only():
     two = [done("a", [1.0]), done("b", [1.1])]  # 2000 steps spent, a run is 1000
     assert driver.fits(two, None) is None

@@ -131,3 +131,4 @@ def test_an_update_replaces_every_racing_search_and_keeps_the_others():
     assert got["landscapes"]["a/flat"] == {"best": 2.0, "searches": {
         "tpe": {"26667": "plain"}, "race": {"26667": "new"}, "race_search_tpe": {"26667": "new"}}}
     assert got["dropped"] == ["race_search_gp"]
+    assert replay.updated(got, fresh)["dropped"] == ["race_search_gp"]  # a second update keeps it

@@ -245,7 +245,8 @@ def updated(old: dict, new: dict) -> dict:
         out["searches"], searches = merge(old["searches"], new["searches"]), [old["searches"]]
     ran = {k for e in ([new["searches"]] if "searches" in new else
                        [e["searches"] for e in new["landscapes"].values()]) for k in e}
-    out["dropped"] = sorted({k for e in searches for k in e if _engine(k)} - ran)
+    out["dropped"] = sorted((set(old.get("dropped", []))  # an earlier update's too
+                             | {k for e in searches for k in e if _engine(k)}) - ran)
     return out
 
 

@@ -173,7 +173,11 @@ def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rul
         search.judged[i] = Judgement(RACING if proposals[i].live else FAILED, 0, inc)
         return
     delta = statistics.fmean(a - b for a, b in zip(mine[:n], theirs[:n], strict=True))
-    if delta < 0 and len(mine) >= len(theirs) >= rules.min_blocks:
+    # An incumbent that can run no more (stopped at a rung in a later block) never reaches
+    # min_blocks: a challenger ahead on its blocks takes over once it has min_blocks itself.
+    enough = len(theirs) >= rules.min_blocks or (not proposals[inc].live
+                                                 and len(mine) >= rules.min_blocks)
+    if delta < 0 and len(mine) >= len(theirs) and enough:
         search.incumbent = i  # better on every block the incumbent ran: it takes over
         search.judged[i] = Judgement(INCUMBENT, len(mine))
         _challenge(search, proposals, inc, rules, confirm)  # the old one is now a challenger
@@ -213,7 +217,10 @@ def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm:
         search.needs[inc] = have
     for i, j in search.judged.items():
         if j.outcome == RACING and proposals[i].live and j.n < rules.n_blocks:
-            if j.n < have or (j.n == have and inc in search.needs):
+            # past the incumbent's blocks only with it, or up to min_blocks (a takeover) when
+            # the incumbent can run no more
+            grow = inc in search.needs or (not proposals[inc].live and j.n < rules.min_blocks)
+            if j.n < have or (j.n == have and grow):
                 search.needs[i] = j.n
 
 
