@@ -109,22 +109,24 @@ def base_level(grid: Grid) -> float:
     return statistics.fmean(r["value"] for runs in grid.values() for r in runs)
 
 
+def _only(ps: list[float], best: dict[float, float], rest: float = 0.0) -> dict[float, float]:
+    """Δ per p of the grid: `best`'s where given, else `rest`; UserError for a p not run."""
+    missing = set(best) - set(ps)
+    if missing:
+        raise UserError(f"the grid has no p {sorted(missing)}; planting needs them")
+    return {p: best.get(p, rest) for p in ps}
+
+
 def landscapes(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, float]]:
     """name -> planted Δ per p (0: the base level; lower is better) over the grid's p."""
-    def only(best: dict[float, float], rest: float = 0.0) -> dict[float, float]:
-        missing = set(best) - set(ps)
-        if missing:
-            raise UserError(f"the grid has no p {sorted(missing)}; planting needs them")
-        return {p: best.get(p, rest) for p in ps}
-
-    out = {f"spike_{_name_p(p)}_{k:g}d": only({p: -k * delta}) for p in SPIKES for k in SPIKE_K}
-    out["two_basins"] = only({BASINS[0]: 0.0, BASINS[1]: delta / 4}, rest=3 * delta)
+    out = {f"spike_{_name_p(p)}_{k:g}d": _only(ps, {p: -k * delta}) for p in SPIKES for k in SPIKE_K}
+    out["two_basins"] = _only(ps, {BASINS[0]: 0.0, BASINS[1]: delta / 4}, rest=3 * delta)
     # Steady in 1/p: p = 1 best and p = ∞ 2.7δ behind, or the other way round. 2.7, not 3: no
     # grid p sits at exactly δ (3δ put p = 1.5 there, where a level call is a coin toss on the
     # last bit of a float; 2.7δ puts p = 1.5 at 0.9δ and p = 2 at 1.35δ).
     out["slope"] = {p: 2.7 * delta * (1 - 1 / p) for p in ps}
     out["slope_inf"] = {p: 2.7 * delta / p for p in ps}
-    out["flat"] = only({})
+    out["flat"] = _only(ps, {})
     return out
 
 
@@ -138,15 +140,9 @@ def held_out(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, flo
     p = 1, 2.5 and 4, two basins at p = 2.5 and ∞ (δ/4 apart, the rest 2.5δ behind), a bowl in
     1/p with its floor at p = 3 (3δ at p = 1, 0.75δ at ∞), and slopes of 2.2δ in 1/p to either
     end. A setting chosen on `landscapes` is tested here on other effects and positions."""
-    def only(best: dict[float, float], rest: float = 0.0) -> dict[float, float]:
-        missing = set(best) - set(ps)
-        if missing:
-            raise UserError(f"the grid has no p {sorted(missing)}; planting needs them")
-        return {p: best.get(p, rest) for p in ps}
-
-    out = {f"spike_{_name_p(p)}_{k:g}d": only({p: -k * delta})
+    out = {f"spike_{_name_p(p)}_{k:g}d": _only(ps, {p: -k * delta})
            for p in HELD_OUT_SPIKES for k in HELD_OUT_K}
-    out["two_basins_2.5_inf"] = only({HELD_OUT_BASINS[0]: 0.0, HELD_OUT_BASINS[1]: delta / 4},
+    out["two_basins_2.5_inf"] = _only(ps, {HELD_OUT_BASINS[0]: 0.0, HELD_OUT_BASINS[1]: delta / 4},
                                      rest=2.5 * delta)
     out["bowl_3"] = {p: 3 * delta * ((1 / p - 1 / 3) / (2 / 3)) ** 2 for p in ps}
     out["slope_2.2d"] = {p: 2.2 * delta * (1 - 1 / p) for p in ps}
