@@ -548,3 +548,37 @@ def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_pat
     (told,) = mine.get_trials()
     assert told.state == TrialState.FAIL and STATUS_ATTR not in told.user_attrs
     assert caplog.text.count("was failed by another sweeper") == 2
+
+
+def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_path, monkeypatch):
+    # Under load a sweeper's heartbeat can come late between writing a trial's status and
+    # telling it: the trial ends FAIL with status "completed", and its retry runs it again. Only
+    # the retry may hold the slot, or the study counts one point twice (seen once in make test).
+    from qknorm.sweep import launcher as trial_jobs
+    from qknorm.sweep.plan import Plan
+    from qknorm.sweep.space import parse_space
+    from qknorm.sweep.study import STATUS_ATTR, Tally, retry
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    mine = optuna.create_study(study_name="s", storage=url)
+    other = optuna.load_study(study_name="s", storage=url)
+    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
+    plan = Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
+                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
+                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
+    trial = mine.ask({"norm.p": space.distributions["norm.p"]})
+    tell = mine.tell
+
+    def failed_as_stale_first(t, *args, **kwargs):  # the other sweeper's stale-trial callback
+        other.tell(t.number, state=TrialState.FAIL)
+        retry(other, other.trials[t.number])
+        return tell(t, *args, **kwargs)
+
+    monkeypatch.setattr(mine, "tell", failed_as_stale_first)
+    trial_jobs.tell(mine, trial, [trial_jobs.JobResult(rundir.COMPLETED, "run",
+                                                       {"best_val_loss": 1.5})],
+                    plan, ["best_val_loss"])
+    told, waiting = mine.get_trials()
+    assert (told.state, told.user_attrs[STATUS_ATTR]) == (TrialState.FAIL, "completed")
+    assert waiting.state == TrialState.WAITING and waiting.params == told.params
+    assert Tally.of(mine) == Tally(finished=0, running=0, failed=0)  # the retry is still to run

@@ -108,10 +108,16 @@ class Launcher:
 @contextlib.contextmanager
 def unless_failed_elsewhere(trial: optuna.Trial):
     """Telling a trial that another sweeper has failed as stale is skipped (study.left_to_retry).
-    Without this, the one late heartbeat ended the whole sweep with UpdateFinishedTrialError."""
+    Without this, the one late heartbeat ended the whole sweep: a set_user_attr raises
+    UpdateFinishedTrialError, and study.tell a ValueError ("Cannot tell a FAIL trial") when the
+    trial was failed after its attrs were written."""
     try:
         yield
     except UpdateFinishedTrialError:
+        left_to_retry(trial.number)
+    except ValueError:
+        if not trial.study._storage.get_trial(trial._trial_id).state.is_finished():
+            raise
         left_to_retry(trial.number)
 
 

@@ -120,6 +120,10 @@ def study_of(cwd: Path, name: str) -> optuna.Study:
 
 
 def counted(study: optuna.Study) -> list[FrozenTrial]:
-    """Trials that count toward n_trials (the sweeper's `status` user attr)."""
-    return [t for t in study.get_trials()
-            if t.user_attrs.get("status") in ("completed", "pruned", "failed")]
+    """Trials that count toward n_trials: those with the sweeper's `status` user attr, less a
+    trial another trial retries (system attr `failed_trial`). A sweeper killed, or failed as
+    stale, after it wrote the status but before its tell leaves the trial FAIL with a status."""
+    trials = study.get_trials()
+    retried = {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs}
+    return [t for t in trials if t.number not in retried
+            and t.user_attrs.get("status") in ("completed", "pruned", "failed")]
