@@ -93,6 +93,17 @@ def test_the_racing_search_replay_stops_at_rungs_and_keeps_to_its_budget():
     assert {o["steps"] for o in tight} == {1500, 2000}
 
 
+def test_an_initial_p_the_grid_did_not_run_is_dropped_with_a_line(capsys):
+    from qknorm.research import race_sims
+
+    assert replay._initial({"initial": [float("inf"), 1.0, 8]}, GRID) == (1.0, 8.0)
+    assert capsys.readouterr().err.splitlines() == [
+        "race.initial: p=inf is not a p of this grid (1, 2, 8): dropped"]
+    assert replay._initial({"initial": None}, GRID) == ()
+    with pytest.raises(ValueError, match=r"initial p \[inf\] not in the grid"):
+        race_sims.race_search(GRID, "random", 0, None, None, {}, initial=(float("inf"),))
+
+
 def test_the_replay_table_prints_each_search_as_counts_over_seeds():
     from qknorm.research import replay_table
 

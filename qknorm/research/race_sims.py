@@ -10,9 +10,10 @@ the jobs apply) judges a run at each rung against the runs of the same fold that
 stopped run costs the steps up to its rung.
 
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives),
-after the preset's initial design (race.initial's p that the grid ran), through the live
-sweeper's own race.search.propose: a fresh in-memory study told every
-proposal's fold-adjusted value (driver.told), its sampler seeded by (seed, proposal number).
+after the preset's initial design (race.initial's p that the grid ran; search_replay drops the
+others with a line, as the live sweeper does), through the live sweeper's own
+race.search.propose: a fresh in-memory study told every proposal's fold-adjusted value
+(driver.told), its sampler seeded by (seed, proposal number).
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
                 rules: intensify.Rules, rungs: Mapping[int, float], preset: Mapping | None = None,
                 explore: float = 1.0, initial: tuple[float, ...] = ()) -> dict:
     """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
-    sampler's defaults; `explore`: the share of the budget it proposes in): its answer
-    (driver.answer) and its cost."""
+    sampler's defaults; `explore`: the share of the budget it proposes in; `initial`: the first
+    p to propose, each one the grid ran): its answer (driver.answer) and its cost."""
+    if not set(initial) <= set(grid):
+        raise ValueError(f"initial p {sorted(set(initial) - set(grid))} not in the grid: drop "
+                         "them first (search_replay._initial)")
     make, dist = sampler_factory(sampler, preset or {}), {
         "norm.p": optuna.distributions.CategoricalDistribution(sorted(grid))}
     props: list[intensify.Proposal] = []
@@ -97,7 +101,7 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
             told = [({"norm.p": p.key}, v) for p, v in zip(props, driver.told(props, step.search),
                                                           strict=True)]
             params = propose(lambda n: make(seed * 100_000 + n), told, dist,
-                             [{"norm.p": p} for p in initial if p in grid])
+                             [{"norm.p": p} for p in initial])
             exhausted = params is None  # the sampler proposes only p already raced
             props += [] if exhausted else [intensify.Proposal(params["norm.p"], {})]
             continue

@@ -141,18 +141,26 @@ def run_all(grid: dict, budget: float, seeds: int,
             out["smac3"] = []
     # the race is deterministic: one answer, as many times as seeds
     out["race"] = [race_sims.race(grid, budget, rules, race["rungs"], race["baseline"])] * seeds
+    initial = _initial(search_race, grid)
     for s in only or ("tpe", "gp"):
         out[f"race_search_{s}"] = [race_sims.race_search(grid, s, seed, budget, search_rules,
                                                          search_race["rungs"], SEARCH["sampler"],
-                                                         search_race["explore"],
-                                                         _initial(search_race))
+                                                         search_race["explore"], initial)
                                    for seed in range(seeds)]
     return out
 
 
-def _initial(race: dict) -> tuple[float, ...]:
-    """The preset's initial design (race.initial: values of norm.p, as written) as p."""
-    return tuple(float(p) for p in race.get("initial") or ())
+def _initial(race: dict, grid: dict) -> tuple[float, ...]:
+    """The preset's initial design (race.initial: values of norm.p, as written) as p, less the
+    p the grid did not run, each dropped with one line on stderr, as the live sweeper drops a
+    point its space cannot propose (a replay searches a choice of the grid's p)."""
+    initial = [float(p) for p in race.get("initial") or ()]
+    ran = ", ".join(f"{q:g}" for q in sorted(grid))
+    for p in initial:
+        if p not in grid:
+            print(f"race.initial: p={p:g} is not a p of this grid ({ran}): dropped",
+                  file=sys.stderr)
+    return tuple(p for p in initial if p in grid)
 
 
 def score(outcomes: list[dict], truth: grid_runs.GridAnswer, delta: float) -> dict:
