@@ -17,6 +17,8 @@ if str(REPO) not in sys.path:
 
 from qknorm import rundir  # noqa: E402
 from qknorm.errors import UserError  # noqa: E402
+from qknorm.multitest import AUTO as AUTO_TEST  # noqa: E402
+from qknorm.multitest import TESTS  # noqa: E402
 from qknorm.report import (  # noqa: E402
     AUTO,
     DEFAULT_EQUIVALENCE,
@@ -46,7 +48,7 @@ def add_report_options(parser: argparse.ArgumentParser, figure: bool = False) ->
                         "units (nats for a loss): 'level within ±δ' where the paired 90%% "
                         "t-interval of Δ lies inside ±δ, i.e. TOST at 5%% (default: "
                         f"{DEFAULT_EQUIVALENCE:g})")
-    parser.add_argument("--test", choices=["auto", "corrected", "paired"], default="auto",
+    parser.add_argument("--test", choices=[AUTO_TEST, *TESTS], default="auto",
                         help="the replicate test of every interval, p-value and verdict: "
                         "corrected (Nadeau & Bengio's resampled t: folds of one corpus share "
                         "training text), paired (the plain paired t: independent seeds), auto "
@@ -89,8 +91,8 @@ def save_figure(fig, out: Path) -> Path:
 
 
 def add_test_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--test", choices=["auto", "corrected", "paired"], default="auto",
-                        help="the replicate test of the looks (qknorm.multitest; auto: "
-                        "corrected over folds, as the race and the report)")
+    parser.add_argument("--test", choices=[AUTO_TEST, *TESTS], default="auto",
+                        help="the replicate test (qknorm.multitest; auto: corrected where "
+                        "the runs span several folds, else paired, as the race and the report)")
     parser.add_argument("--n-folds", type=int, default=None, metavar="K",
                         help="data.n_folds, for a results.csv written before that column")

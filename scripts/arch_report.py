@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+import _cli
+
 from qknorm import rundir
 from qknorm.errors import UserError, run_main
 from qknorm.report import archcompare, results, stats
@@ -25,11 +27,7 @@ def main() -> None:
                         help="the p whose Δ against the reference p is compared across "
                              "architectures (default 4)")
     parser.add_argument("--bench", type=Path, help="a scripts/bench.py JSON with --arch ratios")
-    parser.add_argument("--test", choices=["auto", "corrected", "paired"], default="auto",
-                        help="the replicate test (as scripts/report.py's; auto: corrected over "
-                        "folds)")
-    parser.add_argument("--n-folds", type=int, default=None, metavar="K",
-                        help="data.n_folds, for a results.csv written before that column")
+    _cli.add_test_options(parser)
     args = parser.parse_args()
     bench = None
     if args.bench is not None:

@@ -16,6 +16,7 @@ import _cli
 from qknorm.errors import run_main
 from qknorm.report import format_p
 from qknorm.research.looks import completed_by_fold, replicate_test
+from qknorm.research.search_replay import preset
 from qknorm.sweep.race import looks
 
 
@@ -23,10 +24,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("results", type=Path, help="a report's results.csv")
     parser.add_argument("--metric", default="best_val_loss")
-    parser.add_argument("--min-replicates", type=int, default=3)
-    parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--baseline", type=float, default=2.0, help="a p, or nan for none")
-    parser.add_argument("--equivalence", type=float, default=0.02, help="δ; nan for off")
+    race = preset("p_race")["race"]  # the defaults are search=p_race's
+    parser.add_argument("--min-replicates", type=int, default=race["min_replicates"])
+    parser.add_argument("--alpha", type=float, default=race["alpha"])
+    parser.add_argument("--baseline", type=float, default=race["baseline"],
+                        help="a p, or nan for none")
+    parser.add_argument("--equivalence", type=float, default=race["equivalence"],
+                        help="δ; nan for off")
     _cli.add_test_options(parser)
     args = parser.parse_args()
     values, n_folds, layout = completed_by_fold(args.results, args.metric)

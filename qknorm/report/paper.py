@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from qknorm.report import paxis, stats
-from qknorm.report.tables import markdown_table
+from qknorm.report.tables import markdown_table, pval
 
 VAL_LOSS = {2.0: 1.40506, 2.5: 1.373479, 3.0: 1.364543, 3.5: 1.361630, 4.0: 1.357461}
 METRIC = "best_val_loss"
@@ -62,7 +62,7 @@ def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
                          f"{num(c[f'{METRIC}_ci_high'])}] ({n})")
             cells.append(f"{num(c['delta_mean'], True)} [{num(c['delta_ci_low'], True)}, "
                          f"{num(c['delta_ci_high'], True)}]")
-            cells.append("-" if pd.isna(c["holm_pvalue"]) else f"{c['holm_pvalue']:.3g}")
+            cells.append(pval(c["holm_pvalue"]))
             cells.append("-" if pd.isna(c["verdict"]) else c["verdict"])
         rows.append(cells)
     return markdown_table(header, rows)

@@ -15,6 +15,7 @@ from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, St
 from qknorm.report.tables import markdown_table, num, pval
 from qknorm.report.timing import TIMING
 from qknorm.sweep.race import readback, verdicts
+from qknorm.sweep.race.readback import fmt
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
@@ -310,10 +311,6 @@ def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]
 # ---------------------------------------------------------------------------------------------
 # a race's section (the race itself: qknorm/sweep/race/looks.py)
 
-def _fmt(x, spec: str) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
 def _count(x: float) -> str:
     """A total with thousands separators; "-" where the runs did not report it."""
     return f"{x:,.0f}" if x and math.isfinite(x) else "-"
@@ -353,8 +350,8 @@ def race_section(e: readback.Elimination, name: str) -> list[str]:
     where = {verdicts.DROPPED: lambda r: r["after"], verdicts.STOPPED: readback.stop_place}
     rows = [[r["candidate"], r["outcome"], str(r["n"]),
              where[r["outcome"]](r) if r["outcome"] in where else "-", r["leader"] or "-",
-             _fmt(r["delta"], "+.4f"), _fmt(r["p"], ".3g"), _fmt(r["p_adjusted"], ".3g"),
-             _fmt(r["mean"], ".4f")] for r in e.rows]
+             fmt(r["delta"], "+.4f"), fmt(r["p"], ".3g"), fmt(r["p_adjusted"], ".3g"),
+             fmt(r["mean"], ".4f")] for r in e.rows]
     table = markdown_table(header, rows).splitlines()
     # Each candidate's answer and what it cost, a table of its own so the one above reads as
     # it did before answers existed.

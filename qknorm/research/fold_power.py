@@ -52,6 +52,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from qknorm.report import format_p
 from qknorm.research.power import factor, half_width, plain_size, power_level, power_worse
 
 FOLDS = (3, 5, 8, 10, 15, 20)
@@ -137,7 +138,7 @@ def measure(name: str, path: Path, metric: str, baseline: float, near: list[floa
 
     def summary(ps: list[float]) -> dict:
         values = [sd[p] for p in ps]
-        return {"p": [_p(p) for p in ps], "median": statistics.median(values),
+        return {"p": [format_p(p) for p in ps], "median": statistics.median(values),
                 "min": min(values), "max": max(values)}
 
     close = [p for p in sd if any(math.isclose(p, q) for q in near)]
@@ -145,13 +146,9 @@ def measure(name: str, path: Path, metric: str, baseline: float, near: list[floa
         raise _user_error(f"{path} has none of the near p {near}")
     return {"name": name, "source": str(path), "metric": metric, "baseline": baseline,
             "n_folds": n_folds, "folds": len(base), "n_p": len(by_p),
-            "sd_by_p": {_p(p): v for p, v in sd.items()},
+            "sd_by_p": {format_p(p): v for p, v in sd.items()},
             "all": summary(list(sd)), "near": summary(close),
             "mean_wall_time_s": statistics.fmean(float(r["wall_time_s"]) for r in rows)}
-
-
-def _p(p: float) -> str:
-    return "inf" if math.isinf(p) else f"{p:g}"
 
 
 def _user_error(message: str) -> Exception:

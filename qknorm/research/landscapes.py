@@ -51,6 +51,7 @@ import sys
 from pathlib import Path
 
 from qknorm.errors import UserError
+from qknorm.report import format_p
 from qknorm.research import grid_runs
 
 DELTA = 0.02  # the presets' equivalence margin (conf/search/p_tpe.yaml), in nats
@@ -119,7 +120,7 @@ def _only(ps: list[float], best: dict[float, float], rest: float = 0.0) -> dict[
 
 def landscapes(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, float]]:
     """name -> planted Δ per p (0: the base level; lower is better) over the grid's p."""
-    out = {f"spike_{_name_p(p)}_{k:g}d": _only(ps, {p: -k * delta}) for p in SPIKES for k in SPIKE_K}
+    out = {f"spike_{format_p(p)}_{k:g}d": _only(ps, {p: -k * delta}) for p in SPIKES for k in SPIKE_K}
     out["two_basins"] = _only(ps, {BASINS[0]: 0.0, BASINS[1]: delta / 4}, rest=3 * delta)
     # Steady in 1/p: p = 1 best and p = ∞ 2.7δ behind, or the other way round. 2.7, not 3: no
     # grid p sits at exactly δ (3δ put p = 1.5 there, where a level call is a coin toss on the
@@ -140,7 +141,7 @@ def held_out(ps: list[float], delta: float = DELTA) -> dict[str, dict[float, flo
     p = 1, 2.5 and 4, two basins at p = 2.5 and ∞ (δ/4 apart, the rest 2.5δ behind), a bowl in
     1/p with its floor at p = 3 (3δ at p = 1, 0.75δ at ∞), and slopes of 2.2δ in 1/p to either
     end. A setting chosen on `landscapes` is tested here on other effects and positions."""
-    out = {f"spike_{_name_p(p)}_{k:g}d": _only(ps, {p: -k * delta})
+    out = {f"spike_{format_p(p)}_{k:g}d": _only(ps, {p: -k * delta})
            for p in HELD_OUT_SPIKES for k in HELD_OUT_K}
     out["two_basins_2.5_inf"] = _only(ps, {HELD_OUT_BASINS[0]: 0.0, HELD_OUT_BASINS[1]: delta / 4},
                                      rest=2.5 * delta)
@@ -156,10 +157,6 @@ SETS = {"tuning": landscapes, "held_out": held_out}
 def _key(p: float) -> str:
     """p as results.csv writes norm.p ('1.5', '4.0', 'inf'): float(key) reads it back."""
     return str(float(p))
-
-
-def _name_p(p: float) -> str:
-    return "inf" if math.isinf(p) else f"{p:g}"
 
 
 def build(sources: dict[str, Grid], delta: float = DELTA,
@@ -229,12 +226,12 @@ def summary(built: dict[str, dict]) -> list[str]:
     lines = []
     for name, e in built.items():
         planted = min(e["planted"].values())
-        planted_best = [_name_p(p) for p, d in e["planted"].items() if d == planted]
+        planted_best = [format_p(p) for p, d in e["planted"].items() if d == planted]
         answer = e["judge"]
-        worse = ",".join(_name_p(p) for p in sorted(answer.worse)) or "-"
-        level = ",".join(_name_p(p) for p in sorted(set(e["grid"]) - answer.worse))
+        worse = ",".join(format_p(p) for p in sorted(answer.worse)) or "-"
+        level = ",".join(format_p(p) for p in sorted(set(e["grid"]) - answer.worse))
         lines.append(f"{name:34s} planted best {'/'.join(planted_best):8s} grid best "
-                     f"{_name_p(answer.best):4s} not shown worse {level:24s} worse {worse}")
+                     f"{format_p(answer.best):4s} not shown worse {level:24s} worse {worse}")
     return lines
 
 
