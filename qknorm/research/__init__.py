@@ -3,7 +3,8 @@
 Each module is a command, `python -m qknorm.research.<module> --help`, and a library its tests
 import: the race's error rates on simulated folds (race_level_error_rates), in-fold stopping on
 recorded curves (rung_error_rates), Optuna's searches replayed on a grid's runs (search_replay,
-through race_sims for the race and the racing search; replay_table prints its JSON as a table),
+through race_sims for the race and the racing search, grid_runs for a grid's runs and answer,
+smac_replay for SMAC3; replay_table prints its JSON as a table),
 landscapes with planted effects on a recorded grid's noise for the replay (landscapes),
 the power of the fold test (power, tabulated on the committed grids by fold_power), where a
 training step's time goes (profile_step), and what a replay of looks reads from a results.csv

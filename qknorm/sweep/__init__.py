@@ -15,7 +15,7 @@ _MODULES; tests/test_faces.py fails an import past it); the modules below are th
               a study of them reads back (race/__init__.py has its own map)
   sweep       OptunaSweep: one loop over a schedule, picked by the kind of study
   job         a training job's side of its trial (pruning, rungs)
-  slurm, outputs, progress (the status lines)
+  slurm, outputs, progress (the status lines), cost (the plan's cost line)
 
 Names load lazily (PEP 562): a training job's eval_hook loads qknorm.sweep.job without paying
 for the sweeper's imports.

@@ -7,7 +7,8 @@ is missing_package's question (config asks it at validation, before any job star
 
 The face: `RunTracker` and `open_run` (what the training loop uses); `mlflow` (its command,
 `python -m qknorm.tracking.mlflow`, and `ExportCallback`, which conf/tracker/mlflow.yaml names)
-and `tensorboard`. `runs` (run dirs placed in a tracker's tree) is the wing's own.
+and `tensorboard`. `runs` (run dirs placed in a tracker's tree) and `store` (the MLflow store a tracker.uri
+names) are the wing's own.
 """
 
 from __future__ import annotations
