@@ -22,7 +22,7 @@ import yaml
 from optuna.trial import TrialState
 
 from qknorm import rundir
-from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep import specs
 from tests.helpers.cli import FAST, ok
 from tests.helpers.race import age_heartbeats
 from tests.helpers.studies import counted, study_of
@@ -214,7 +214,7 @@ def test_pruner_and_sampler_switched_by_name(cli):
     # The preset's seed 0 reached RandomSampler: the same first draw as one built by hand with
     # seed 0 as the sweeper derives it for a study's first trial (_specs.reseeded).
     space = {"1/norm.p": optuna.distributions.FloatDistribution(0.0, 1.0)}
-    seed = optuna_specs.reseeded({"name": "random", "seed": 0}, 0)["seed"]
+    seed = specs.reseeded({"name": "random", "seed": 0}, 0)["seed"]
     by_hand = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask(space)
     assert trial.params == by_hand.params
 

@@ -49,9 +49,9 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
                         "these keys are set by the qknorm_optuna sweeper, leave them null")
     import optuna  # only jobs of a study pay for the import
 
-    from qknorm.sweep import specs as optuna_specs
+    from qknorm.sweep import specs
 
-    storage = optuna_specs.open_storage(cfg.storage)
+    storage = specs.open_storage(cfg.storage)
     try:
         study_id = storage.get_study_id_from_name(cfg.study_name)
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, cfg.trial)
@@ -62,7 +62,7 @@ def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
     # RandomSampler: Trial() consults the study's sampler; the job must not run TPE or GP.
     study = optuna.load_study(study_name=cfg.study_name, storage=storage,
                               sampler=optuna.samplers.RandomSampler(),
-                              pruner=optuna_specs.build_pruner(spec))
+                              pruner=specs.build_pruner(spec))
     if len(study.directions) > 1:
         return None  # Optuna neither stores intermediate values nor prunes multi-objective
     trial = optuna.Trial(study, trial_id)

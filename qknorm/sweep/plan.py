@@ -19,8 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from qknorm.config import P_KINDS, Config, to_config
 from qknorm.errors import UserError
 from qknorm.multitest import choose
-from qknorm.sweep import slurm
-from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep import slurm, specs
 from qknorm.sweep.race.readback import kind
 from qknorm.sweep.race.rungs import resolve_rungs
 from qknorm.sweep.race.settings import RaceSpec, plan_race, race_conf
@@ -163,14 +162,14 @@ class Planner:
             raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
                             "norm.p: interval(1.0, 8.0)")
         combinations = replicate_combinations(replicates)
-        pruner_spec = self._resolve("pruner", self.s.pruner_spec, optuna_specs.PRUNERS)
-        pruner = optuna_specs.build_pruner(pruner_spec)
+        pruner_spec = self._resolve("pruner", self.s.pruner_spec, specs.PRUNERS)
+        pruner = specs.build_pruner(pruner_spec)
         if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
             raise UserError(f"hydra.sweeper.pruner.name={self.s.pruner_spec.get('name')}: "
                             "Optuna cannot prune multi-objective studies; use pruner: "
                             "{name: none}")
-        sampler_spec = self._resolve("sampler", self.s.sampler_spec, optuna_specs.SAMPLERS)
-        sampler = optuna_specs.build_sampler(sampler_spec, space.grid)
+        sampler_spec = self._resolve("sampler", self.s.sampler_spec, specs.SAMPLERS)
+        sampler = specs.build_sampler(sampler_spec, space.grid)
         race = plan_race(race_settings, space, [block_label(c) for c in combinations],
                          directions, self.s.objectives, sampler_spec["name"],
                          pruner_spec["name"], self.s.n_trials)
@@ -189,12 +188,12 @@ class Planner:
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
-        spec, dropped = optuna_specs.resolve(kind, spec, table, self.given.get(kind, set()))
+        spec, dropped = specs.resolve(kind, spec, table, self.given.get(kind, set()))
         if dropped:
             log.info("hydra.sweeper.%s.name=%s: dropped %s, set in the config for another %s "
                      "(Optuna's %s does not take them)", kind, spec["name"],
                      ", ".join(f"{k}={v}" for k, v in dropped.items()), kind,
-                     optuna_specs.optuna_name(table[spec["name"]]))
+                     specs.optuna_name(table[spec["name"]]))
         return spec
 
     def _n_trials(self, space: SearchSpace) -> int:

@@ -25,8 +25,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError, first_line
-from qknorm.sweep import cost, outputs
-from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep import cost, outputs, specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.progress import status_lines
@@ -75,8 +74,8 @@ class OptunaSweep:
             _log_plan(s, plan, schedule_class)
             print("dry run (hydra.sweeper.dry_run=true): nothing was asked, run or written")
             return
-        url = optuna_specs.absolute_url(s.storage, Path.cwd())
-        storage = optuna_specs.open_storage(url, s.heartbeat_interval, s.grace_period)
+        url = specs.absolute_url(s.storage, Path.cwd())
+        storage = specs.open_storage(url, s.heartbeat_interval, s.grace_period)
         study = self._open_study(storage, plan, schedule_class)
         _log_plan(s, plan, schedule_class)
         launcher = Launcher(self.launcher, self.hydra_context, self.config, self.sweep_dir,
@@ -146,10 +145,10 @@ class OptunaSweep:
         """n new trials, less those another sweeper's trials left no room for (surplus)."""
         batch = []
         for _ in range(n):
-            spec = optuna_specs.reseeded(plan.sampler_spec,
+            spec = specs.reseeded(plan.sampler_spec,
                                          len(study.get_trials(deepcopy=False)))
             if spec is not None:
-                study.sampler = optuna_specs.build_sampler(spec, plan.space.grid)
+                study.sampler = specs.build_sampler(spec, plan.space.grid)
             trial = study.ask(plan.space.distributions)
             heartbeat.add(trial._trial_id)
             trial.set_user_attr(PRUNER_ATTR, plan.pruner_spec)
@@ -201,7 +200,7 @@ def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> d
                 f"were asked with seed {seeds[0]}; sweepers on one grid study share its seed "
                 f"(Optuna orders the grid by it): rerun with hydra.sweeper.sampler.seed={seeds[0]}")
         return spec
-    if seed is None or spec.get("name") not in optuna_specs.STREAM_SAMPLERS:
+    if seed is None or spec.get("name") not in specs.STREAM_SAMPLERS:
         return spec
     taken = {t.user_attrs.get(SAMPLER_SEED_ATTR) for t in trials
              if t.state == TrialState.RUNNING}
@@ -217,7 +216,7 @@ def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> d
 def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule]) -> None:
     log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", s.study_name,
              s.storage, plan.n_trials, len(plan.combinations),
-             optuna_specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
+             specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
     schedule_class.log_plan(plan)
     log.info("%s", _cost_line(plan))
 

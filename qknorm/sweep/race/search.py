@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.sweep import launcher as trial_jobs
-from qknorm.sweep import specs as optuna_specs
+from qknorm.sweep import specs
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import driver, intensify, readback
@@ -189,7 +189,7 @@ class RaceSearchSchedule:
         told = [(t.params, v) for t, v in zip(self.trials, driver.told(self.props, self.step.search),
                                               strict=True)]
         spec = self.plan.sampler_spec
-        return propose(lambda n: optuna_specs.build_sampler({**spec, "seed": _seed(spec, n)}, None),
+        return propose(lambda n: specs.build_sampler({**spec, "seed": _seed(spec, n)}, None),
                        told, self.plan.space.distributions, self.spec.initial)
 
     def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
@@ -255,7 +255,7 @@ def _quiet():
 
 def _seed(spec: dict[str, Any], n: int) -> int | None:
     seed = spec.get("seed")
-    return None if seed is None else (optuna_specs.reseeded(spec, n) or {}).get("seed", seed)
+    return None if seed is None else (specs.reseeded(spec, n) or {}).get("seed", seed)
 
 
 def _label(plan: Plan, trial: FrozenTrial | optuna.Trial) -> str:
