@@ -51,21 +51,22 @@ def table(data: dict, budget: str) -> str:
 
 def compact(data: dict, budget: str) -> str:
     """One row per landscape: the grid's answer, each search's "best p not grid-worse" (seeds
-    of seeds), then how often the racing search's (TPE) and the race's worse and level calls
+    of seeds), then for each racing search and the race how often its worse and level calls
     are all right."""
     searches = [s for s in ORDER if any(s in e["searches"] for e in data["landscapes"].values())]
-    lines = ["| landscape | grid: best, worse | " + " | ".join(searches)
-             + " | racing search: worse calls right, level calls within δ | race: the same |",
-             "|" + "---|" * (len(searches) + 4)]
+    engines = [s for s in searches if s == "race" or s.startswith("race_search_")]
+    lines = ["| landscape | grid: best, worse | " + " | ".join(searches) + " | "
+             + " | ".join(f"{s}: worse calls right, level calls within δ" for s in engines) + " |",
+             "|" + "---|" * (len(searches) + len(engines) + 2)]
     for name, e in data["landscapes"].items():
         cell = {s: e["searches"].get(s, {}).get(budget) or {} for s in searches}
         best = [f"{c['best_not_grid_worse']}/{c['seeds']}" if c.get("seeds") else "-"
                 for c in cell.values()]
         calls = [f"{c['worse_all_grid_worse']}/{c['seeds']}, "
                  f"{c['level_all_within_delta']}/{c['seeds']}" if c else "-"
-                 for c in (cell.get("race_search_tpe", {}), cell.get("race", {}))]
-        lines.append(f"| {name} | {e['best']:g}, {len(e['worse'])} p | " + " | ".join(best)
-                     + f" | {calls[0]} | {calls[1]} |")
+                 for c in (cell[s] for s in engines)]
+        lines.append(f"| {name} | {e['best']:g}, {len(e['worse'])} p | " + " | ".join(best + calls)
+                     + " |")
     return "\n".join(lines)
 
 
