@@ -585,3 +585,32 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
     assert (told.state, told.user_attrs[STATUS_ATTR]) == (TrialState.FAIL, "completed")
     assert waiting.state == TrialState.WAITING and waiting.params == told.params
     assert Tally.of(mine) == Tally(finished=0, running=0, failed=0)  # the retry is still to run
+
+
+def test_a_repeat_failed_as_stale_while_it_waits_is_left_to_its_retry(tmp_path, caplog):
+    # A repeat stays RUNNING until its original is told; a late heartbeat meanwhile lets another
+    # sweeper fail it, and telling it the original's result must not end this sweep.
+    from qknorm.sweep.plan import Plan
+    from qknorm.sweep.schedule import EveryReplicate
+    from qknorm.sweep.space import parse_space
+    from qknorm.sweep.study import DUPLICATE_ATTR, Heartbeat
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    mine = optuna.create_study(study_name="s", storage=url)
+    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
+    plan = Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
+                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
+                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
+    original = mine.ask({"norm.p": space.distributions["norm.p"]})
+    original.set_user_attr("status", "completed")
+    mine.tell(original, 1.5)
+    repeat = mine.ask({"norm.p": space.distributions["norm.p"]})
+    optuna.load_study(study_name="s", storage=url).tell(repeat.number, state=TrialState.FAIL)
+    schedule = EveryReplicate(plan, None, ["best_val_loss"], 1, Heartbeat(mine._storage, 1))
+    schedule.repeats = [(repeat, original.number)]
+    with caplog.at_level("WARNING"):
+        schedule.settle(mine)
+    told = mine.trials[repeat.number]
+    assert told.state == TrialState.FAIL and DUPLICATE_ATTR not in told.user_attrs
+    assert schedule.repeats == []
+    assert f"trial {repeat.number} was failed by another sweeper" in caplog.text

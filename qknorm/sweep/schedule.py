@@ -185,17 +185,19 @@ class EveryReplicate:
         """Tell a repeat its original's outcome without running it (the runs are deterministic);
         it counts toward n_trials like the original, so a small space still ends."""
         original = study.get_trials(deepcopy=False)[number]
-        for key in (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR):
-            if key in original.user_attrs:
-                trial.set_user_attr(key, original.user_attrs[key])
-        trial.set_user_attr(DUPLICATE_ATTR, number)
-        if original.state == TrialState.COMPLETE:
-            study.tell(trial, original.values)
-        else:
-            study.tell(trial, state=original.state)
-        label = self.plan.space.label(trial.params)
-        log.info("trial %d [%s] not run: same effective config as trial %d, told its result "
-                 "(%s)", trial.number, label, number, original.state.name)
+        # A repeat waits (running) on its original's jobs: it may be failed as stale meanwhile.
+        with trial_jobs.unless_failed_elsewhere(trial):
+            for key in (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR):
+                if key in original.user_attrs:
+                    trial.set_user_attr(key, original.user_attrs[key])
+            trial.set_user_attr(DUPLICATE_ATTR, number)
+            if original.state == TrialState.COMPLETE:
+                study.tell(trial, original.values)
+            else:
+                study.tell(trial, state=original.state)
+            log.info("trial %d [%s] not run: same effective config as trial %d, told its "
+                     "result (%s)", trial.number, self.plan.space.label(trial.params), number,
+                     original.state.name)
 
 
 def check_replicates(study: optuna.Study, plan: Plan, study_name: str) -> None:
