@@ -312,8 +312,9 @@ class RaceSchedule:
     def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, job: JobResult) -> None:
         race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
         jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
-        trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(
-            self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
+        with trial_jobs.unless_failed_elsewhere(trial):
+            trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(
+                self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
         trial_jobs.tell(study, trial, [*jobs, job], self.plan, self.objectives)
         self._forget(trial)
 
