@@ -256,12 +256,11 @@ class RaceSchedule:
             if c not in dropped and c not in level and not self.race.over and stopped is None:
                 continue
             jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
-            # stopped at a rung: out, whatever the looks say
             outcome = (stop_attr(self.spec, trial, stopped, len(jobs) + 1) if stopped is not None
                        else outcome_attr(self.spec, self.race, c, len(jobs)))
             with trial_jobs.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, outcome)
-            if stopped is not None:
+            if stopped is not None:  # stopped at a rung: out, whatever the looks say
                 self._tell_stopped(study, trial, jobs, stopped)
             elif c in dropped:
                 self._tell_dropped(study, trial, jobs, dropped[c])
