@@ -24,7 +24,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-import sqlalchemy
 from optuna.trial import TrialState
 
 from qknorm.sweep import slurm as _slurm
@@ -33,7 +32,7 @@ from qknorm.sweep.study import HEARTBEAT_ATTR
 from tests.helpers import REPO
 from tests.helpers.cli import FAST, ok
 from tests.helpers.cluster import report_states
-from tests.helpers.studies import counted, study_of
+from tests.helpers.studies import age_heartbeat, counted, study_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # Under pytest-xdist (--dist loadgroup) the tests of one service share a worker, so each session
@@ -74,25 +73,6 @@ def wait_for_running_trial_of(url: str, name: str, sweep_dir: Path, timeout_s: f
             if t.state == TrialState.RUNNING and list(sweep_dir.glob(f"trial{t.number}*")):
                 return t.number
     pytest.fail(f"no trial of {sweep_dir.name} was ever running")
-
-
-def age_heartbeat(url: str, name: str, number: int) -> None:
-    """Make trial `number` (the killed sweeper's) stale now, as it is grace_period after the
-    kill, without waiting on the clock: its last heartbeat set back one hour. The grace period
-    can then be long, so a live sweeper's heartbeat late by seconds under CI load does not get
-    its trial failed and run twice."""
-    study = load(url, name)
-    trial_id = study.trials[number]._trial_id
-    if url.startswith("journal:"):  # a beat is a trial system attr there (specs.py)
-        study._storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time() - 3600)
-        return
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as db:
-        changed = db.execute(sqlalchemy.text(
-            "UPDATE trial_heartbeats SET heartbeat = heartbeat - interval '1 hour' "
-            "WHERE trial_id = :id"), {"id": trial_id}).rowcount
-    engine.dispose()
-    assert changed == 1
 
 
 def states_of(study: optuna.Study) -> dict[str, int]:

@@ -21,8 +21,8 @@ from qknorm.report.summary import race_section
 from qknorm.sweep.race import looks, readback, schedule
 from tests.helpers import REPO
 from tests.helpers.config import compose_hydra_config
-from tests.helpers.race import RACE, TASK, age_heartbeats, calls, plan, two_sweepers
-from tests.helpers.studies import study_of
+from tests.helpers.race import RACE, TASK, calls, plan, two_sweepers
+from tests.helpers.studies import age_heartbeats, study_of
 
 P_GRID = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, math.inf]
 

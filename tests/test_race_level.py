@@ -16,8 +16,8 @@ from scipy import stats
 from qknorm.errors import UserError
 from qknorm.sweep.race import looks, readback
 from tests.helpers import REPO
-from tests.helpers.race import RACE, TASK, age_heartbeats, calls, race_plan, refused, two_sweepers
-from tests.helpers.studies import frozen, run, study_of
+from tests.helpers.race import RACE, TASK, calls, race_plan, refused, two_sweepers
+from tests.helpers.studies import age_heartbeats, frozen, run, study_of
 
 # Four candidates over 4 blocks; the block effect (1, 2, 3, 4) is shared, pairing removes it.
 VALUES = {"a": [1.0, 2.0, 3.0, 4.0],

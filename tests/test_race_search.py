@@ -16,13 +16,12 @@ from qknorm.sweep.race import readback
 from tests.helpers.race import (
     SEARCH,
     TASK,
-    age_heartbeats,
     answers,
     calls,
     check_table,
     two_sweepers,
 )
-from tests.helpers.studies import study_of
+from tests.helpers.studies import age_heartbeats, study_of
 
 
 @pytest.mark.slow

@@ -24,8 +24,7 @@ from optuna.trial import TrialState
 from qknorm import rundir
 from qknorm.sweep import specs
 from tests.helpers.cli import FAST, ok
-from tests.helpers.race import age_heartbeats
-from tests.helpers.studies import counted, study_of
+from tests.helpers.studies import age_heartbeats, counted, study_of
 
 pytestmark = pytest.mark.slow
 
@@ -521,14 +520,24 @@ def test_a_rerun_with_another_replicate_set_or_grid_seed_says_what_the_study_hol
     assert len(sweep_dirs(cli.cwd, "p_grid")) == 1  # the refused reruns launched nothing
 
 
+def two_p_plan():
+    """A plain sweep's plan over norm.p in {2, 4}, one job a trial, built in memory: for driving
+    a schedule's tells without the CLI."""
+    from qknorm.sweep.plan import Plan
+    from qknorm.sweep.space import parse_space
+
+    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
+    return Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
+                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
+                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
+
+
 def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_path, caplog):
     # Seen once in CI: under load this sweeper's heartbeat came late, a second sweeper failed the
     # trial as stale, and telling it raised UpdateFinishedTrialError, ending this whole sweep.
     from optuna.storages.journal import JournalFileBackend
 
     from qknorm.sweep import launcher as trial_jobs
-    from qknorm.sweep.plan import Plan
-    from qknorm.sweep.space import parse_space
     from qknorm.sweep.study import STATUS_ATTR
 
     def handle():  # one sweeper's view of the shared journal file
@@ -538,11 +547,8 @@ def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_pat
     optuna.create_study(study_name="s", storage=optuna.storages.JournalStorage(
         JournalFileBackend(str(tmp_path / "optuna.log"))))
     mine, other = handle(), handle()
-    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
-    plan = Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
-                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
-                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
-    trial = mine.ask({"norm.p": space.distributions["norm.p"]})
+    plan = two_p_plan()
+    trial = mine.ask(plan.space.distributions)
     other.tell(trial.number, state=TrialState.FAIL)  # the other sweeper's stale-trial callback
     done = trial_jobs.JobResult(rundir.COMPLETED, "run", {"best_val_loss": 1.5})
     with caplog.at_level("WARNING"):
@@ -558,18 +564,13 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
     # telling it: the trial ends FAIL with status "completed", and its retry runs it again. Only
     # the retry may hold the slot, or the study counts one point twice (seen once in make test).
     from qknorm.sweep import launcher as trial_jobs
-    from qknorm.sweep.plan import Plan
-    from qknorm.sweep.space import parse_space
     from qknorm.sweep.study import STATUS_ATTR, Tally, retry
 
     url = f"sqlite:///{tmp_path}/s.db"
     mine = optuna.create_study(study_name="s", storage=url)
     other = optuna.load_study(study_name="s", storage=url)
-    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
-    plan = Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
-                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
-                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
-    trial = mine.ask({"norm.p": space.distributions["norm.p"]})
+    plan = two_p_plan()
+    trial = mine.ask(plan.space.distributions)
     tell = mine.tell
 
     def failed_as_stale_first(t, *args, **kwargs):  # the other sweeper's stale-trial callback
@@ -590,21 +591,16 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
 def test_a_repeat_failed_as_stale_while_it_waits_is_left_to_its_retry(tmp_path, caplog):
     # A repeat stays RUNNING until its original is told; a late heartbeat meanwhile lets another
     # sweeper fail it, and telling it the original's result must not end this sweep.
-    from qknorm.sweep.plan import Plan
     from qknorm.sweep.schedule import EveryReplicate
-    from qknorm.sweep.space import parse_space
     from qknorm.sweep.study import DUPLICATE_ATTR, Heartbeat
 
     url = f"sqlite:///{tmp_path}/s.db"
     mine = optuna.create_study(study_name="s", storage=url)
-    space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
-    plan = Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
-                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
-                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
-    original = mine.ask({"norm.p": space.distributions["norm.p"]})
+    plan = two_p_plan()
+    original = mine.ask(plan.space.distributions)
     original.set_user_attr("status", "completed")
     mine.tell(original, 1.5)
-    repeat = mine.ask({"norm.p": space.distributions["norm.p"]})
+    repeat = mine.ask(plan.space.distributions)
     optuna.load_study(study_name="s", storage=url).tell(repeat.number, state=TrialState.FAIL)
     schedule = EveryReplicate(plan, None, ["best_val_loss"], 1, Heartbeat(mine._storage, 1))
     schedule.repeats = [(repeat, original.number)]

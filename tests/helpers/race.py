@@ -4,7 +4,6 @@ race_task.py's table, killed and resumed by two sweepers."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +49,7 @@ def refused(**options) -> str:
 TASK = str(REPO / "tests" / "helpers" / "race_task.py")
 # n_jobs=2 of 4 candidates: the first look needs all four, so the sweeper runs two, finds the look
 # not ready and asks the other two (the path a second sweeper's candidates would take). A killed
-# sweep's trials are made stale by age_heartbeats, so the grace period can be long: a live
+# sweep's trials are made stale by studies.age_heartbeats, so the grace period can be long: a live
 # sweeper's heartbeat late by seconds under CI load must not get its trial failed and rerun.
 RACE = ["-m", "hydra/sweeper=qknorm_optuna", "x=choice(1,2,3,4)", "hydra.sweeper.study_name=r",
         "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=null",
@@ -80,19 +79,6 @@ def answers(cwd: Path) -> dict[str, str]:
     study = study_of(cwd, "s")
     rows = readback.answer(study.get_trials(), study.user_attrs["race"])
     return {r["candidate"]: r["answer"] for r in rows}
-
-
-def age_heartbeats(cwd: Path) -> int:
-    """Make the killed sweep's RUNNING trials stale now, as they are grace_period after the
-    kill, without waiting on the clock: their heartbeats (Optuna's trial_heartbeats table, in
-    the SQLite storage's own CURRENT_TIMESTAMP format) set back one hour, so the resumed
-    sweepers fail and retry them the moment they start, however soon that is. Returns the rows
-    changed."""
-    with sqlite3.connect(cwd / "outputs" / "optuna.db") as db:
-        changed = db.execute("UPDATE trial_heartbeats SET heartbeat = "
-                             "datetime(heartbeat, '-1 hour')").rowcount
-    db.close()
-    return changed
 
 
 def two_sweepers(cli, *args: str):

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import datetime
 import math
+import sqlite3
+import time
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from qknorm.sweep import read_study
 from qknorm.sweep.race import readback
 from qknorm.sweep.study import (
+    HEARTBEAT_ATTR,
     PARAMS_ATTR,
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
@@ -127,3 +132,37 @@ def counted(study: optuna.Study) -> list[FrozenTrial]:
     retried = {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs}
     return [t for t in trials if t.number not in retried
             and t.user_attrs.get("status") in ("completed", "pruned", "failed")]
+
+
+# -- a killed sweeper's trials made stale now (its resume need not wait out grace_period) ----------
+
+def age_heartbeats(cwd: Path) -> int:
+    """Make the killed sweep's RUNNING trials stale now, as they are grace_period after the
+    kill, without waiting on the clock: their heartbeats (Optuna's trial_heartbeats table, in
+    the SQLite storage's own CURRENT_TIMESTAMP format) set back one hour, so the resumed
+    sweepers fail and retry them the moment they start, however soon that is. Returns the rows
+    changed."""
+    with sqlite3.connect(cwd / "outputs" / "optuna.db") as db:
+        changed = db.execute("UPDATE trial_heartbeats SET heartbeat = "
+                             "datetime(heartbeat, '-1 hour')").rowcount
+    db.close()
+    return changed
+
+
+def age_heartbeat(url: str, name: str, number: int) -> None:
+    """The same for trial `number` of study `name` on PostgreSQL or a journal file (the cluster
+    tests): its last heartbeat set back one hour. The grace period can then be long, so a live
+    sweeper's heartbeat late by seconds under CI load does not get its trial failed and run
+    twice."""
+    study = read_study(name, url)
+    trial_id = study.trials[number]._trial_id
+    if url.startswith("journal:"):  # a beat is a trial system attr there (specs.py)
+        study._storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time() - 3600)
+        return
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as db:
+        changed = db.execute(sqlalchemy.text(
+            "UPDATE trial_heartbeats SET heartbeat = heartbeat - interval '1 hour' "
+            "WHERE trial_id = :id"), {"id": trial_id}).rowcount
+    engine.dispose()
+    assert changed == 1
