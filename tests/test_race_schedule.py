@@ -1,0 +1,164 @@
+"""The race's schedule (race.schedule.RaceSchedule) driven in memory by the sweep's own loop
+(OptunaSweep._run), its runs looked up in a table instead of trained: the trials it tells, the
+Holm-adjusted p it records, and that the replay (research.race_sims.race), whose numbers
+docs/search.md publishes, makes the same runs in the same order and gives the same answer."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from scipy import stats
+
+from qknorm.research import race_sims
+from qknorm.rundir import COMPLETED
+from qknorm.sweep import specs
+from qknorm.sweep.launcher import JobResult
+from qknorm.sweep.plan import Plan, Settings
+from qknorm.sweep.race import readback, schedule
+from qknorm.sweep.race.verdicts import BEST, DROPPED, LEVEL, UNDECIDED, WORSE
+from qknorm.sweep.space import parse_space, replicate_combinations
+from qknorm.sweep.study import RACE_RUNS_ATTR
+from qknorm.sweep.sweep import OptunaSweep
+from tests.helpers.race import plan as race_spec
+
+FOLDS = 5
+STEPS = 100
+# Loss = the candidate's level + the fold's + noise per (p, fold): p=inf 0.5 behind the
+# baseline p=2, p=1 0.1 behind, p=4 0.005 behind with noise 10 times that (level or undecided).
+LEVEL_OF = {1.0: 1.50, 2.0: 1.40, 4.0: 1.405, math.inf: 1.90}
+FOLD_OF = [0.0, 0.10, -0.05, 0.20, 0.05]
+NOISE = {1.0: [0.0, 0.02, -0.01, 0.015, -0.02], 2.0: [0.0, 0.0, 0.0, 0.0, 0.0],
+         4.0: [0.01, -0.015, 0.012, -0.008, 0.006], math.inf: [0.0, 0.01, 0.005, -0.01, 0.0]}
+
+
+def loss(p: float, fold: int) -> float:
+    return LEVEL_OF[p] + FOLD_OF[fold] + NOISE[p][fold]
+
+
+class TableLauncher:
+    """The launcher's face (launch(jobs) -> results, one after another in the jobs' order),
+    with each (p, fold) run's best_val_loss from the table; `ran` keeps the order."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[float, int]] = []
+
+    def launch(self, jobs) -> list[JobResult]:
+        out = []
+        for trial, combo in jobs:
+            p, fold = trial.params["norm.p"], int(combo[0].split("=")[1])
+            self.ran.append((p, fold))
+            out.append(JobResult(COMPLETED, f"p{p}-f{fold}", {
+                "best_val_loss": loss(p, fold), "steps": STEPS, "wall_time_s": 2.0,
+                "threads": 1}))
+        return out
+
+
+class NoHeartbeat:  # an in-memory study has no heartbeat to keep
+    def add(self, trial_id: int) -> None:
+        pass
+
+    def discard(self, trial_id: int) -> None:
+        pass
+
+
+def race_plan(**race) -> Plan:
+    params = {"norm.p": "choice(1.0,2.0,4.0,inf)"}
+    space, _ = parse_space(params, [])
+    spec = race_spec(race, params=params, folds=tuple(range(FOLDS)))
+    sampler = {"name": "grid", "seed": 0}
+    return Plan(space=space, base_overrides=[],
+                combinations=replicate_combinations({"data.fold": list(range(FOLDS))}),
+                directions=["minimize"], n_trials=space.grid_size,
+                sampler=specs.build_sampler(sampler, space.grid), sampler_spec=sampler,
+                pruner=optuna.pruners.NopPruner(), pruner_spec={"name": "none"},
+                fail_values=None, race=spec)
+
+
+def run_race(plan: Plan) -> tuple[optuna.Study, TableLauncher]:
+    """The sweep's loop over a RaceSchedule on a fresh in-memory study, 4 jobs at a time."""
+    sweep = OptunaSweep(study_name="r", storage="", direction="minimize",
+                        objectives=["best_val_loss"], n_trials=None, n_jobs=4,
+                        sampler=plan.sampler_spec, pruner=plan.pruner_spec, replicates={},
+                        max_failure_rate=0.0, fail_value=None, heartbeat_interval=1,
+                        grace_period=None, params={}, race=None)
+    assert isinstance(sweep.settings, Settings)
+    study = optuna.create_study(sampler=plan.sampler, directions=plan.directions)
+    schedule.RaceSchedule.prepare_study(plan, study, "r")
+    launcher = TableLauncher()
+    sched = schedule.RaceSchedule(plan, launcher, ["best_val_loss"], 4, NoHeartbeat())
+    assert sweep._run(study, plan, sched, launcher, NoHeartbeat()) is None
+    return study, launcher
+
+
+def table_grid() -> dict:
+    """The table as race_sims reads a grid's committed runs: per p, its runs fold by fold."""
+    return {p: [{"value": loss(p, f), "steps": STEPS, "core_s": 2.0, "curve": None}
+                for f in range(FOLDS)] for p in LEVEL_OF}
+
+
+def by_p(study: optuna.Study) -> dict[float, optuna.trial.FrozenTrial]:
+    return {t.params["norm.p"]: t for t in study.get_trials()}
+
+
+def test_the_race_drops_the_far_candidate_at_the_first_look_with_holms_p():
+    study, launcher = run_race(race_plan(min_replicates=2, baseline=2.0))
+    trials = by_p(study)
+    # First look, folds 0 and 1: the leader is p=2; each other p's one-sided paired t against
+    # it, Holm over the three (scipy's test, Holm by hand).
+    raw = {p: stats.ttest_rel([loss(p, f) for f in (0, 1)], [loss(2.0, f) for f in (0, 1)],
+                              alternative="greater").pvalue for p in (1.0, 4.0, math.inf)}
+    order = sorted(raw, key=raw.get)
+    holm, running = {}, 0.0
+    for i, p in enumerate(order):
+        running = max(running, (3 - i) * raw[p])
+        holm[p] = min(1.0, running)
+    assert holm[math.inf] <= 0.05 < min(holm[1.0], holm[4.0])  # only p=inf goes now
+    inf = trials[math.inf]
+    assert inf.state == TrialState.PRUNED
+    assert inf.user_attrs["race"]["outcome"] == DROPPED and inf.user_attrs["race"]["n"] == 2
+    assert inf.user_attrs["race"]["p_adjusted"] == pytest.approx(holm[math.inf], rel=1e-9)
+    assert inf.user_attrs["race"]["delta"] == pytest.approx(
+        sum(loss(math.inf, f) - loss(2.0, f) for f in (0, 1)) / 2)
+    assert sorted(f for p, f in launcher.ran if p == math.inf) == [0, 1]  # no run after
+    # Every (p, fold) at most once; the survivors told COMPLETE with their mean.
+    assert len(set(launcher.ran)) == len(launcher.ran)
+    best = trials[2.0]
+    n = len(best.user_attrs[RACE_RUNS_ATTR])
+    assert best.state == TrialState.COMPLETE
+    assert best.value == pytest.approx(sum(loss(2.0, f) for f in range(n)) / n)
+
+
+@pytest.mark.parametrize(("race", "words"), [
+    ({"min_replicates": 2, "baseline": 2.0}, {BEST, WORSE, UNDECIDED}),
+    ({"min_replicates": 2, "baseline": 2.0, "equivalence": 0.02}, {BEST, WORSE, LEVEL}),
+    ({"min_replicates": 3, "baseline": None, "alpha": 0.1, "equivalence": 0.05},
+     {BEST, WORSE, LEVEL}),
+    ({"min_replicates": 2, "baseline": 2.0, "budget_steps": 1000}, {BEST, WORSE, UNDECIDED}),
+], ids=["holm", "equivalence", "no-baseline", "budget"])
+def test_the_replay_makes_the_live_races_runs_and_answer(race, words, monkeypatch):
+    """race_sims.race on the same table: the runs the schedule launched, in its order, the same
+    answer per candidate and the same steps (`words`: the answers the case must reach, so that
+    each rule's path is taken)."""
+    plan = race_plan(**race)
+    study, launcher = run_race(plan)
+    ran, real_run = [], race_sims._run
+
+    def logged(grid, p, block, *a, **kw):
+        ran.append((p, block))
+        return real_run(grid, p, block, *a, **kw)
+
+    monkeypatch.setattr(race_sims, "_run", logged)
+    spec = plan.race
+    baseline = None if spec.baseline is None else spec.baseline[0]
+    sim = race_sims.race(table_grid(), spec.budget_steps, schedule.rules(spec), {}, baseline)
+    assert ran == launcher.ran
+    assert sim["steps"] == STEPS * len(launcher.ran) == readback.steps_spent(study.get_trials())
+    p_of = {label: c[0] for c, label in spec.labels.items()}
+    answer = {p_of[row["candidate"]]: row["answer"] for row in readback.elimination(study).rows}
+    assert sim["best_p"] == next(p for p, a in answer.items() if a == BEST)
+    assert sim["worse"] == sorted(p for p, a in answer.items() if a == WORSE)
+    assert sim["level"] == sorted(p for p, a in answer.items() if a == LEVEL)
+    assert set(answer.values()) == words
