@@ -116,7 +116,8 @@ def unless_failed_elsewhere(trial: optuna.Trial):
     except UpdateFinishedTrialError:
         left_to_retry(trial.number)
     except ValueError:
-        if not trial.study._storage.get_trial(trial._trial_id).state.is_finished():
+        stored = trial.study.get_trials(deepcopy=False)[trial.number]  # numbers are indices
+        if not stored.state.is_finished():
             raise
         left_to_retry(trial.number)
 
