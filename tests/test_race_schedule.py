@@ -16,7 +16,7 @@ from qknorm.research import race_sims
 from qknorm.rundir import COMPLETED
 from qknorm.sweep import specs
 from qknorm.sweep.launcher import JobResult
-from qknorm.sweep.plan import Plan, Settings
+from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import readback, schedule
 from qknorm.sweep.race.verdicts import BEST, DROPPED, LEVEL, UNDECIDED, WORSE
 from qknorm.sweep.space import parse_space, replicate_combinations
@@ -78,13 +78,13 @@ def race_plan(**race) -> Plan:
 
 
 def run_race(plan: Plan) -> tuple[optuna.Study, TableLauncher]:
-    """The sweep's loop over a RaceSchedule on a fresh in-memory study, 4 jobs at a time."""
+    """The sweep's loop over a RaceSchedule on a fresh in-memory study, n_jobs=4: all four
+    candidates asked at once, as the replay has them."""
     sweep = OptunaSweep(study_name="r", storage="", direction="minimize",
                         objectives=["best_val_loss"], n_trials=None, n_jobs=4,
                         sampler=plan.sampler_spec, pruner=plan.pruner_spec, replicates={},
                         max_failure_rate=0.0, fail_value=None, heartbeat_interval=1,
                         grace_period=None, params={}, race=None)
-    assert isinstance(sweep.settings, Settings)
     study = optuna.create_study(sampler=plan.sampler, directions=plan.directions)
     schedule.RaceSchedule.prepare_study(plan, study, "r")
     launcher = TableLauncher()
