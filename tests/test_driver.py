@@ -212,7 +212,7 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
     """tests/helpers/race_task.py's table, searched through the CLI (its initial design first),
     then replayed by race_sims on the same table with the live search's proposals in the live
     order: the same (x, fold) runs in the same order, and the same answer."""
-    from tests.helpers.race import SEARCH, TASK, answers, calls
+    from tests.helpers.race import SEARCH, TASK, answers, calls, replay_runs
     from tests.helpers.race_task import FOLD, MEAN, NOISE
     from tests.helpers.studies import study_of
 
@@ -225,15 +225,8 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
     assert order[:2] == [5, 1] and settings["initial"] == [{"x": 5}, {"x": 1}]  # then TPE's
     grid = {x: [{"fold": f, "value": MEAN[x] + FOLD[f] + NOISE[x][f], "steps": 100,
                  "core_s": 4.0, "curve": None} for f in range(4)] for x in MEAN}
-    ran = []
-    real_run = race_sims._run
-
-    def logged(grid, p, block, *a, **kw):
-        ran.append((p, block))
-        return real_run(grid, p, block, *a, **kw)
-
+    ran = replay_runs(monkeypatch)
     script = iter(order)
-    monkeypatch.setattr(race_sims, "_run", logged)
     def scripted(*args, **kwargs):  # the live proposals in their order, then none left
         x = next(script, None)
         return None if x is None else {"norm.p": x}

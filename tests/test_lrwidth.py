@@ -19,6 +19,7 @@ from scipy import stats as sps
 from qknorm import rundir
 from qknorm.report import Options, build_report, lrplots, lrsens, plots, results
 from qknorm.report.arms import arm_name, arm_names
+from tests.helpers.holm import holm_by_hand
 from tests.helpers.synthetic_runs import lr_reading
 
 # ---------------------------------------------------------------------------------------------
@@ -136,12 +137,6 @@ def sensitivity(width: int, arm: str, seed: int) -> float | None:
 
 def seeds_of(width: int, arm: str) -> list[int]:
     return [s for s in SEEDS if sensitivity(width, arm, s) is not None]
-
-
-def holm_by_hand(p: dict) -> dict:
-    """Holm over a family of two."""
-    low, high = sorted(p, key=p.get)
-    return {low: min(1.0, 2 * p[low]), high: max(min(1.0, 2 * p[low]), p[high])}
 
 
 # ---------------------------------------------------------------------------------------------

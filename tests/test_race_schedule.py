@@ -14,7 +14,6 @@ from scipy import stats
 
 from qknorm.research import race_sims
 from qknorm.rundir import COMPLETED
-from qknorm.sweep import specs
 from qknorm.sweep.launcher import JobResult
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import readback, schedule
@@ -22,7 +21,10 @@ from qknorm.sweep.race.verdicts import BEST, DROPPED, LEVEL, UNDECIDED, WORSE
 from qknorm.sweep.space import parse_space, replicate_combinations
 from qknorm.sweep.study import RACE_RUNS_ATTR
 from qknorm.sweep.sweep import OptunaSweep
+from tests.helpers.holm import holm_by_hand
 from tests.helpers.race import plan as race_spec
+from tests.helpers.race import replay_runs, sweep_plan
+from tests.helpers.studies import Beats
 
 FOLDS = 5
 STEPS = 100
@@ -56,25 +58,13 @@ class TableLauncher:
         return out
 
 
-class NoHeartbeat:  # an in-memory study has no heartbeat to keep
-    def add(self, trial_id: int) -> None:
-        pass
-
-    def discard(self, trial_id: int) -> None:
-        pass
-
-
 def race_plan(**race) -> Plan:
     params = {"norm.p": "choice(1.0,2.0,4.0,inf)"}
     space, _ = parse_space(params, [])
     spec = race_spec(race, params=params, folds=tuple(range(FOLDS)))
-    sampler = {"name": "grid", "seed": 0}
-    return Plan(space=space, base_overrides=[],
-                combinations=replicate_combinations({"data.fold": list(range(FOLDS))}),
-                directions=["minimize"], n_trials=space.grid_size,
-                sampler=specs.build_sampler(sampler, space.grid), sampler_spec=sampler,
-                pruner=optuna.pruners.NopPruner(), pruner_spec={"name": "none"},
-                fail_values=None, race=spec)
+    return sweep_plan(space, space.grid_size,
+                      replicate_combinations({"data.fold": list(range(FOLDS))}), spec,
+                      {"name": "grid", "seed": 0})
 
 
 def run_race(plan: Plan) -> tuple[optuna.Study, TableLauncher]:
@@ -87,9 +77,10 @@ def run_race(plan: Plan) -> tuple[optuna.Study, TableLauncher]:
                         grace_period=None, params={}, race=None)
     study = optuna.create_study(sampler=plan.sampler, directions=plan.directions)
     schedule.RaceSchedule.prepare_study(plan, study, "r")
-    launcher = TableLauncher()
-    sched = schedule.RaceSchedule(plan, launcher, ["best_val_loss"], 4, NoHeartbeat())
-    assert sweep._run(study, plan, sched, launcher, NoHeartbeat()) is None
+    launcher, beats = TableLauncher(), Beats()
+    sched = schedule.RaceSchedule(plan, launcher, ["best_val_loss"], 4, beats)
+    assert sweep._run(study, plan, sched, launcher, beats) is None
+    assert not beats.ids  # every trial it asked was told and its heartbeat let go
     return study, launcher
 
 
@@ -110,11 +101,7 @@ def test_the_race_drops_the_far_candidate_at_the_first_look_with_holms_p():
     # it, Holm over the three (scipy's test, Holm by hand).
     raw = {p: stats.ttest_rel([loss(p, f) for f in (0, 1)], [loss(2.0, f) for f in (0, 1)],
                               alternative="greater").pvalue for p in (1.0, 4.0, math.inf)}
-    order = sorted(raw, key=raw.get)
-    holm, running = {}, 0.0
-    for i, p in enumerate(order):
-        running = max(running, (3 - i) * raw[p])
-        holm[p] = min(1.0, running)
+    holm = holm_by_hand(raw)
     assert holm[math.inf] <= 0.05 < min(holm[1.0], holm[4.0])  # only p=inf goes now
     inf = trials[math.inf]
     assert inf.state == TrialState.PRUNED
@@ -144,13 +131,7 @@ def test_the_replay_makes_the_live_races_runs_and_answer(race, words, monkeypatc
     each rule's path is taken)."""
     plan = race_plan(**race)
     study, launcher = run_race(plan)
-    ran, real_run = [], race_sims._run
-
-    def logged(grid, p, block, *a, **kw):
-        ran.append((p, block))
-        return real_run(grid, p, block, *a, **kw)
-
-    monkeypatch.setattr(race_sims, "_run", logged)
+    ran = replay_runs(monkeypatch)
     spec = plan.race
     baseline = None if spec.baseline is None else spec.baseline[0]
     sim = race_sims.race(table_grid(), spec.budget_steps, schedule.rules(spec), {}, baseline)

@@ -19,9 +19,10 @@ from tests.helpers.race import (
     answers,
     calls,
     check_table,
+    sweep_plan,
     two_sweepers,
 )
-from tests.helpers.studies import age_heartbeats, study_of
+from tests.helpers.studies import Beats, age_heartbeats, study_of
 
 
 @pytest.mark.slow
@@ -87,15 +88,9 @@ def test_a_search_ends_within_its_budget_even_with_proposals_still_racing(cli):
     assert all(t.state.is_finished() for t in study.trials)
 
 
-class _NoHeartbeat:
-    def discard(self, trial_id: int) -> None:
-        pass
-
-
 def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     """A TPE proposal's p (4.872838681541604) reads in the trial's log lines as the answer
     line names it, to 4 significant digits: norm.p=4.873, not the float's 16 digits."""
-    from qknorm.sweep.plan import Plan
     from qknorm.sweep.race.search import RaceSearchSchedule
     from qknorm.sweep.race.settings import RaceSpec
     from qknorm.sweep.space import parse_space
@@ -106,13 +101,10 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     spec = RaceSpec(min_replicates=2, alpha=0.05, baseline=None, candidates=(), labels={},
                     blocks=blocks, sign=1.0, rungs=(), margin=0.0, equivalence=0.02,
                     search="tpe")
-    plan = Plan(space=space, base_overrides=[], combinations=[[b] for b in blocks],
-                directions=["minimize"], n_trials=2, sampler=optuna.samplers.RandomSampler(0),
-                sampler_spec={}, pruner=optuna.pruners.NopPruner(), pruner_spec={},
-                fail_values=None, race=spec)
+    plan = sweep_plan(space, 2, [[b] for b in blocks], spec)
     study = optuna.create_study()
     RaceSearchSchedule.prepare_study(plan, study, study.study_name)
-    schedule = RaceSearchSchedule(plan, None, ["best_val_loss"], 1, _NoHeartbeat())
+    schedule = RaceSearchSchedule(plan, None, ["best_val_loss"], 1, Beats())
     # The incumbent p=2 (1.0, 1.1) and p=4.87, behind by 0.30 and 0.31: worse (paired t on
     # one degree of freedom, t = 0.305 / 0.005 = 61, one-sided p 0.005).
     for p, values in ((2.0, (1.0, 1.1)), (4.872838681541604, (1.30, 1.41))):

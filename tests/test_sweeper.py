@@ -523,13 +523,11 @@ def test_a_rerun_with_another_replicate_set_or_grid_seed_says_what_the_study_hol
 def two_p_plan():
     """A plain sweep's plan over norm.p in {2, 4}, one job a trial, built in memory: for driving
     a schedule's tells without the CLI."""
-    from qknorm.sweep.plan import Plan
     from qknorm.sweep.space import parse_space
+    from tests.helpers.race import sweep_plan
 
     space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
-    return Plan(space=space, base_overrides=[], combinations=[[]], directions=["minimize"],
-                n_trials=2, sampler=optuna.samplers.RandomSampler(0), sampler_spec={},
-                pruner=optuna.pruners.NopPruner(), pruner_spec={}, fail_values=None)
+    return sweep_plan(space, 2)
 
 
 def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_path, caplog):

@@ -18,21 +18,11 @@ from qknorm.sweep import study as study_record
 from qknorm.sweep.space import parse_space
 from qknorm.sweep.sweep import OptunaSweep, shared_seed
 from tests.helpers import REPO
+from tests.helpers.studies import Beats
 
 GRID = {"name": "grid", "seed": 0}
 TPE = {"name": "tpe", "seed": 0, "n_startup_trials": 6}
 SPACE = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
-
-
-class Beats:  # Heartbeat's interface, without the thread
-    def __init__(self):
-        self.ids: set[int] = set()
-
-    def add(self, trial_id: int) -> None:
-        self.ids.add(trial_id)
-
-    def discard(self, trial_id: int) -> None:
-        self.ids.discard(trial_id)
 
 
 def plan(spec: dict, n_trials: int) -> SimpleNamespace:

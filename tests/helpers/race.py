@@ -1,6 +1,7 @@
 """A race as the tests set one up: its plan in memory (qknorm.sweep.race.settings.plan_race on a
-grid over p and the folds), and a race or a racing search through the real command line on
-race_task.py's table, killed and resumed by two sweepers."""
+grid over p and the folds; a sweep's whole Plan for driving a schedule), the runs a replay asks
+for, and a race or a racing search through the real command line on race_task.py's table, killed
+and resumed by two sweepers."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 from qknorm.errors import UserError
+from qknorm.research import race_sims
+from qknorm.sweep import specs
+from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import readback
 from qknorm.sweep.race.settings import plan_race, race_conf
-from qknorm.sweep.space import parse_space, replicate_combinations
+from qknorm.sweep.space import SearchSpace, parse_space, replicate_combinations
 from tests.helpers import REPO
 from tests.helpers.studies import study_of
 
@@ -29,6 +34,30 @@ def plan(race_spec, params=None, folds=(0, 1, 2, 3, 4), **kw):
     args = {"directions": ["minimize"], "objectives": ["best_val_loss"], "sampler": "grid",
             "pruner": "none", "n_trials": None, **kw}
     return plan_race(race_conf(race_spec), space, blocks, **args)
+
+
+def sweep_plan(space: SearchSpace, n_trials: int, combinations=([],), race=None,
+               sampler=None) -> Plan:
+    """A sweep's plan, built in memory for driving a schedule without the CLI: minimize, no
+    pruner, `sampler` a hydra.sweeper.sampler spec (default: random, seed 0)."""
+    sampler = sampler or {"name": "random", "seed": 0}
+    return Plan(space=space, base_overrides=[], combinations=[list(c) for c in combinations],
+                directions=["minimize"], n_trials=n_trials,
+                sampler=specs.build_sampler(sampler, space.grid), sampler_spec=sampler,
+                pruner=optuna.pruners.NopPruner(), pruner_spec={"name": "none"},
+                fail_values=None, race=race)
+
+
+def replay_runs(monkeypatch) -> list[tuple]:
+    """The (candidate, block) runs race_sims asks for from now on, in its order."""
+    ran, real_run = [], race_sims._run
+
+    def logged(grid, p, block, *a, **kw):
+        ran.append((p, block))
+        return real_run(grid, p, block, *a, **kw)
+
+    monkeypatch.setattr(race_sims, "_run", logged)
+    return ran
 
 
 def race_plan(**options):

@@ -1,6 +1,6 @@
 """Optuna studies and trials with known contents: frozen trials built in memory (a status's
 trials at known times, a race's candidates with their runs per block), small studies in tmp
-storages, and the study a CLI sweep left in its cwd."""
+storages, the study a CLI sweep left in its cwd, and a heartbeat without its thread (Beats)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,20 @@ from qknorm.sweep.study import (
     RACE_RUNG_ATTR,
     RACE_RUNS_ATTR,
 )
+
+
+class Beats:
+    """Heartbeat's interface, without the thread: the trial ids it would keep alive."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def add(self, trial_id: int) -> None:
+        self.ids.add(trial_id)
+
+    def discard(self, trial_id: int) -> None:
+        self.ids.discard(trial_id)
+
 
 # -- trials at known times (a status is read at NOW) ---------------------------------------------
 
