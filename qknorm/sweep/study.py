@@ -48,6 +48,7 @@ HEARTBEAT_ATTR = "heartbeat"  # last heartbeat (Unix time), in a journal storage
 # kept for studies raced before these names existed; the constants tell them apart.
 # Study, set by every sweeper when it opens the study:
 N_TRIALS_ATTR = "n_trials"  # the total its latest sweeper was given (the status's ETA from a URL)
+QUESTION_ATTR = "config"  # the config its runs share, less searched and replicate keys (question.py)
 # study: the race's settings, which a rerun must match; a racing search's name its sampler
 # (`search`); none for a plain sweep. The study's kind: race.readback.kind reads it.
 RACE_SETTINGS_ATTR = "race"

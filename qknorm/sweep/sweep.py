@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError, first_line
-from qknorm.sweep import cost, outputs, specs
+from qknorm.sweep import cost, outputs, question, specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.progress import status_lines
@@ -98,6 +98,8 @@ class OptunaSweep:
             raise UserError(f"study {s.study_name!r} in {s.storage} was created with "
                             f"direction {have}, not {plan.directions}; use another "
                             "hydra.sweeper.study_name")
+        # another config's study: refused before anything is asked (its answer is not this one's)
+        question.settle(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.prepare_study(plan, study, s.study_name)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
