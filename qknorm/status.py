@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: argparse.Namespace) -> list[str]:
     from qknorm.sweep import open_reader, read_study, status_lines
+    from qknorm.sweep.progress import stopped_sweep
 
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials={args.n_trials} must be >= 1 (the sweep's total trials)")
@@ -76,7 +77,8 @@ def run(args: argparse.Namespace) -> list[str]:
         n_trials = args.n_trials if args.n_trials is not None else target.n_trials
         slots = args.slots if args.slots is not None else target.slots
         out.append(f"study {name}:")
-        out += ["  " + line for line in status_lines(study, n_trials, slots)]
+        stopped = stopped_sweep(study, storage)  # a killed sweeper's: its heartbeats stopped
+        out += ["  " + line for line in status_lines(study, n_trials, slots, stopped=stopped)]
     return out
 
 

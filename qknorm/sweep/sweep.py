@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from qknorm.sweep.study import (
     SURPLUS,
     Heartbeat,
     Tally,
+    record_sweeper,
     record_total,
     surplus,
 )
@@ -102,6 +104,9 @@ class OptunaSweep:
         question.settle(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.prepare_study(plan, study, s.study_name)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
+        # when its heartbeats are stale, and how to resume it (the status, read from the URL)
+        record_sweeper(study, s.heartbeat_interval, s.grace_period, sys.orig_argv,
+                       str(Path.cwd()))
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
         plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
         return study
