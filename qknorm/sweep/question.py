@@ -80,13 +80,12 @@ def _show(value: Any) -> str:
     return "unset" if value is None else str(value)
 
 
-def settle(study: optuna.Study, want: dict[str, Any] | None, study_name: str, url: str,
-           varied: Iterable[str]) -> None:
+def check(study: optuna.Study, want: dict[str, Any] | None, study_name: str, url: str,
+          varied: Iterable[str]) -> None:
     """Before a sweep touches the study: refuse it (UserError) when the study answers another
-    question, else record the question in a study that has none. `want`: this sweep's question
-    (None: the task is not qknorm's, its configs are not compared). A study from before the
-    record is read back from a run dir of its trials (their .hydra/config.yaml), when one is
-    on this machine."""
+    question. `want`: this sweep's question (None: the task is not qknorm's, its configs are
+    not compared). A study from before the record is read back from a run dir of its trials
+    (their .hydra/config.yaml), when one is on this machine."""
     if want is None:
         return
     have = study.user_attrs.get(QUESTION_ATTR)
@@ -94,12 +93,17 @@ def settle(study: optuna.Study, want: dict[str, Any] | None, study_name: str, ur
         have = _from_run_dirs(study, varied)
     if have is not None and (diff := differences(have, want)):
         raise UserError(refusal(study_name, url, diff))
-    if QUESTION_ATTR not in study.user_attrs:
-        study.set_user_attr(QUESTION_ATTR, want)
-        # Two sweepers that opened a new study at once both wrote: the later write stands,
-        # and the sweeper whose question it is not stops here.
-        if diff := differences(study.user_attrs[QUESTION_ATTR], want):
-            raise UserError(refusal(study_name, url, diff))
+
+
+def record(study: optuna.Study, want: dict[str, Any] | None, study_name: str, url: str) -> None:
+    """Once every check passed: keep this sweep's question in a study that has none."""
+    if want is None or QUESTION_ATTR in study.user_attrs:
+        return
+    study.set_user_attr(QUESTION_ATTR, want)
+    # Two sweepers that opened a new study at once both wrote: the later write stands, and
+    # the sweeper whose question it is not stops here.
+    if diff := differences(study.user_attrs[QUESTION_ATTR], want):
+        raise UserError(refusal(study_name, url, diff))
 
 
 def _from_run_dirs(study: optuna.Study, varied: Iterable[str]) -> dict[str, Any] | None:

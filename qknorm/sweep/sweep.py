@@ -101,8 +101,9 @@ class OptunaSweep:
                             f"direction {have}, not {plan.directions}; use another "
                             "hydra.sweeper.study_name")
         # another config's study: refused before anything is asked (its answer is not this one's)
-        question.settle(study, plan.question, s.study_name, s.storage, plan.varied)
+        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.prepare_study(plan, study, s.study_name)
+        question.record(study, plan.question, s.study_name, s.storage)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         # when its heartbeats are stale, and how to resume it (the status, read from the URL)
         record_sweeper(study, s.heartbeat_interval, s.grace_period, sys.orig_argv,
