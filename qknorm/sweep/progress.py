@@ -29,6 +29,13 @@ The ETA:
          racing one running all its blocks). Its proposals stay open to the end, so, as in a
          race, the pace so far is all there is.
 
+A sweep that no sweeper runs any more (stopped_sweep: its RUNNING trials' heartbeats are older
+than the grace period its sweeper recorded, or none runs and none was told within it) counts
+those trials as stopped, and says so with the command that resumes it, in place of the ETA:
+
+  trials 3/8: 2 complete, 0 pruned, 0 failed, 1 stopped; elapsed 1m00s, stopped: no sweeper
+  runs it (the heartbeats of its 1 running trial stopped over 20s ago); resume: cd DIR && ...
+
 "≤": the jobs left are an upper bound, because a pruner (a trial's PRUNER_ATTR spec, other than
 none) may stop trials early and a race drops candidates. The time per job stays an estimate.
 """
