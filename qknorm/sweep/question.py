@@ -14,6 +14,9 @@ Refused rather than named after a digest of the config: the study's name is what
 the report, the dashboard and `--study` show and take, and a typo in a key meant to resume
 would silently start over in a new study; the refusal names the keys, and the user decides.
 
+A key added to the config later must keep old studies' questions: it goes in
+effective.KEYS_BEFORE at the value every earlier run had, as for the trials' digests.
+
 Keys that say where or how fast a run is computed, not what (NOT_THE_QUESTION), and the
 sweeper's own keys (hydra.*: n_trials, n_jobs, the launcher) are not part of the question.
 """
@@ -89,8 +92,9 @@ def check(study: optuna.Study, want: dict[str, Any] | None, study_name: str, url
     if want is None:
         return
     have = study.user_attrs.get(QUESTION_ATTR)
-    if have is None:
-        have = _from_run_dirs(study, varied)
+    if have is None and (have := _from_run_dirs(study, varied)) is not None:
+        # an old run dir lacks the keys added since it ran (at their old defaults: KEYS_BEFORE)
+        want = {k: v for k, v in want.items() if k in have}
     if have is not None and (diff := differences(have, want)):
         raise UserError(refusal(study_name, url, diff))
 
