@@ -475,3 +475,24 @@ def test_a_searchs_spent_line_says_why_its_steps_differ_from_the_answers(tmp_pat
                         "final.json; the search's line counts the 420 steps of the runs its "
                         "proposals recorded)")
     assert lines[3].endswith("; 8 proposals, 420 training steps")
+
+
+def test_a_journal_sweep_whose_heartbeat_aged_reads_as_stopped(tmp_path):
+    """The journal keeps a beat as a trial system attr (specs.JournalHeartbeatStorage): the
+    status reads it from a plain reader, on this machine's clock."""
+    from qknorm.sweep.progress import stopped_sweep
+    from qknorm.sweep.specs import open_storage
+    from qknorm.sweep.study import HEARTBEAT_ATTR, record_sweeper
+
+    url = f"{JOURNAL_PREFIX}{tmp_path}/o.log"
+    writer = open_storage(url, heartbeat_interval=10)
+    study = new_study(writer, "j")
+    running = study.ask()
+    writer.record_heartbeat(running._trial_id)
+    record_sweeper(study, 10, 30, ARGV, "/w")
+    reader = open_reader(url)
+    assert stopped_sweep(optuna.load_study(study_name="j", storage=reader), reader) is None
+    writer.set_trial_system_attr(running._trial_id, HEARTBEAT_ATTR, NOW - 3600)
+    reader = open_reader(url)
+    gone = stopped_sweep(optuna.load_study(study_name="j", storage=reader), reader, now=NOW)
+    assert (gone.stale, gone.grace) == (1, 30)
