@@ -97,7 +97,7 @@ def _targets(storage: str, study: str | None) -> list[Target]:
                 if path.exists() else "no such directory")
         raise UserError(f"STORAGE={storage!r} is neither a storage URL nor a sweep dir "
                         f"({what}); give e.g. {EXAMPLES}")
-    targets = _from_jobs(path) or _from_results(path)
+    targets = _from_jobs(path) or from_results(path)
     if not targets:
         raise UserError(f"{storage} holds no sweep job (no .hydra/config.yaml with "
                         "optuna.storage) and no optimization_results.yaml; give the sweep's "
@@ -125,7 +125,7 @@ def _from_jobs(root: Path) -> list[Target]:
     return list(found.values())
 
 
-def _from_results(root: Path) -> list[Target]:
+def from_results(root: Path) -> list[Target]:
     """From optimization_results.yaml files (written when a sweep ends). Their storage is as
     the sweep was given it, relative to the directory it ran in: tried against the sweep dir's
     ancestors (outputs/sweeps/NAME/DATE sits in that directory)."""

@@ -74,3 +74,20 @@ def test_a_sweep_dir_that_holds_its_whole_study_says_nothing_more(tmp_path):
     collection = results.collect(s1)
     assert collection.covers is None
     assert list(collection.runs["run_dir"]) == ["trial0", "trial1", "trial2", "trial3"]
+
+
+def test_a_rerun_that_found_its_study_done_reports_the_studys_runs(tmp_path):
+    """A rerun of a finished study runs nothing: its sweep dir holds only the
+    optimization_results.yaml the sweeper writes at its end, which names the study."""
+    resumed_grid(tmp_path)
+    s3 = tmp_path / "sweeps" / "p_grid" / "S3"
+    s3.mkdir()
+    (s3 / "optimization_results.yaml").write_text(
+        f"study_name: g\nstorage: sqlite:///{tmp_path}/o.db\nn_trials: 4\n")
+    collection = results.collect(s3)
+    assert sorted(collection.runs["norm.p"]) == [1.0, 2.0, 4.0, math.inf]
+    assert list(collection.runs["run_dir"]) == [
+        "../S1/trial0", "../S1/trial1", "../S1/trial2", "../S2/trial4"]
+    assert collection.covers == (
+        "Covers every run of study g: none under this directory (its rerun found the study "
+        "done) and 4 from its other sweep dirs (../S1, ../S2), which a resumed sweep wrote.")

@@ -139,11 +139,16 @@ def collect(root: Path | str) -> Collection:
     root = Path(root)
     if root.is_dir() and (root / RESULTS_CSV).is_file() and not rundir.find_run_dirs(root):
         return read_results(root)
-    run_dirs = rundir.run_dirs_under(root)
+    ran_nothing = _studies_of_results(root) if root.is_dir() and not rundir.find_run_dirs(
+        root) else {}  # a rerun of a finished study: its sweep dir has no run, the study has
+    run_dirs = [] if ran_nothing else rundir.run_dirs_under(root)
     configs = [rundir.read_config(d) or {} for d in run_dirs]
     collection = Collection(root, pd.DataFrame(), configs=configs)
+    collection.studies.update(ran_nothing)
     if not (root / rundir.HYDRA_DIR).is_dir():  # a sweep dir, not one run: its studies' runs
         elsewhere, collection.covers = study_runs(root, run_dirs, configs, collection)
+        if not elsewhere:  # none here, none there: the message of an empty dir
+            rundir.run_dirs_under(root)
         run_dirs += elsewhere
         configs += [rundir.read_config(d) or {} for d in elsewhere]
     rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
@@ -271,10 +276,22 @@ def study_runs(root: Path, run_dirs: list[Path], configs: list[dict[str, Any]],
         return [], None
     names = sorted(set(found.values()))
     sweeps = sorted({Path(os.path.relpath(d.parent, root)).as_posix() for d in found})
-    covers = (f"Covers every run of study {', '.join(names)}: {len(run_dirs)} under this "
-              f"directory and {len(found)} from its other sweep dirs ({', '.join(sweeps)}), "
-              "which a resumed sweep wrote.")
+    here_too = (f"{len(run_dirs)} under this directory" if run_dirs
+                else "none under this directory (its rerun found the study done)")
+    covers = (f"Covers every run of study {', '.join(names)}: {here_too} and {len(found)} from "
+              f"its other sweep dirs ({', '.join(sweeps)}), which a resumed sweep wrote.")
     return sorted(found, key=rundir.natural_key), covers
+
+
+def _studies_of_results(root: Path) -> dict[tuple[str, str], Any]:
+    """The studies the optimization_results.yaml files under root name (the sweeper writes one
+    at its end, even when it ran nothing: its study was done), opened to read; {} when none
+    does, or none opens (the report then says the directory holds no run)."""
+    from qknorm.status import from_results
+
+    notes: list[str] = []
+    studies = {(t.study, t.url): _load_study(t.study, t.url, notes)[0] for t in from_results(root)}
+    return {k: v for k, v in studies.items() if v is not None}
 
 
 def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
