@@ -98,8 +98,10 @@ def summarize(collection: results.Collection, options: Options,
     by section."""
     s = computed or compute(collection, options, curves)
     runs, metric = collection.runs, options.metric
-    out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), "",
-           test_line(s.test, runs), ""]
+    out = [f"# Results: {collection.root.as_posix()}", ""]
+    if collection.covers:  # a resumed sweep's dir: the study's runs in its other dirs too
+        out += [collection.covers, ""]
+    out += [_counts_line(runs, s.excluded), "", test_line(s.test, runs), ""]
     out += _folded_note(s.folded)
     if s.fits is not None:
         out += ["The p values come from a continuous search: loss_vs_p draws each trial as a "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError, first_line
-from qknorm.sweep import cost, outputs, specs
+from qknorm.sweep import cost, outputs, question, specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.progress import status_lines
@@ -41,6 +42,7 @@ from qknorm.sweep.study import (
     SURPLUS,
     Heartbeat,
     Tally,
+    record_sweeper,
     record_total,
     surplus,
 )
@@ -98,8 +100,14 @@ class OptunaSweep:
             raise UserError(f"study {s.study_name!r} in {s.storage} was created with "
                             f"direction {have}, not {plan.directions}; use another "
                             "hydra.sweeper.study_name")
+        # another config's study: refused before anything is asked (its answer is not this one's)
+        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.prepare_study(plan, study, s.study_name)
+        question.record(study, plan.question, s.study_name, s.storage)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
+        # when its heartbeats are stale, and how to resume it (the status, read from the URL)
+        record_sweeper(study, s.heartbeat_interval, s.grace_period, sys.orig_argv,
+                       str(Path.cwd()))
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
         plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
         return study
