@@ -13,9 +13,12 @@ incumbent on the blocks both ran:
   stays open for the confirmation) when it is behind by less than δ or has run one block only;
   else (two blocks or more, behind by δ or more) it is **undecided**.
 - **ahead**: it runs the incumbent's next block; once it has run every one of them (and at
-  least `min_blocks`), it **takes over** (SMAC's rule: better on the instances both ran, no
-  test). A challenger ahead never leaves as level: a p better by a little more than δ could be
-  called level after two blocks (a TOST on one degree of freedom) and the worse p kept.
+  least `min_blocks`: the incumbent's pace, pace()), it **takes over** when its mean paired
+  difference over the incumbent's blocks is below 0 (SMAC's rule compares the mean cost on the
+  instances both ran; no test). An incumbent that can run no more (stopped at a rung in a later
+  block) keeps its blocks: a challenger ahead on them runs on alone up to its pace. A challenger
+  ahead never leaves as level: a p better by a little more than δ could be called level after
+  two blocks (a TOST on one degree of freedom) and the worse p kept.
 - A run stopped inside a block at a rung (the margin rule, qknorm/sweep/job.py) is out,
   untested.
 
