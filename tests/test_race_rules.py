@@ -79,6 +79,28 @@ def test_an_incumbent_that_can_run_no_more_gives_way_to_a_challenger_that_leads(
     assert answer[2].against == 1 and sorted(props[1].values) == [0, 1, 2, 3, 4]
 
 
+def test_behind_a_stopped_incumbent_a_challenger_runs_to_its_pace_and_no_further():
+    """a is stopped in fold 1 (its only other proposal b launched beside it, the search
+    confirming: no proposal left); b is 0.005 behind on fold 0, the one fold both ran: it runs
+    up to a's pace (min_replicates 2) and stops there, no takeover (it does not lead), the
+    search ends with a best and b undecided (one fold in common: no test)."""
+    rules = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02)
+    table = {"a": [1.0, 1.2, 1.1, 1.0], "b": [1.005, 1.1, 1.0, 0.9]}
+    props, launches, answer = drive(table, rules, stops={("a", 1)})
+    assert launches == [[("a", 0)], [("a", 1), ("b", 0)], [("b", 1)]]
+    assert outcomes(props, answer) == {"a": INCUMBENT, "b": "undecided"}
+    assert answer[1].delta == pytest.approx(0.005) and answer[1].p is None
+
+
+def test_a_tie_keeps_the_incumbent():
+    """SMAC keeps its incumbent on a tie: a challenger whose mean paired difference over the
+    incumbent's blocks is exactly 0 does not take over; it is level (interval [0, 0])."""
+    rules = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02)
+    ps = [Proposal("a", {0: 1.0, 1: 1.25}), Proposal("b", {0: 1.0, 1: 1.25})]
+    s = intensify.replay(ps, rules)
+    assert s.incumbent == 0 and s.judged[1].outcome == LEVEL and s.judged[1].delta == 0
+
+
 def paired(mine, theirs, alpha):
     """scipy's paired t: the one-sided p (H1: mine behind) and the (1 - 2 alpha) interval."""
     d = [a - b for a, b in zip(mine, theirs)]
