@@ -213,6 +213,8 @@ def test_a_launch_cut_by_the_budget_keeps_the_runs_in_launch_order():
     assert step.runs == [(2, 0)] and not step.over
     assert driver.search_step(props, rules, 600, 1.0, 2, 5).runs == [(2, 0), (1, 1)]
     assert driver.search_step(props, rules, 400, 1.0, 2, 5).over
+    # Spent to the step by runs stopped at a rung (no whole run known): none fits, not "unknown".
+    assert driver.fits([Proposal("s", {}, stopped=True, live=False, steps=400)], 400) == 0
 
 
 @pytest.mark.parametrize(("budget", "runs"), [(10, 1), (45, 1), (250, 2), (299, 2), (300, 3)])

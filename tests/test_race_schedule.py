@@ -150,15 +150,17 @@ def test_a_race_with_a_budget_makes_the_runs_worked_out_by_hand():
     sides: the runs by hand). A run's length is unknown until one completes, so the first
     launch is the baseline's fold 0 alone (baseline first, then grid order); then the seven
     other runs of the first look fit (800 spent); its look drops p=inf (Holm by hand above);
-    the next look needs three runs, 300 steps, and 200 are left: the race ends there."""
+    the next look needs three runs and two fit: the two best by their mean over folds 0-1 (p=2
+    1.45, p=4 1.4525, p=1 1.555) run fold 2; then none fits and the race ends at its last look."""
     study, launcher = run_race(race_plan(min_replicates=2, baseline=2.0, budget_steps=1000))
     order = [2.0, 1.0, 4.0, math.inf]
-    assert launcher.ran == [(2.0, 0)] + [(p, 0) for p in order[1:]] + [(p, 1) for p in order]
+    assert launcher.ran == ([(2.0, 0)] + [(p, 0) for p in order[1:]] + [(p, 1) for p in order]
+                            + [(2.0, 2), (4.0, 2)])
     rows = {row["candidate"]: row["answer"] for row in readback.elimination(study).rows}
     assert rows == {"norm.p=2.0": BEST, "norm.p=1.0": UNDECIDED, "norm.p=4.0": UNDECIDED,
                     "norm.p=inf": WORSE}
     e = readback.elimination(study)
-    assert e.spent["steps"] == 800 and e.out_of_budget
+    assert e.spent["steps"] == 1000 and e.out_of_budget
 
 
 @pytest.mark.parametrize(("budget", "runs"), [(150, 1), (450, 4)])

@@ -12,11 +12,10 @@ the values, the loop acts).
 The budget (budget_steps), one rule for the race and the search: no run launches that would
 take the runs past it. It is spent by whole runs (a run stopped at a rung: to its rung); a run's
 length is the longest completed run's steps so far (fits), and before any run has completed,
-when its length is not known, a launch holds one run, to learn it. A search launches the runs
-of a step that fit (launch order: the incumbent's first, _first) and is over once none fits; a
-race's runs count only in a look, so it starts a look only when every run the look still needs
-fits, and ends where it stands otherwise. So either ends within its budget, except a first run
-longer than the whole budget.
+when its length is not known, a launch holds one run, to learn it. A step launches the runs
+that fit, in its launch order (a search: the incumbent's first, _first; a race: best first),
+and the search or race is over once none fits (a race ends where it stands, its last look
+made). So either ends within its budget, except a first run longer than the whole budget.
 """
 
 from __future__ import annotations
@@ -151,29 +150,20 @@ def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
     """The race's next step: the looks so far, and the blocks the next look needs, block by
     block, best candidate first within a block (looks.standing), so that a run is judged
     at its rungs against the leader's. With rungs, one block a launch: a candidate stopped
-    there runs no other. The budget (the module's rule): a look starts only when every run it
-    still needs fits; else the race ends where it stands."""
+    there runs no other. The budget (the module's rule): the runs that fit, best first; once
+    none fits, the race ends where it stands (looks.replay's budget_spent)."""
     n_fit = _fits(ledger.steps, ledger.run, budget)
-    race, runs = _race_runs(ledger, rules, baseline, n_fit == 0)
-    if n_fit is not None and n_fit < len(runs):  # the look does not fit: it ends here
-        race, runs = _race_runs(ledger, rules, baseline, True)
-    runs = _within(runs, n_fit, budget)
+    race = looks.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
+                        rules.min_blocks, rules.alpha, baseline, n_fit == 0, rules.equivalence,
+                        rules.test)
+    if race.over:
+        return RaceStep(race, [])
+    order = looks.standing(ledger.values, race.alive, baseline)
+    runs = [(c, b) for b in range(race.need) for c in order
+            if c in ledger.live and b not in ledger.values.get(c, {})]
     if rungs and runs:
         runs = [(c, b) for c, b in runs if b == runs[0][1]]
-    return RaceStep(race, runs)
-
-
-def _race_runs(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
-               budget_spent: bool) -> tuple[looks.Race, list[tuple[Hashable, int]]]:
-    """The race so far, and every run its next look still needs, in launch order."""
-    race = looks.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
-                        rules.min_blocks, rules.alpha, baseline, budget_spent,
-                        rules.equivalence, rules.test)
-    if race.over:
-        return race, []
-    order = looks.standing(ledger.values, race.alive, baseline)
-    return race, [(c, b) for b in range(race.need) for c in order
-                  if c in ledger.live and b not in ledger.values.get(c, {})]
+    return RaceStep(race, _within(runs, n_fit, budget))
 
 
 @dataclass(frozen=True)

@@ -114,12 +114,12 @@ class Elimination:
 
     @property
     def out_of_budget(self) -> bool:
-        """Replicates are left to run and the next look's runs (one of each candidate still in)
-        do not fit in what is left of its budget: it ended (or ends) there (driver's rule)."""
-        left = [r for r in self.rows
-                if r["outcome"] in (SURVIVED, RACING) and r["n"] < len(self.blocks)]
-        return (self.budget_steps is not None and bool(left)
-                and self.spent["steps"] + self.run * len(left) > self.budget_steps)
+        """Replicates are left to run and no further run fits in what is left of its budget:
+        it ended (or ends) there (the driver's rule)."""
+        return (self.budget_steps is not None
+                and self.spent["steps"] + self.run > self.budget_steps
+                and any(r["outcome"] in (SURVIVED, RACING) and r["n"] < len(self.blocks)
+                        for r in self.rows))
 
 
 def elimination(study: Any) -> Elimination | None:
@@ -246,8 +246,8 @@ def summary_line(e: Elimination) -> str:
 
 
 def budget_words(e: Elimination) -> str:
-    return (f"its next look does not fit in its budget of {e.budget_steps:,} training steps: "
-            "no further replicate was launched")
+    return (f"no further run fits in its budget of {e.budget_steps:,} training steps: no "
+            "further replicate was launched")
 
 
 def stop_place(row: dict) -> str:

@@ -198,8 +198,8 @@ def log_limits(spec: RaceSpec) -> None:
                  "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
                  100 * (1 - 2 * spec.alpha), spec.equivalence, spec.alpha)
     if spec.budget_steps is not None:
-        log.info("budget: no run launches that would take the runs past %d training steps "
-                 "(a race starts a look only when all of it fits)", spec.budget_steps)
+        log.info("budget: no run launches that would take the runs past %d training steps",
+                 spec.budget_steps)
 
 
 class RaceSchedule:
