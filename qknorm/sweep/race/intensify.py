@@ -41,7 +41,7 @@ those with no test (one block, stopped at a rung) counted at p = 1, since the se
 which to test from their values (a grid's family is every p, and so is the search's): level
 (TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal stopped at a rung is
 `stopped`, which the answer reads as undecided (the margin rule tests nothing;
-readback.answer). What the stops during the search control: each look is one test at alpha
+verdicts.answer). What the stops during the search control: each look is one test at alpha
 against the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
 answer's Holm carries the claim). What the answer controls: family-wise error of its worse
 calls at alpha over every proposal's comparison with the final incumbent, given that
