@@ -309,7 +309,7 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
 
 
 @pytest.mark.slow
-def test_a_race_launches_no_look_past_its_budget(cli):
+def test_a_race_launches_no_run_past_its_budget(cli):
     """Budget 900 steps, 100 a run: the first run goes alone (a run's length is not known
     before one completes), the first look's other seven fit (800 steps) and drop x=3; of the
     next look's three runs one fits, the best's (by its mean over folds 0-1) fold 2; then none
