@@ -87,7 +87,8 @@ def step(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> drive
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
                                     and readback.stopped_block(current[c].user_attrs) is None)}
     ledger = driver.RaceLedger(race.candidates, values, live,
-                               readback.steps_spent(current.values()))
+                               readback.steps_spent(current.values()),
+                               readback.run_steps(current.values()))
     return driver.race_step(ledger, rules(race), race.baseline, race.budget_steps,
                             bool(race.rungs))
 
@@ -197,7 +198,7 @@ def log_limits(spec: RaceSpec) -> None:
                  "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
                  100 * (1 - 2 * spec.alpha), spec.equivalence, spec.alpha)
     if spec.budget_steps is not None:
-        log.info("budget: no replicate launches once the race's runs took %d training steps",
+        log.info("budget: no run launches that would take the runs past %d training steps",
                  spec.budget_steps)
 
 

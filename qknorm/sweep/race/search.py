@@ -89,10 +89,12 @@ class RaceSearchSchedule:
                   else "")
         log.info("a search that races its proposals over %d replicates: %s proposes one at a "
                  "time; each runs the incumbent's first replicate and goes on only while it "
-                 "leads (δ/2 on the first), taking the incumbent's place once better on every "
-                 "replicate the incumbent ran; once %sn_trials are made, the close ones run on "
+                 "leads (δ/2 on the first), taking the incumbent's place once its mean over every "
+                 "replicate the incumbent ran (at least %d) is lower; once %sn_trials are made, "
+                 "the close ones run on "
                  "until level or worse (one-sided %s at alpha=%g; docs/search.md)",
-                 len(spec.blocks), spec.search, budget, spec.test.short(), spec.alpha)
+                 len(spec.blocks), spec.search, spec.min_replicates, budget, spec.test.short(),
+                 spec.alpha)
         log_limits(spec)
 
     @staticmethod
