@@ -1,8 +1,8 @@
 """The layout's rules (docs/design.md, "Layout"), checked on the source by reading it: each wing
 is used through its face, no underscored module of ours is used across packages, the run does
 not import the sweep wing, no docstring or comment names a module that is not there, no import
-cycle between files, no function over 60 lines nor class over 250, no module over 400, and no
-test file imports another (tests/helpers/ holds what they share).
+cycle between files, no function over 60 lines nor class over 250, and no test file imports
+another (tests/helpers/ holds what they share).
 `python -m pytest tests/test_faces.py` runs them; `make test` (CI) runs them with the rest.
 """
 
@@ -187,13 +187,9 @@ def test_no_import_cycle_between_files():
         visit(node, [])
 
 
-MAX_FUNCTION, MAX_CLASS, MAX_MODULE = 60, 250, 400  # lines, decorators and docstring included
-
-
-def test_no_module_over_400_lines():
-    long = {p.relative_to(REPO).as_posix(): n for top in ("qknorm", "hydra_plugins")
-            for p in (REPO / top).rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_MODULE}
-    assert not long, f"modules over {MAX_MODULE} lines (one concern per module): {long}"
+# Lines, decorators and docstring included. A module has no limit: it is split by concern, not
+# by a count (a count moved tracking's missing_package out of config.py and made an import circle).
+MAX_FUNCTION, MAX_CLASS = 60, 250
 
 
 def test_no_function_over_60_lines_nor_class_over_250():
