@@ -3,34 +3,33 @@ fold, and the replicate test those folds call for (scripts/race_replay.py, rung_
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from qknorm import multitest
 from qknorm.errors import UserError
+from qknorm.report import results
+from qknorm.rundir import COMPLETED
 
 
 def completed_by_fold(path: Path, metric: str
                       ) -> tuple[dict[float, dict[int, float]], int, int | None]:
-    """A report's results.csv as p -> {fold: metric} over its completed runs (every p seen, {}
-    for one with none), the number of folds seen and the fold layout (data.n_folds; None for a
-    results.csv written before that column): what a replay of looks reads."""
-    try:
-        rows = list(csv.DictReader(path.open()))
-    except OSError as e:
-        raise UserError(f"{path}: {e.strerror}; pass a results.csv written by scripts/report.py") from None
-    if not rows or metric not in rows[0] or "norm.p" not in rows[0]:
-        raise UserError(f"{path} has no norm.p and {metric} columns; pass a results.csv written "
-                        "by scripts/report.py")
+    """A report's results.csv (results.read_csv) as p -> {fold: metric} over its completed runs
+    (every p seen, {} for one with none), the number of folds seen and the fold layout
+    (data.n_folds; None for a results.csv written before that column): what a replay of looks
+    reads."""
+    runs = results.read_csv(path, ("norm.p", "data.fold", "status", metric),
+                            "pass a results.csv written by scripts/report.py")
+    if runs["norm.p"].isna().any():
+        raise UserError(f"{path} has runs without a norm.p (norm.kind none or rms); a replay of "
+                        "looks races p: pass a results.csv of runs over p")
     values: dict[float, dict[int, float]] = {}
-    folds, layouts = set(), {row.get("data.n_folds") for row in rows} - {None, ""}
-    for row in rows:
-        folds.add(int(row["data.fold"]))
-        runs = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
-        if row["status"] == "completed":
-            runs[int(row["data.fold"])] = float(row[metric])
-    layout = int(float(layouts.pop())) if len(layouts) == 1 else None
-    return dict(values), len(folds), layout
+    for row in runs.to_dict("records"):
+        by_fold = values.setdefault(float(row["norm.p"]), {})  # a p whose runs all stopped, too
+        if row["status"] == COMPLETED:
+            by_fold[int(row["data.fold"])] = float(row[metric])
+    layouts = set(runs["data.n_folds"].dropna())
+    layout = int(layouts.pop()) if len(layouts) == 1 else None
+    return values, int(runs["data.fold"].nunique()), layout
 
 
 def replicate_test(option: str, folds_vary: bool, layout: int | None, given: int | None):
