@@ -41,7 +41,7 @@ from qknorm import rundir
 from qknorm.errors import UserError, run_main
 from qknorm.multitest import holm
 from qknorm.report import format_p, results
-from qknorm.research import looks, race_sims
+from qknorm.research import race_sims, recorded_folds
 from qknorm.sweep.race.intensify import Rules
 from qknorm.sweep.race.looks import paired_t_greater, standing, stop_at_rung
 
@@ -188,8 +188,8 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None
     """The p whose completed runs are worse than the baseline's on the grid: one-sided t over
     the folds both ran (the corrected resampled t of the grid's fold layout, as the race and
     the report), Holm over the p with two pairs or more."""
-    values, seen, layout = looks.completed_by_fold(grid / "results.csv", "best_val_loss")
-    test = looks.replicate_test("auto", seen > 1, layout, n_folds)
+    values, seen, layout = recorded_folds.completed_by_fold(grid / "results.csv", "best_val_loss")
+    test = recorded_folds.replicate_test("auto", seen > 1, layout, n_folds)
     if not values.get(baseline):
         raise UserError(f"--baseline {format_p(baseline)} has no completed run in "
                         f"{grid / 'results.csv'}; use one of its p: "
