@@ -10,8 +10,7 @@ import pandas as pd
 from qknorm import rundir
 from qknorm.cells import num
 from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
-from qknorm.report import lrsection, paxis, results, searchsection, stats
-from qknorm.report import readings as two_readings
+from qknorm.report import lrsection, paxis, readings, results, searchsection, stats
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, pval
 from qknorm.report.timing import TIMING
@@ -203,7 +202,7 @@ def _readings_section(s: Statistics, metric: str, baseline: float | None) -> lis
     rows = []
     for i, row in r.iterrows():
         cells = _group_label(row, s.keys) + [str(int(row["n"]))]
-        for m in two_readings.READINGS:
+        for m in readings.READINGS:
             cells.append(f"{num(row[f'{m}_mean'])} [{num(row[f'{m}_ci_low'])}, "
                          f"{num(row[f'{m}_ci_high'])}]")
             if m == "best_val_loss":
