@@ -11,6 +11,7 @@ comparisons with the best, at alpha).
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,9 @@ def load(results: Path, curves: Path | None = None, metric: str = "best_val_loss
     runs = read_csv(results, ("norm.p", "data.fold", "status", metric, "steps", "wall_time_s",
                               "threads"), "pass a grid's results.csv written by scripts/report.py")
     rows = runs[runs["status"] == COMPLETED].to_dict("records")
+    if any(math.isnan(r["norm.p"]) for r in rows):
+        raise UserError(f"{results} has runs without a norm.p (norm.kind none or rms); a replay "
+                        "needs a grid over p")
     by_dir: dict[str, dict[int, float]] = {}
     for row in csv.DictReader(curves.open()) if curves else ():
         if row["val_loss"]:
