@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,29 +189,38 @@ READ_BACK = ["norm.kind", "norm.p", "seed", "data.fold", "status", "run_dir"]
 
 def read_results(root: Path) -> Collection:
     """The runs as a report's results.csv recorded them, for a report rebuilt without its run
-    dirs (how a collaborator re-analyses a shared sweep): every column kept, the typed ones
-    typed as `collect` types them, columns a newer qknorm writes added empty (an old
-    results.csv has no data.n_folds: --n-folds gives it). No study is opened: trial and
-    trial_state stay as recorded."""
-    path = root / RESULTS_CSV
+    dirs (how a collaborator re-analyses a shared sweep): `read_csv`. No study is opened: trial
+    and trial_state stay as recorded."""
+    df = read_csv(root / RESULTS_CSV, READ_BACK, "pass a results.csv written by "
+                  "scripts/report.py, or a directory of run dirs")
+    note = (f"rebuilt from {RESULTS_CSV} (no run dir under this directory): the runs as "
+            "recorded there; studies were not opened")
+    return Collection(root, df, warnings=[note], rebuilt=True)
+
+
+def read_csv(path: Path, needs: Sequence[str] = READ_BACK,
+             fix: str = "pass a results.csv written by scripts/report.py") -> pd.DataFrame:
+    """A results.csv as a report wrote it, the one reader of that file (the report rebuilt from
+    it, the claims, the replays, the scripts): every column kept, the typed ones typed as
+    `collect` types them, columns a newer qknorm writes added empty (an old results.csv has no
+    data.n_folds: --n-folds gives it). UserError, one line ending in `fix`, when it cannot be
+    read or lacks a column of `needs`."""
     try:
         df = pd.read_csv(path, dtype={"run_dir": str, "duplicate_of": str, "error": str})
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path} cannot be read ({e}); pass a results.csv written by "
-                        "scripts/report.py, or a directory of run dirs") from None
-    missing = [k for k in READ_BACK if k not in df.columns]
+    except OSError as e:
+        raise UserError(f"{path}: {e.strerror}; {fix}") from None
+    except ValueError as e:
+        raise UserError(f"{path} cannot be read ({e}); {fix}") from None
+    missing = [k for k in needs if k not in df.columns]
     if missing:
-        raise UserError(f"{path} has no {', '.join(missing)} column(s); pass a results.csv "
-                        "written by scripts/report.py, or a directory of run dirs")
+        raise UserError(f"{path} has no {', '.join(missing)} column(s); {fix}")
     for key in [*ALWAYS, *FINAL_FIELDS, *DIAGNOSTICS, *TAIL]:
         if key not in df.columns:
             df[key] = None
     diagnostics = [c for c in df.columns if is_diagnostic(c)]
     _types(df, diagnostics)
     df["duplicate_of"] = df["duplicate_of"].astype(object).where(df["duplicate_of"].notna(), None)
-    note = (f"rebuilt from {RESULTS_CSV} (no run dir under this directory): the runs as "
-            "recorded there; studies were not opened")
-    return Collection(root, df, warnings=[note], rebuilt=True)
+    return df
 
 
 def _duplicate_of(df: pd.DataFrame, configs: list[dict[str, Any]]) -> list[str | None]:

@@ -18,8 +18,9 @@ import math
 
 import numpy as np
 
+from qknorm.cells import num
 from qknorm.report import paxis, stats
-from qknorm.report.tables import markdown_table, num, pval
+from qknorm.report.tables import markdown_table, pval
 from qknorm.sweep.race import readback, verdicts
 
 

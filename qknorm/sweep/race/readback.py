@@ -19,6 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from qknorm.cells import num
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep.race import driver, intensify, looks, verdicts
 from qknorm.sweep.race.verdicts import (
@@ -224,7 +225,7 @@ def summary_line(e: Elimination) -> str:
                  + ", ".join(r["candidate"] for r in level) + "), ")
     if stopped:
         line += (f"{len(stopped)} stopped inside a replicate ("
-                 + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {fmt(r['delta'], '+.4f')}"
+                 + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {num(r['delta'], '+.4f')}"
                              for r in stopped) + "), ")
     line += f"{len(left)} left ({', '.join(r['candidate'] for r in left) or 'none'})"
     undecided = [r for r in left if r["answer"] == UNDECIDED]
@@ -252,11 +253,6 @@ def budget_words(e: Elimination) -> str:
 
 def stop_place(row: dict) -> str:
     return f"{row['after']} at step {row['step']}"
-
-
-def fmt(x, spec: str) -> str:
-    """x in format `spec`, or - where there is none (None, nan): the race tables' cells."""
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 # ---------------------------------------------------------------------------------------------

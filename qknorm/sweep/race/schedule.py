@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import launcher as trial_jobs
+from qknorm.sweep import launcher
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import driver, looks, readback
@@ -146,7 +146,7 @@ def with_block(trial: optuna.Trial, combo: list[str], job: JobResult, written: d
     """The trial's race_runs with a launched block added: its value, or where its run stopped
     at a rung (the job's race_stop attr, in `written`, the trial's attrs fresh from the
     storage); None: the run failed (the caller fails the trial)."""
-    value = trial_jobs.objective(job, objective)
+    value = launcher.objective(job, objective)
     stop = written.get(RACE_STOP_ATTR + block_label(combo))
     runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
     if value is None and job.status == PRUNED and stop is not None:
@@ -161,7 +161,7 @@ def with_block(trial: optuna.Trial, combo: list[str], job: JobResult, written: d
 def keep_runs(trial: optuna.Trial, runs: dict[str, Any]) -> None:
     """Write race_runs as soon as a launch returns; a trial another sweeper failed as stale
     meanwhile is left to its retry, which runs the block again."""
-    with trial_jobs.unless_failed_elsewhere(trial):
+    with launcher.unless_failed_elsewhere(trial):
         trial.set_user_attr(RACE_RUNS_ATTR, runs)
 
 
@@ -259,7 +259,7 @@ class RaceSchedule:
             jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
             outcome = (stop_attr(self.spec, trial, stopped, len(jobs) + 1) if stopped is not None
                        else outcome_attr(self.spec, self.race, c, len(jobs)))
-            with trial_jobs.unless_failed_elsewhere(trial):
+            with launcher.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, outcome)
             if stopped is not None:  # stopped at a rung: out, whatever the looks say
                 self._tell_stopped(study, trial, jobs, stopped)
@@ -268,7 +268,7 @@ class RaceSchedule:
             elif c in level:
                 self._tell_level(study, trial, jobs, level[c])
             else:
-                trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
+                launcher.tell(study, trial, jobs, self.plan, self.objectives)
             self._forget(trial)
         return not self.mine and not self.next_jobs(study) and self.wants(study) <= 0
 
@@ -312,17 +312,17 @@ class RaceSchedule:
     def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, job: JobResult) -> None:
         race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
         jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
-        with trial_jobs.unless_failed_elsewhere(trial):
+        with launcher.unless_failed_elsewhere(trial):
             trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(
                 self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
-        trial_jobs.tell(study, trial, [*jobs, job], self.plan, self.objectives)
+        launcher.tell(study, trial, [*jobs, job], self.plan, self.objectives)
         self._forget(trial)
 
     def _tell_stopped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       block: str) -> None:
         stop = trial.user_attrs[RACE_RUNS_ATTR][block]
         stopped_dir = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(block, "?")
-        trial_jobs.tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir],
+        launcher.tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir],
                             self.objectives)
         log.info("trial %d [%s] stopped in %s at step %d: val loss %.4g, above %s's %.4g by "
                  "%.4g > margin=%g", trial.number, self.spec.labels[self.plan.space.candidate(
@@ -334,7 +334,7 @@ class RaceSchedule:
                     look: looks.Look) -> None:
         """Level with the leader: told PRUNED with its mean over the blocks it ran, as a
         dropped candidate is (its runs are results; the race needs no more of them)."""
-        trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
+        launcher.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]
         low, high = sorted((plan.race.sign * test.low, plan.race.sign * test.high))
@@ -347,7 +347,7 @@ class RaceSchedule:
 
     def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       look: looks.Look) -> None:
-        trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
+        launcher.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]
         log.info("trial %d [%s] dropped after %s: worse than the leader %s by %.4g on %d "
