@@ -61,8 +61,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> list[str]:
-    from qknorm.sweep import open_reader, read_study, status_lines
-    from qknorm.sweep.progress import stopped_sweep
+    from qknorm.sweep import open_reader, read_study, status_lines, stopped_sweep
 
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials={args.n_trials} must be >= 1 (the sweep's total trials)")

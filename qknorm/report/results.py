@@ -264,7 +264,7 @@ def study_runs(root: Path, run_dirs: list[Path], configs: list[dict[str, Any]],
     the report covers then (None when nothing lies elsewhere). A study's runs: those its trials
     name (JOBS_ATTR, JOB_DIRS_ATTR), as the status counts them: not a retried trial's (its
     retry names the runs it kept), not a surplus one's; only those on this machine."""
-    from qknorm.sweep.study import JOB_DIRS_ATTR, JOBS_ATTR, STATUS_ATTR, SURPLUS, retried_numbers
+    from qknorm.sweep import trial_run_dirs
 
     _trials(configs, collection.studies, collection.warnings)  # opens each study once
     here = {d.resolve() for d in run_dirs}
@@ -272,16 +272,10 @@ def study_runs(root: Path, run_dirs: list[Path], configs: list[dict[str, Any]],
     for (name, _), study in collection.studies.items():
         if study is None:
             continue
-        trials = study.get_trials(deepcopy=False)
-        retried = retried_numbers(trials)
-        for t in trials:
-            if t.number in retried or t.user_attrs.get(STATUS_ATTR) == SURPLUS:
-                continue
-            for d in [*(t.user_attrs.get(JOBS_ATTR) or ()),
-                      *(t.user_attrs.get(JOB_DIRS_ATTR) or {}).values()]:
-                path = Path(d)
-                if path.resolve() not in here and (path / rundir.HYDRA_DIR).is_dir():
-                    found.setdefault(path.resolve(), name)
+        for d in trial_run_dirs(study.get_trials(deepcopy=False)):
+            path = Path(d)
+            if path.resolve() not in here and (path / rundir.HYDRA_DIR).is_dir():
+                found.setdefault(path.resolve(), name)
     if not found:
         return [], None
     names = sorted(set(found.values()))

@@ -38,6 +38,8 @@ _FACE = {
     "elimination": "qknorm.sweep.race.readback",
     "propose": "qknorm.sweep.race.search",
     "status_lines": "qknorm.sweep.progress",
+    "stopped_sweep": "qknorm.sweep.progress",
+    "trial_run_dirs": "qknorm.sweep.study",  # the run dirs a study's trials name (the report's)
     # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
     "resolve_rungs": "qknorm.sweep.race.rungs",
     "step_margins": "qknorm.sweep.race.settings",

@@ -159,14 +159,7 @@ def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int 
                                   len(settings["blocks"]))
     bound = "≤ " if elim is not None or _pruned_sometimes(trials) else ""
     if elim is not None:
-        runs_done = elim.spent["runs"]
-        left = sum(len(elim.blocks) - r["n"] for r in elim.rows
-                   if r["outcome"] not in DECIDED)
-        if not runs_done:
-            return line + "ETA unknown (no run finished yet)"
-        per_run = elapsed / runs_done
-        return line + (f"ETA {bound}{duration(per_run * left)} ({left} runs left at most x "
-                       f"{duration(per_run)} per run so far)")
+        return line + _race_eta(elim, elapsed, bound)
     timed = [t for t in counted if t.state == TrialState.COMPLETE
              and t.user_attrs.get(STATUS_ATTR) == COMPLETED and DUPLICATE_ATTR not in t.user_attrs
              and t.duration is not None and (t.user_attrs.get(N_ATTR) or 0) >= 1]
@@ -178,6 +171,17 @@ def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int 
     eta = job_s * jobs_left / max(slots, 1)
     return line + (f"ETA {bound}{duration(eta)} ({jobs_left} jobs left x {duration(job_s)} "
                    f"median job / {slots} slot{'s' if slots != 1 else ''})")
+
+
+def _race_eta(elim: readback.Elimination, elapsed: float, bound: str) -> str:
+    """A race's ETA: the runs its undecided candidates may still make, at the pace so far."""
+    runs_done = elim.spent["runs"]
+    left = sum(len(elim.blocks) - r["n"] for r in elim.rows if r["outcome"] not in DECIDED)
+    if not runs_done:
+        return "ETA unknown (no run finished yet)"
+    per_run = elapsed / runs_done
+    return (f"ETA {bound}{duration(per_run * left)} ({left} runs left at most x "
+            f"{duration(per_run)} per run so far)")
 
 
 def _search_eta(searched: list[dict], elapsed: float, budget: int | None, total: int | None,

@@ -116,6 +116,16 @@ def retried_numbers(trials: list[FrozenTrial]) -> set[int]:
     return {t.system_attrs[RETRIED_ATTR] for t in trials if RETRIED_ATTR in t.system_attrs}
 
 
+def trial_run_dirs(trials: list[FrozenTrial]) -> list[str]:
+    """The run dirs a study's trials name (JOBS_ATTR, JOB_DIRS_ATTR), as the status counts
+    them: not a retried trial's (its retry names the runs it kept), not a surplus one's."""
+    retried = retried_numbers(trials)
+    return [d for t in trials
+            if t.number not in retried and t.user_attrs.get(STATUS_ATTR) != SURPLUS
+            for d in [*(t.user_attrs.get(JOBS_ATTR) or ()),
+                      *(t.user_attrs.get(JOB_DIRS_ATTR) or {}).values()]]
+
+
 def holds_slot(trial: FrozenTrial, retried: set[int]) -> bool:
     """A trial that counts toward n_trials: finished by a sweeper, or running right now."""
     if trial.number in retried:
