@@ -211,6 +211,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--landscapes", type=Path, default=None,
                     help="instead of one grid, every landscape of this JSON "
                          "(python -m qknorm.research.landscapes writes it; its curves included)")
+    ap.add_argument("--continuous", type=Path, default=None,
+                    help="instead of a grid, the landscapes over 1/p in this JSON "
+                         "(qknorm.research.continuous's format): racing, tpe and smac3 in the "
+                         "presets' own continuous space; --out gets one entry per seed")
+    ap.add_argument("--methods", default="racing,tpe,smac3",
+                    help="with --continuous: which of racing,tpe,smac3 to run (default: all)")
     ap.add_argument("--curves", type=Path, default=None,
                     help="the same report's curves.csv: in-fold stopping for the race and the "
                          "racing search (without it, runs are only judged between folds)")
@@ -271,6 +277,51 @@ def _write(out: dict, path: Path | None, indent: int = 2) -> int:
     return 0
 
 
+CONTINUOUS = ("racing", "tpe", "smac3")
+
+
+def continuous_main(args: argparse.Namespace, budgets: list[float], command: str) -> int:
+    """--continuous: every method on every landscape of the file, seeds 0..N-1, at the budget
+    (one: OUT.json has no budget key); OUT.json as qknorm.research.continuous says, and each
+    method's counts printed."""
+    from qknorm.errors import UserError
+    from qknorm.research import continuous
+
+    methods = tuple(m for m in args.methods.split(",") if m)
+    if len(budgets) != 1 or not set(methods) <= set(CONTINUOUS) or not methods:
+        print(f"error: --continuous takes one budget (got --budgets={args.budgets}) and "
+              f"--methods from {','.join(CONTINUOUS)} (got {args.methods!r})", file=sys.stderr)
+        return 2
+    try:
+        delta, shapes = continuous.read(args.continuous)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    budget, plain = budgets[0], preset("p_tpe_plain")
+    race = SEARCH["race"]
+    rules = Rules(5, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(5))
+    out: dict = {"command": command, "delta": delta, "landscapes": {}}
+    for shape in shapes:
+        noise = continuous.noise(shape.noise)
+        lands = [continuous.Landscape(shape, noise, s) for s in range(args.seeds)]
+        runs = {"racing": lambda land: continuous.racing(land, budget, SEARCH, rules,
+                                                         race["rungs"]),
+                "tpe": lambda land: continuous.plain_tpe(land, budget, plain),
+                "smac3": lambda land: continuous.smac(land, budget)}
+        entries = {m: [continuous.entry(land.seed, runs[m](land)) for land in lands]
+                   for m in methods}
+        out["landscapes"][shape.name] = entries
+        for m in methods:
+            c = continuous.counts(shape, delta, entries[m])
+            print(f"{shape.name:24s} {m:7s} " + " ".join(f"{k}={v:g}" for k, v in c.items()),
+                  file=sys.stderr, flush=True)
+        if args.out:  # as it goes: a long run can be read before it ends
+            args.out.write_text(json.dumps(out, indent=1) + "\n")
+    if not args.out:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     command = "python -m qknorm.research.search_replay " + " ".join(argv or sys.argv[1:])
@@ -292,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
               f"--out={args.out})", file=sys.stderr)
         return 2
     old = json.loads(args.out.read_text()) if args.update else None
+    if args.continuous is not None:
+        return continuous_main(args, budgets, command)
     if args.landscapes is not None or args.results is None:
         if args.landscapes is None:
             print("error: give a grid's results.csv or --landscapes JSON", file=sys.stderr)
