@@ -163,7 +163,10 @@ class Noise:
 _NOISE: dict[str, Noise] = {}
 
 
-def noise(name: str, root: Path = Path(".")) -> Noise:
+REPO = Path(__file__).resolve().parents[2]  # the checkout: docs/results/ is there
+
+
+def noise(name: str, root: Path = REPO) -> Noise:
     if name not in _NOISE:
         d = root / NOISES[name]
         _NOISE[name] = Noise.of(grid_runs.load(d / "results.csv", d / "curves.csv"))

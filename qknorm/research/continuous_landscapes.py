@@ -1,14 +1,15 @@
 """Smooth landscapes over 1/p for `search_replay --continuous` (qknorm.research.continuous's
-file format), written for both committed noises (qknorm, calibrated):
+file format), one file per committed noise (qknorm, calibrated: a replay of each can run at once):
 
-    python -m qknorm.research.continuous_landscapes --out docs/results/landscapes/continuous.json
+    python -m qknorm.research.continuous_landscapes --out docs/results/landscapes/continuous
+      (writes continuous_qknorm.json and continuous_calibrated.json there)
 
 x = 1/p on 201 points from 0 (p = inf) to 1 (p = 1); f in nats above the floor (lower is
 better), curvature A = 1 nat per unit of x² (f = A (x − x0)²: within δ = 0.02 of the floor for
 |x − x0| ≤ 0.14, within δ/2 for ≤ 0.1):
-- bowl_X: one bowl, floor at x0 = X: at the ends (x0 = 0, p = inf; x0 = 1, p = 1), near them
-  (0.06, p ≈ 16.7; 0.847, p ≈ 1.18) and between grid points (0.42, p ≈ 2.38 between 2 and 3;
-  0.29, p ≈ 3.45 between 3 and 4).
+- bowl_X: one bowl, floor at x0 = X: at the ends (x0 = 0, p = inf; x0 = 1, p = 1), near one
+  (0.847, p ≈ 1.18: p = 1 is 0.0234 behind, just outside δ) and between grid points (0.42,
+  p ≈ 2.38 between 2 and 3; 0.29, p ≈ 3.45 between 3 and 4).
 - two_basins: floors at x = 0.2 and 0.78, the second δ/4 higher; f the lower of the two bowls.
 - slope: f = 2.7δ·x (p = inf best) and slope_1: 2.7δ·(1 − x) (p = 1 best), no curvature.
 - plateau: f = A·max(0, |x − 0.55| − 0.15)²: level within 0.15 of 0.55.
@@ -27,7 +28,7 @@ from pathlib import Path
 DELTA = 0.02  # the presets' equivalence margin (conf/search/p_tpe.yaml)
 A = 1.0  # nats per unit of x²
 X = [round(i / 200, 4) for i in range(201)]
-BOWLS = (0.0, 0.06, 0.29, 0.42, 0.847, 1.0)
+BOWLS = (0.0, 0.29, 0.42, 0.847, 1.0)
 
 
 def shapes() -> dict[str, list[float]]:
@@ -40,24 +41,29 @@ def shapes() -> dict[str, list[float]]:
     return out
 
 
-def build(noises=("qknorm", "calibrated")) -> dict:
+NOISES = ("qknorm", "calibrated")
+
+
+def build(noise: str) -> dict:
     return {"delta": DELTA,
             "landscapes": [{"name": f"{noise}/{name}", "noise": noise, "x": X,
-                            "f": [round(v, 8) for v in f]}
-                           for noise in noises for name, f in shapes().items()]}
+                            "f": [round(v, 8) for v in f]} for name, f in shapes().items()]}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True,
+                    help="a folder: continuous_NOISE.json for each noise is written there")
     args = ap.parse_args(argv)
-    data = build()
-    data["command"] = ("python -m qknorm.research.continuous_landscapes "
-                       + shlex.join(argv if argv is not None else sys.argv[1:]))
-    # one landscape a line: diffs name the landscape
-    lines = [json.dumps(e, separators=(",", ":")) for e in data["landscapes"]]
-    args.out.write_text(f'{{"delta": {DELTA}, "command": {json.dumps(data["command"])},\n'
-                        f' "landscapes": [\n' + ",\n".join(lines) + "\n]}\n")
+    command = ("python -m qknorm.research.continuous_landscapes "
+               + shlex.join(argv if argv is not None else sys.argv[1:]))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for noise in NOISES:
+        # one landscape a line: diffs name the landscape
+        lines = [json.dumps(e, separators=(",", ":")) for e in build(noise)["landscapes"]]
+        (args.out / f"continuous_{noise}.json").write_text(
+            f'{{"delta": {DELTA}, "command": {json.dumps(command)},\n'
+            ' "landscapes": [\n' + ",\n".join(lines) + "\n]}\n")
     return 0
 
 

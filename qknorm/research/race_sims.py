@@ -140,7 +140,8 @@ def outcome(props: list[intensify.Proposal], rules: intensify.Rules, core_s: flo
             "level": sorted(p for p, o in by.items() if o == verdicts.LEVEL),
             "undecided": sorted(p for p, o in by.items()
                                 if o not in (verdicts.WORSE, verdicts.LEVEL, verdicts.INCUMBENT)),
-            "steps": driver.spent(props), "core_s": core_s, "distinct_p": len(props)}
+            "steps": driver.spent(props), "core_s": core_s, "distinct_p": len(props),
+            "proposed": [p.key for p in props]}
 
 
 def _record(prop: intensify.Proposal, block: int, value: float | None, delta: float | None,

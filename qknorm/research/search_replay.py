@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from collections import Counter
@@ -234,7 +235,9 @@ def parser() -> argparse.ArgumentParser:
                     help="seeds for SMAC3 (default: --seeds); it takes ~8 s a search")
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
     ap.add_argument("--update", action="store_true",
-                    help="with --only and --out: rerun the racing searches and the race into "
+                    help="with --continuous and --out: the methods run now replace theirs in "
+                         "--out's JSON, the others are kept (so a rule change reruns racing "
+                         "alone). With --only and --out: rerun the racing searches and the race into "
                          "--out's JSON, keeping its plain searches (they do not run the racing "
                          "engine); a racing search of another sampler there is dropped, since "
                          "it ran older rules")
@@ -280,7 +283,12 @@ def _write(out: dict, path: Path | None, indent: int = 2) -> int:
 CONTINUOUS = ("racing", "tpe", "smac3")
 
 
-def continuous_main(args: argparse.Namespace, budgets: list[float], command: str) -> int:
+def _listed(command) -> list[str]:
+    return [] if command is None else [command] if isinstance(command, str) else list(command)
+
+
+def continuous_main(args: argparse.Namespace, budgets: list[float], command: str,
+                    cli: bool = False) -> int:
     """--continuous: every method on every landscape of the file, seeds 0..N-1, at the budget
     (one: OUT.json has no budget key); OUT.json as qknorm.research.continuous says, and each
     method's counts printed."""
@@ -297,10 +305,20 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if cli and "smac3" in methods and os.environ.get("PYTHONHASHSEED") != "0":
+        # SMAC3 2.4's answer depends on Python's str hash (its instances are str keys whose
+        # order it iterates): the same seed gave three answers in three processes. Pinned
+        # here, so the command alone reproduces OUT.json.
+        os.execve(sys.executable, [sys.executable, "-m", "qknorm.research.search_replay",
+                                   *sys.argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
     budget, plain = budgets[0], preset("p_tpe_plain")
     race = SEARCH["race"]
     rules = Rules(5, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(5))
+    old = (json.loads(args.out.read_text()) if args.update and args.out is not None
+           and args.out.is_file() else {"landscapes": {}})
     out: dict = {"command": command, "delta": delta, "landscapes": {}}
+    if args.update:  # the earlier commands, then this one
+        out["command"] = [*_listed(old.get("command")), command]
     for shape in shapes:
         noise = continuous.noise(shape.noise)
         lands = [continuous.Landscape(shape, noise, s) for s in range(args.seeds)]
@@ -310,7 +328,9 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
                 "smac3": lambda land: continuous.smac(land, budget)}
         entries = {m: [continuous.entry(land.seed, runs[m](land)) for land in lands]
                    for m in methods}
-        out["landscapes"][shape.name] = entries
+        kept = old["landscapes"].get(shape.name, {})  # --update: the methods not run now
+        out["landscapes"][shape.name] = {m: entries[m] if m in entries else kept[m]
+                                         for m in CONTINUOUS if m in entries or m in kept}
         for m in methods:
             c = continuous.counts(shape, delta, entries[m])
             print(f"{shape.name:24s} {m:7s} " + " ".join(f"{k}={v:g}" for k, v in c.items()),
@@ -337,14 +357,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     only = tuple(x for x in args.only.split(",") if x)
+    if args.continuous is not None:
+        return continuous_main(args, budgets, command, cli=argv is None)
     if args.update and not (only and args.out is not None and args.out.is_file()):
         print(f"error: --update reruns racing searches into an existing --out JSON; give "
               f"--only (e.g. tpe) and --out FILE that exists (got --only={args.only!r}, "
               f"--out={args.out})", file=sys.stderr)
         return 2
     old = json.loads(args.out.read_text()) if args.update else None
-    if args.continuous is not None:
-        return continuous_main(args, budgets, command)
     if args.landscapes is not None or args.results is None:
         if args.landscapes is None:
             print("error: give a grid's results.csv or --landscapes JSON", file=sys.stderr)
