@@ -15,6 +15,11 @@ better), curvature A = 1 nat per unit of x² (f = A (x − x0)²: within δ = 0.
 - plateau: f = A·max(0, |x − 0.55| − 0.15)²: level within 0.15 of 0.55.
 - flat: f = 0 (every p is best).
 No randomness: the file is a function of these lines.
+
+`--needles` writes continuous_needles.json instead: bowls of curvature A = 1, 4, 16, 64 and 256
+at x0 = 0.42 (within δ over a width 2·sqrt(δ/A) of x: 0.28, 0.14, 0.071, 0.035, 0.018), under
+the calibrated noise (small beside δ, so the width, not the noise, is what is measured): where a
+search's best p stops being within δ is the narrowest floor its budget can sample.
 """
 
 from __future__ import annotations
@@ -50,18 +55,30 @@ def build(noise: str) -> dict:
                             "f": [round(v, 8) for v in f]} for name, f in shapes().items()]}
 
 
+NEEDLES = (1.0, 4.0, 16.0, 64.0, 256.0)
+
+
+def needles() -> dict:
+    return {"delta": DELTA,
+            "landscapes": [{"name": f"calibrated/needle_A{a:g}", "noise": "calibrated", "x": X,
+                            "f": [round(a * (x - 0.42) ** 2, 8) for x in X]} for a in NEEDLES]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True,
                     help="a folder: continuous_NOISE.json for each noise is written there")
+    ap.add_argument("--needles", action="store_true",
+                    help="write continuous_needles.json (narrowing bowls) instead")
     args = ap.parse_args(argv)
     command = ("python -m qknorm.research.continuous_landscapes "
                + shlex.join(argv if argv is not None else sys.argv[1:]))
     args.out.mkdir(parents=True, exist_ok=True)
-    for noise in NOISES:
+    files = ({"needles": needles()} if args.needles else {n: build(n) for n in NOISES})
+    for name, data in files.items():
         # one landscape a line: diffs name the landscape
-        lines = [json.dumps(e, separators=(",", ":")) for e in build(noise)["landscapes"]]
-        (args.out / f"continuous_{noise}.json").write_text(
+        lines = [json.dumps(e, separators=(",", ":")) for e in data["landscapes"]]
+        (args.out / f"continuous_{name}.json").write_text(
             f'{{"delta": {DELTA}, "command": {json.dumps(command)},\n'
             ' "landscapes": [\n' + ",\n".join(lines) + "\n]}\n")
     return 0
