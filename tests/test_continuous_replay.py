@@ -225,3 +225,19 @@ def test_the_replay_proposes_what_the_live_sweeper_proposes(seed):
     assert len(live) >= 6  # past the initial design and into TPE's own proposals
     assert sim["proposed"] == live
     assert replayed == launcher.ran
+
+
+def test_update_reruns_one_method_and_keeps_the_others(tmp_path):
+    """--update: racing rerun into an OUT.json that holds tpe; tpe's entries are kept as they
+    were, and both commands are listed."""
+    path = write(tmp_path, {"delta": 0.02, "landscapes": [{**BOWL, "x": [0.0, 1.0],
+                                                           "f": [0.0, 0.05]}]})
+    out = tmp_path / "out.json"
+    args = ["--continuous", path, "--budgets", "6000", "--seeds", "1", "--out", str(out)]
+    assert search_replay.main([*args, "--methods", "tpe"]) == 0
+    tpe = json.loads(out.read_text())["landscapes"]["bowl"]["tpe"]
+    assert search_replay.main([*args, "--methods", "racing", "--update"]) == 0
+    data = json.loads(out.read_text())
+    assert data["landscapes"]["bowl"]["tpe"] == tpe
+    assert [e["seed"] for e in data["landscapes"]["bowl"]["racing"]] == [0]
+    assert len(data["command"]) == 2 and "--update" in data["command"][1]
