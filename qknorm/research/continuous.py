@@ -35,7 +35,7 @@ Three searches, each until `budget` training steps (runs of the grid's 2000 step
   as instances, every default (smac_replay's doc), deterministic, n_trials the runs the budget
   affords; its incumbent is its answer.
 
-Scored against f (landscape_counts): the best p within δ (f(best) − min f ≤ δ) and within
+Scored against f (`counts`): the best p within δ (f(best) − min f ≤ δ) and within
 δ/2; its worse calls true (every p called worse has f(p) > f(best p): the claim an answer
 makes is "worse than the p I call best"); its level calls within δ (|f(p) − f(best)| ≤ δ).
 """

@@ -21,6 +21,14 @@ p is one the grid shows worse, how often it is the grid's best, how often every 
 is worse on the grid, how often every p it calls level is within δ of the grid's best on the grid,
 how often it calls at least half of the grid's worse p worse, and the steps it spent.
 
+`--continuous FILE`: instead, the racing search, plain TPE and SMAC3 in the presets' own
+continuous space (1/p in [0, 1]) on the landscapes of FILE, with a committed grid's noise
+(qknorm.research.continuous: the file's format, the runs, the scoring); OUT.json holds one entry
+per seed and method, and each method's counts are printed:
+
+    python -m qknorm.research.search_replay --continuous FILE --budgets 26667 --seeds 20 \
+        --out OUT.json
+
 This needs no training: the runs are deterministic (seed, fold and p fix them), so a search that
 proposes p would have spent exactly these runs at the grid's commit.
 """
