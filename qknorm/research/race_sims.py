@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 import optuna
 
@@ -32,9 +32,15 @@ MAX_PROPOSALS = 24  # search=p_tpe's n_trials
 
 def _run(grid: dict, p: float, block: int, ran: dict[int, list[dict]], rungs: Mapping[int, float],
          judged: bool = True) -> tuple[float | None, float | None, int, float]:
-    """Run (p, block): (its value or None when stopped at a rung, the Δ at that rung, the
-    steps and core-seconds it took)."""
-    run = grid[p][block]
+    """Run (p, block) of the grid: (its value or None when stopped at a rung, the Δ at that
+    rung, the steps and core-seconds it took)."""
+    return play(grid[p][block], block, ran, rungs, judged)
+
+
+def play(run: dict, block: int, ran: dict[int, list[dict]], rungs: Mapping[int, float],
+         judged: bool = True) -> tuple[float | None, float | None, int, float]:
+    """A recorded run ({value, steps, core_s, curve}) made in `block`, judged at each rung
+    against the runs of that block made before it (`ran`, which it joins): as _run."""
     others = ran.setdefault(block, [])
     for step in sorted(rungs) if judged and run["curve"] else ():
         at = {k: c[step] for k, c in enumerate(others) if step in c}
@@ -87,34 +93,56 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
     if not set(initial) <= set(grid):
         raise ValueError(f"initial p {sorted(set(initial) - set(grid))} not in the grid: drop "
                          "them first (search_replay._initial)")
-    make, dist = sampler_factory(sampler, preset or {}), {
-        "norm.p": optuna.distributions.CategoricalDistribution(sorted(grid))}
+    make = sampler_factory(sampler, preset or {})
+    props, core_s = search_loop(
+        lambda n: make(seed * 100_000 + n), "norm.p",
+        optuna.distributions.CategoricalDistribution(sorted(grid)),
+        lambda p, b, ran: _run(grid, p, b, ran, rungs), budget, rules, explore, initial)
+    return outcome(props, rules, core_s)
+
+
+def search_loop(make: Callable[[int], optuna.samplers.BaseSampler], name: str,
+                dist: optuna.distributions.BaseDistribution,
+                run: Callable[[Hashable, int, dict], tuple], budget: float | None,
+                rules: intensify.Rules, explore: float, initial: tuple = (), slots: int = 1,
+                max_proposals: int = MAX_PROPOSALS) -> tuple[list[intensify.Proposal], float]:
+    """The racing search's loop, one parameter `name` over `dist`, as the live sweeper steps
+    it (search.RaceSearchSchedule): driver.search_step, a proposal (search.propose, its
+    sampler made by `make(n)` for the n-th ask) when the step makes one, else the step's runs
+    one after another (`run(key, block, ran)`: as _run), until the step says it is over.
+    Returns the proposals (key: the parameter's value) and the core-seconds spent."""
     props: list[intensify.Proposal] = []
     core_s, ran, exhausted = 0.0, {}, False
     while True:
-        step = driver.search_step(props, rules, budget, explore, 1, MAX_PROPOSALS - len(props),
-                                  exhausted)
+        step = driver.search_step(props, rules, budget, explore, slots,
+                                  max_proposals - len(props), exhausted)
         for i in driver.closed(step):  # told: runs no more, as the sweeper's trial
             props[i] = dataclasses.replace(props[i], live=False)
         if step.over:
-            break
+            return props, core_s
         if step.propose:
-            told = [({"norm.p": p.key}, v) for p, v in zip(props, driver.told(props, step.search),
-                                                          strict=True)]
-            params = propose(lambda n: make(seed * 100_000 + n), told, dist,
-                             [{"norm.p": p} for p in initial])
-            exhausted = params is None  # the sampler proposes only p already raced
-            props += [] if exhausted else [intensify.Proposal(params["norm.p"], {})]
+            told = [({name: p.key}, v) for p, v in zip(props, driver.told(props, step.search),
+                                                      strict=True)]
+            params = propose(make, told, {name: dist}, [{name: p} for p in initial])
+            exhausted = params is None  # the sampler proposes only points already raced
+            props += [] if exhausted else [intensify.Proposal(params[name], {})]
             continue
         for i, b in step.runs:
-            value, delta, steps, cost = _run(grid, props[i].key, b, ran, rungs)
+            value, delta, steps, cost = run(props[i].key, b, ran)
             props[i], core_s = _record(props[i], b, value, delta, steps), core_s + cost
+
+
+def outcome(props: list[intensify.Proposal], rules: intensify.Rules, core_s: float) -> dict:
+    """The search's answer (driver.answer) by key, and its cost."""
     search, answer = driver.answer(props, rules)
     by = {props[i].key: j.outcome for i, j in answer.items()}  # stopped: undecided, untested
     return {"best_p": props[search.incumbent].key if search.incumbent is not None else None,
             "worse": sorted(p for p, o in by.items() if o == verdicts.WORSE),
             "level": sorted(p for p, o in by.items() if o == verdicts.LEVEL),
-            "steps": driver.spent(props), "core_s": core_s, "distinct_p": len(props)}
+            "undecided": sorted(p for p, o in by.items()
+                                if o not in (verdicts.WORSE, verdicts.LEVEL, verdicts.INCUMBENT)),
+            "steps": driver.spent(props), "core_s": core_s, "distinct_p": len(props),
+            "proposed": [p.key for p in props]}
 
 
 def _record(prop: intensify.Proposal, block: int, value: float | None, delta: float | None,

@@ -2,6 +2,8 @@
 so the numbers there are typed once, by the replay:
 
     python -m qknorm.research.replay_table docs/results/landscapes/search_replay.json
+    python -m qknorm.research.replay_table OUT.json --continuous LANDSCAPES.json \
+        [--before OUT_BEFORE.json]   (search_replay --continuous's: one row per landscape)
 
 One row per (grid or landscape, search) at each budget (`--compact`: one row per landscape):
 over seeds, how often its best p is not one the grid shows worse, is the grid's best, every p it
@@ -70,13 +72,50 @@ def compact(data: dict, budget: str) -> str:
     return "\n".join(lines)
 
 
+def continuous(data: dict, landscapes_file: Path, before: dict | None = None) -> str:
+    """search_replay --continuous's OUT.json as one row per landscape: for each method, over
+    seeds, its best p within δ and within δ/2 of min f; the racing search's worse calls true
+    and level calls within δ (qknorm.research.continuous.counts); `before`: another OUT.json's
+    racing (the rules before a change) in a first column."""
+    from qknorm.research import continuous as c
+
+    delta, shapes = c.read(landscapes_file)
+    methods = [("racing before", before)] if before else []
+    methods += [(m, data) for m in ("racing", "tpe", "smac3")]
+    head = [f"{m}: best within δ, δ/2" for m, _ in methods]
+    calls = [m for m, _ in methods if m.startswith("racing")]
+    lines = ["| landscape | " + " | ".join(head) + " | "
+             + " | ".join(f"{m}: worse true, level within δ" for m in calls) + " |",
+             "|" + "---|" * (1 + len(head) + len(calls))]
+    for shape in shapes:
+        runs = {m: d["landscapes"].get(shape.name, {}).get("racing" if m.startswith("racing")
+                                                           else m) for m, d in methods}
+        got = {m: c.counts(shape, delta, r) for m, r in runs.items() if r}
+        cells = [f"{g['best_within_delta']}, {g['best_within_half']}" if (g := got.get(m))
+                 else "-" for m, _ in methods]
+        cells += [f"{g['worse_true']}, {g['level_within_delta']}" if (g := got.get(m)) else "-"
+                  for m in calls]
+        lines.append(f"| {shape.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", type=Path, nargs="+")
     ap.add_argument("--budget", default="26667", help="the budget's column (default 26667)")
     ap.add_argument("--compact", action="store_true",
                     help="landscapes: one row each, every search's best-p column side by side")
+    ap.add_argument("--continuous", type=Path, default=None,
+                    help="the JSON is search_replay --continuous's OUT.json over this "
+                         "landscapes file: one row per landscape")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="with --continuous: an OUT.json whose racing column goes first")
     args = ap.parse_args(argv)
+    if args.continuous is not None:
+        before = json.loads(args.before.read_text()) if args.before else None
+        for path in args.json:
+            print(continuous(json.loads(path.read_text()), args.continuous, before))
+        return 0
     for path in args.json:
         data = json.loads(path.read_text())
         print(compact(data, args.budget) if args.compact else table(data, args.budget))

@@ -21,6 +21,14 @@ p is one the grid shows worse, how often it is the grid's best, how often every 
 is worse on the grid, how often every p it calls level is within δ of the grid's best on the grid,
 how often it calls at least half of the grid's worse p worse, and the steps it spent.
 
+`--continuous FILE`: instead, the racing search, plain TPE and SMAC3 in the presets' own
+continuous space (1/p in [0, 1]) on the landscapes of FILE, with a committed grid's noise
+(qknorm.research.continuous: the file's format, the runs, the scoring); OUT.json holds one entry
+per seed and method, and each method's counts are printed:
+
+    python -m qknorm.research.search_replay --continuous FILE --budgets 26667 --seeds 20 \
+        --out OUT.json
+
 This needs no training: the runs are deterministic (seed, fold and p fix them), so a search that
 proposes p would have spent exactly these runs at the grid's commit.
 """
@@ -30,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from collections import Counter
@@ -211,6 +220,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--landscapes", type=Path, default=None,
                     help="instead of one grid, every landscape of this JSON "
                          "(python -m qknorm.research.landscapes writes it; its curves included)")
+    ap.add_argument("--continuous", type=Path, default=None,
+                    help="instead of a grid, the landscapes over 1/p in this JSON "
+                         "(qknorm.research.continuous's format): racing, tpe and smac3 in the "
+                         "presets' own continuous space; --out gets one entry per seed")
+    ap.add_argument("--methods", default="racing,tpe,smac3",
+                    help="with --continuous: which of racing,tpe,smac3 to run (default: all)")
     ap.add_argument("--curves", type=Path, default=None,
                     help="the same report's curves.csv: in-fold stopping for the race and the "
                          "racing search (without it, runs are only judged between folds)")
@@ -228,7 +243,9 @@ def parser() -> argparse.ArgumentParser:
                     help="seeds for SMAC3 (default: --seeds); it takes ~8 s a search")
     ap.add_argument("--out", type=Path, default=None, help="JSON out (default: stdout)")
     ap.add_argument("--update", action="store_true",
-                    help="with --only and --out: rerun the racing searches and the race into "
+                    help="with --continuous and --out: the methods run now replace theirs in "
+                         "--out's JSON, the others are kept (so a rule change reruns racing "
+                         "alone). With --only and --out: rerun the racing searches and the race into "
                          "--out's JSON, keeping its plain searches (they do not run the racing "
                          "engine); a racing search of another sampler there is dropped, since "
                          "it ran older rules")
@@ -271,6 +288,68 @@ def _write(out: dict, path: Path | None, indent: int = 2) -> int:
     return 0
 
 
+CONTINUOUS = ("racing", "tpe", "smac3")
+
+
+def _listed(command) -> list[str]:
+    return [] if command is None else [command] if isinstance(command, str) else list(command)
+
+
+def continuous_main(args: argparse.Namespace, budgets: list[float], command: str,
+                    cli: bool = False) -> int:
+    """--continuous: every method on every landscape of the file, seeds 0..N-1, at the budget
+    (one: OUT.json has no budget key); OUT.json as qknorm.research.continuous says, and each
+    method's counts printed."""
+    from qknorm.errors import UserError
+    from qknorm.research import continuous
+
+    methods = tuple(m for m in args.methods.split(",") if m)
+    if len(budgets) != 1 or not set(methods) <= set(CONTINUOUS) or not methods:
+        print(f"error: --continuous takes one budget (got --budgets={args.budgets}) and "
+              f"--methods from {','.join(CONTINUOUS)} (got {args.methods!r})", file=sys.stderr)
+        return 2
+    try:
+        delta, shapes = continuous.read(args.continuous)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cli and "smac3" in methods and os.environ.get("PYTHONHASHSEED") != "0":
+        # SMAC3 2.4's answer depends on Python's str hash (its instances are str keys whose
+        # order it iterates): the same seed gave three answers in three processes. Pinned
+        # here, so the command alone reproduces OUT.json.
+        os.execve(sys.executable, [sys.executable, "-m", "qknorm.research.search_replay",
+                                   *sys.argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
+    budget, plain = budgets[0], preset("p_tpe_plain")
+    race = SEARCH["race"]
+    rules = Rules(5, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(5))
+    old = (json.loads(args.out.read_text()) if args.update and args.out is not None
+           and args.out.is_file() else {"landscapes": {}})
+    out: dict = {"command": command, "delta": delta, "landscapes": {}}
+    if args.update:  # the earlier commands, then this one
+        out["command"] = [*_listed(old.get("command")), command]
+    for shape in shapes:
+        noise = continuous.noise(shape.noise)
+        lands = [continuous.Landscape(shape, noise, s) for s in range(args.seeds)]
+        runs = {"racing": lambda land: continuous.racing(land, budget, SEARCH, rules,
+                                                         race["rungs"]),
+                "tpe": lambda land: continuous.plain_tpe(land, budget, plain),
+                "smac3": lambda land: continuous.smac(land, budget)}
+        entries = {m: [continuous.entry(land.seed, runs[m](land)) for land in lands]
+                   for m in methods}
+        kept = old["landscapes"].get(shape.name, {})  # --update: the methods not run now
+        out["landscapes"][shape.name] = {m: entries[m] if m in entries else kept[m]
+                                         for m in CONTINUOUS if m in entries or m in kept}
+        for m in methods:
+            c = continuous.counts(shape, delta, entries[m])
+            print(f"{shape.name:24s} {m:7s} " + " ".join(f"{k}={v:g}" for k, v in c.items()),
+                  file=sys.stderr, flush=True)
+        if args.out:  # as it goes: a long run can be read before it ends
+            args.out.write_text(json.dumps(out, indent=1) + "\n")
+    if not args.out:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     command = "python -m qknorm.research.search_replay " + " ".join(argv or sys.argv[1:])
@@ -286,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     only = tuple(x for x in args.only.split(",") if x)
+    if args.continuous is not None:
+        return continuous_main(args, budgets, command, cli=argv is None)
     if args.update and not (only and args.out is not None and args.out.is_file()):
         print(f"error: --update reruns racing searches into an existing --out JSON; give "
               f"--only (e.g. tpe) and --out FILE that exists (got --only={args.only!r}, "

@@ -222,6 +222,13 @@ def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm:
     have = len(contiguous(proposals[inc].values))
     extend = have == 0 or confirm or any(
         search.judged[i].outcome == RACING and search.judged[i].n >= have for i in search.judged)
+    # A challenger that leads (mean difference < 0) on fewer blocks than the incumbent ran
+    # runs them before the incumbent runs another (issue 53: once confirming, the incumbent's
+    # next block went first, and a budget that ended there left the worse p answered best and
+    # the leader undecided).
+    if any(j.outcome == RACING and j.delta is not None and j.delta < 0 and j.n < have
+           and proposals[i].live for i, j in search.judged.items()):
+        extend = False
     if proposals[inc].live and extend and have < rules.n_blocks:
         search.needs[inc] = have
     reach = have + (inc in search.needs) if proposals[inc].live else pace(proposals[inc], rules)

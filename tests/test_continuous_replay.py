@@ -1,0 +1,243 @@
+"""search_replay --continuous (qknorm.research.continuous): the file it reads, the runs it makes
+from a committed grid's noise, how it scores an answer, OUT.json as the issue fixed it, and that
+its racing search proposes what the live sweeper proposes for the same seed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+
+import optuna
+import pytest
+
+from qknorm.errors import UserError
+from qknorm.research import continuous, search_replay
+from qknorm.rundir import COMPLETED
+from qknorm.sweep.launcher import JobResult
+from qknorm.sweep.race import schedule
+from qknorm.sweep.race.search import RaceSearchSchedule
+from qknorm.sweep.race.settings import RaceSpec
+from qknorm.sweep.space import parse_space, replicate_combinations
+from qknorm.sweep.sweep import OptunaSweep
+from tests.helpers import REPO
+from tests.helpers.race import sweep_plan
+from tests.helpers.studies import Beats
+
+BOWL = {"name": "bowl", "noise": "calibrated", "x": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "f": [0.25, 0.0625, 0.0, 0.0625, 0.25]}  # (x - 0.5)^2 at the points
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "land.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_f_is_linear_between_the_files_points(tmp_path):
+    _, (shape,) = continuous.read(write(tmp_path, {"delta": 0.02, "landscapes": [BOWL]}))
+    assert shape.at(0.5) == 0.0 and shape.at(0.0) == 0.25 and shape.at(1.0) == 0.25
+    assert shape.at(0.125) == pytest.approx((0.25 + 0.0625) / 2)  # halfway between 0 and 0.25
+    assert shape.at(0.6) == pytest.approx(0.0625 * 0.1 / 0.25)
+    assert shape.floor == 0.0
+
+
+@pytest.mark.parametrize(("bad", "named"), [
+    ({"delta": 0}, "delta=0"),
+    ({"landscapes": [{**BOWL, "noise": "paper_cpu"}]}, "noise='paper_cpu'"),
+    ({"landscapes": [{**BOWL, "x": [0.0, 0.5, 0.4, 0.75, 1.0]}]}, "x must ascend"),
+    ({"landscapes": [{**BOWL, "x": [0.1, 0.25, 0.5, 0.75, 1.0]}]}, "x must ascend from 0 to 1"),
+    ({"landscapes": [{**BOWL, "f": [0.0] * 4}]}, "f be as long"),
+    ({"landscapes": [BOWL, BOWL]}, "name 'bowl'"),
+])
+def test_a_bad_file_is_one_line_naming_the_value(tmp_path, bad, named):
+    with pytest.raises(UserError) as e:
+        continuous.read(write(tmp_path, {"delta": 0.02, "landscapes": [BOWL], **bad}))
+    assert named in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_cli_refuses_a_bad_file_before_running(tmp_path, capsys):
+    path = write(tmp_path, {"delta": 0.02, "landscapes": [{**BOWL, "noise": "x"}]})
+    out = tmp_path / "out.json"
+    assert search_replay.main(["--continuous", path, "--budgets", "4000", "--out",
+                               str(out)]) == 2
+    assert "noise='x'" in capsys.readouterr().err and not out.exists()
+
+
+def recorded(grid_dir: str, fold: int) -> list[float]:
+    """Each p's run on `fold` less that p's mean over the folds, from results.csv by hand."""
+    rows = [r for r in csv.DictReader((REPO / grid_dir / "results.csv").open())
+            if r["status"] == "completed"]
+    by_p: dict[str, dict[int, float]] = {}
+    for r in rows:
+        by_p.setdefault(r["norm.p"], {})[int(r["data.fold"])] = float(r["best_val_loss"])
+    return [runs[fold] - statistics.fmean(runs.values()) for runs in by_p.values()]
+
+
+def test_a_run_is_the_landscapes_mean_plus_a_recorded_runs_offset():
+    """value(x, b) - base - f(x) is one of the grid's recorded (p, b) offsets (computed from
+    results.csv here), base the grid's grand mean; the offsets of a fold average to that
+    fold's effect, and those sum to zero over the folds: f is the true mean."""
+    noise = continuous.noise("qknorm")
+    rows = [float(r["best_val_loss"]) for r in csv.DictReader(
+        (REPO / "docs/results/paper_gpu/qknorm/results.csv").open()) if r["status"] == "completed"]
+    assert noise.base == pytest.approx(statistics.fmean(rows))
+    shape = continuous.Shape("b", "qknorm", (0.0, 1.0), (0.1, 0.0))
+    folds = []
+    for b in range(5):
+        offsets = recorded("docs/results/paper_gpu/qknorm", b)
+        folds.append(statistics.fmean(offsets))
+        for seed in range(3):
+            run = continuous.Landscape(shape, noise, seed).run(0.3, b)
+            got = run["value"] - statistics.fmean(rows) - 0.07  # f(0.3) = 0.1 * 0.7
+            assert min(abs(got - o) for o in offsets) < 1e-9
+            assert run["curve"][max(run["curve"])] == pytest.approx(run["value"], abs=1e-9)
+    assert sum(folds) == pytest.approx(0.0, abs=1e-9)
+    # the same (seed, x, fold): the same run for every method; another seed draws again
+    land = continuous.Landscape(shape, noise, 0)
+    assert land.run(0.3, 0) == land.run(0.3, 0)
+    assert len({continuous.Landscape(shape, noise, s).run(0.3, 0)["value"]
+                for s in range(20)}) > 1
+
+
+def test_counts_score_the_answer_against_f():
+    """BOWL's f (linear between its points), δ = 0.02, by hand: p = 2 (x = 0.5) is the floor
+    (f 0); p = 2.2 (x = 5/11): f = 0.0625 (0.5 - 5/11) / 0.25 = 0.01136, within δ, not δ/2;
+    p = 1.6 (x = 0.625): f = 0.0625 * 0.125 / 0.25 = 0.03125, out of δ; p = 4: 0.0625."""
+    shape = continuous.Shape("bowl", "calibrated", tuple(BOWL["x"]), tuple(BOWL["f"]))
+    assert shape.at(1 / 2.2) == pytest.approx(0.0625 * (0.5 - 1 / 2.2) / 0.25)
+    assert shape.at(1 / 1.6) == pytest.approx(0.03125)
+    entries = [  # #1 right throughout; #2 calls the floor worse and a far p level; #3 out of δ
+        {"best_p": 2.0, "worse": [4.0], "level": [2.2], "undecided": [], "steps": 10},
+        {"best_p": 2.2, "worse": [2.0], "level": [4.0], "undecided": [1.6], "steps": 20},
+        {"best_p": 1.6, "worse": [], "level": [], "undecided": [], "steps": 30},
+    ]
+    got = continuous.counts(shape, 0.02, entries)
+    # within δ: #1, #2; within δ/2: #1. Worse true: #1 (f(4) > f(2)), #3 (none called); #2's
+    # f(2) = 0 < f(2.2). Level within δ: #1 (0.0114), #3 (none); #2's |0.0625 - 0.0114| > δ.
+    assert got == {"seeds": 3, "best_within_delta": 2, "best_within_half": 1, "worse_true": 2,
+                   "level_within_delta": 2, "steps_median": 20}
+
+
+def test_the_cli_writes_out_json_as_the_issue_fixed_it(tmp_path, capsys):
+    """Tiny: two seeds, a budget of 4 runs; the plain TPE and the racing search (SMAC3 has
+    its own replay test)."""
+    path = write(tmp_path, {"delta": 0.02, "landscapes": [{**BOWL, "x": [0.0, 1.0],
+                                                           "f": [0.0, 0.05]}]})
+    out = tmp_path / "out.json"
+    assert search_replay.main(["--continuous", path, "--budgets", "8000", "--seeds", "2",
+                               "--methods", "racing,tpe", "--out", str(out)]) == 0
+    text = out.read_text()
+    data = json.loads(text)
+    assert list(data["landscapes"]) == ["bowl"]
+    assert list(data["landscapes"]["bowl"]) == ["racing", "tpe"]
+    for entries in data["landscapes"]["bowl"].values():
+        assert [e["seed"] for e in entries] == [0, 1]
+        for e in entries:
+            assert set(e) == {"seed", "best_p", "worse", "level", "undecided", "steps"}
+            assert all(isinstance(p, float) for p in [e["best_p"], *e["worse"], *e["level"],
+                                                      *e["undecided"]])
+    racing = data["landscapes"]["bowl"]["racing"]
+    # p = inf (x = 0) is the initial design's first point, JSON's Infinity
+    assert "Infinity" in text and any(math.inf in [e["best_p"], *e["undecided"], *e["worse"],
+                                                   *e["level"]] for e in racing)
+    assert all(e["steps"] <= 8000 for e in racing)  # a search never overshoots its budget
+    err = capsys.readouterr().err
+    assert "bowl" in err and "racing" in err and "best_within_delta=" in err
+
+
+# -- the replay's sampler is the live sweeper's --------------------------------------------
+
+STEPS = 100
+
+
+def tiny_noise() -> continuous.Noise:
+    """A made-up grid's offsets (two p, five folds), curves of two evals."""
+    offsets = {(p, b): {"value": v, "steps": STEPS, "core_s": 1.0,
+                        "curve": {50: v + 0.5, STEPS: v}}
+               for p, vs in ((1.0, (0.01, -0.02, 0.0, 0.03, -0.01)),
+                             (2.0, (-0.01, 0.0, 0.02, -0.03, 0.015)))
+               for b, v in enumerate(vs)}
+    return continuous.Noise((1.0, 2.0), offsets, 2.0, {50: 2.5, STEPS: 2.0},
+                            {50: 0.0, STEPS: 1.0}, 5)
+
+
+class LandscapeLauncher:
+    """The launcher's face: each (1/p, fold) run's best_val_loss from the landscape."""
+
+    def __init__(self, land: continuous.Landscape) -> None:
+        self.land, self.ran = land, []
+
+    def launch(self, jobs) -> list[JobResult]:
+        out = []
+        for trial, combo in jobs:
+            x, fold = trial.params[continuous.PARAM], int(combo[0].split("=")[1])
+            self.ran.append((x, fold))
+            out.append(JobResult(COMPLETED, f"x{x}-f{fold}", {
+                "best_val_loss": self.land.run(x, fold)["value"], "steps": STEPS,
+                "wall_time_s": 1.0, "threads": 1}))
+        return out
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_replay_proposes_what_the_live_sweeper_proposes(seed):
+    """search=p_tpe's space (1/norm.p in [0, 1]), initial design [inf, 1], TPE (its options,
+    seeded), n_jobs 2, on the same landscape: the live sweeper (OptunaSweep's loop over
+    RaceSearchSchedule, a landscape for a launcher) and the replay (continuous.racing) make
+    the same proposals in the same order, and the same runs."""
+    space, _ = parse_space({continuous.PARAM: "interval(0.0, 1.0)"}, [])
+    folds = list(range(5))
+    blocks = tuple(f"data.fold={b}" for b in folds)
+    test = search_replay.for_folds(5)
+    spec = RaceSpec(min_replicates=2, alpha=0.05, baseline=None, candidates=(), labels={},
+                    blocks=blocks, sign=1.0, rungs=(), margin=0.0, budget_steps=16 * STEPS,
+                    equivalence=0.02, test=test, search="tpe", explore=0.8,
+                    initial=({continuous.PARAM: 0.0}, {continuous.PARAM: 1.0}))
+    sampler = {"name": "tpe", "seed": seed, "n_startup_trials": 6}
+    plan = sweep_plan(space, 24, replicate_combinations({"data.fold": folds}), spec, sampler)
+    shape = continuous.Shape("b", "calibrated", (0.0, 0.6, 1.0), (0.09, 0.0, 0.04))
+    land = continuous.Landscape(shape, tiny_noise(), seed)
+    sweep = OptunaSweep(study_name="s", storage="", direction="minimize",
+                        objectives=["best_val_loss"], n_trials=24, n_jobs=2, sampler=sampler,
+                        pruner={"name": "none"}, replicates={}, max_failure_rate=0.0,
+                        fail_value=None, heartbeat_interval=1, grace_period=None, params={},
+                        race=None)
+    study = optuna.create_study(sampler=plan.sampler, directions=plan.directions)
+    RaceSearchSchedule.prepare_study(plan, study, "s")
+    launcher, beats = LandscapeLauncher(land), Beats()
+    sched = RaceSearchSchedule(plan, launcher, ["best_val_loss"], 2, beats)
+    assert sweep._run(study, plan, sched, launcher, beats) is None
+    live = [t.params[continuous.PARAM] for t in sorted(study.get_trials(),
+                                                       key=lambda t: t.number)]
+
+    replayed = []
+
+    class Logged(continuous.Landscape):
+        def run(self, x, block):
+            replayed.append((x, block))
+            return super().run(x, block)
+
+    preset = {"sampler": sampler, "n_jobs": 2, "n_trials": 24,
+              "race": {"explore": 0.8, "initial": [math.inf, 1.0]}}
+    sim = continuous.racing(Logged(shape, land.noise, seed), 16 * STEPS, preset,
+                            schedule.rules(spec), {})
+    assert len(live) >= 6  # past the initial design and into TPE's own proposals
+    assert sim["proposed"] == live
+    assert replayed == launcher.ran
+
+
+def test_update_reruns_one_method_and_keeps_the_others(tmp_path):
+    """--update: racing rerun into an OUT.json that holds tpe; tpe's entries are kept as they
+    were, and both commands are listed."""
+    path = write(tmp_path, {"delta": 0.02, "landscapes": [{**BOWL, "x": [0.0, 1.0],
+                                                           "f": [0.0, 0.05]}]})
+    out = tmp_path / "out.json"
+    args = ["--continuous", path, "--budgets", "6000", "--seeds", "1", "--out", str(out)]
+    assert search_replay.main([*args, "--methods", "tpe"]) == 0
+    tpe = json.loads(out.read_text())["landscapes"]["bowl"]["tpe"]
+    assert search_replay.main([*args, "--methods", "racing", "--update"]) == 0
+    data = json.loads(out.read_text())
+    assert data["landscapes"]["bowl"]["tpe"] == tpe
+    assert [e["seed"] for e in data["landscapes"]["bowl"]["racing"]] == [0]
+    assert len(data["command"]) == 2 and "--update" in data["command"][1]
