@@ -58,7 +58,7 @@ import optuna
 
 from qknorm.errors import UserError
 from qknorm.research import grid_runs, landscapes, race_sims
-from qknorm.sweep import specs
+from qknorm.sweep import build_pruner, build_sampler
 from qknorm.sweep.race import intensify
 
 NOISES = {"qknorm": "docs/results/paper_gpu/qknorm", "calibrated": "docs/results/paper_gpu/calibrated"}
@@ -208,15 +208,15 @@ def sampler_maker(spec: dict) -> Callable[[int], optuna.samplers.BaseSampler]:
     """The live sweeper's sampler for its n-th proposal (RaceSearchSchedule._propose)."""
     from qknorm.sweep.race.search import _seed
 
-    return lambda n: specs.build_sampler({**spec, "seed": _seed(spec, n)}, None)
+    return lambda n: build_sampler({**spec, "seed": _seed(spec, n)}, None)
 
 
 def plain_tpe(land: Landscape, budget: float, preset: dict, folds: tuple[int, ...] = (0, 1)
               ) -> dict:
     """search=p_tpe_plain's search (module doc) until `budget` steps, checked before a trial."""
     sampler_spec = {**preset["sampler"], "seed": land.seed}
-    pruner = specs.build_pruner(preset["pruner"])
-    study = optuna.create_study(sampler=specs.build_sampler(sampler_spec, None), pruner=pruner)
+    pruner = build_pruner(preset["pruner"])
+    study = optuna.create_study(sampler=build_sampler(sampler_spec, None), pruner=pruner)
     dist = {PARAM: optuna.distributions.FloatDistribution(0.0, 1.0)}
     steps, ran = 0, []
     for _ in range(race_sims.MAX_PROPOSALS * 8):  # a cap: the budget ends it first

@@ -34,6 +34,7 @@ _FACE = {
     "absolute_url": "qknorm.sweep.specs",
     "open_reader": "qknorm.sweep.specs",
     "build_sampler": "qknorm.sweep.specs",
+    "build_pruner": "qknorm.sweep.specs",
     "read_study": "qknorm.sweep.specs",
     "elimination": "qknorm.sweep.race.readback",
     "propose": "qknorm.sweep.race.search",
