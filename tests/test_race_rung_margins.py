@@ -8,11 +8,10 @@ import pytest
 
 from qknorm.config import Config, OptunaTrialConfig, RaceRungsConfig, validate
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep import eval_hook
 from qknorm.sweep.race import schedule
 from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.helpers.race import race_plan, refused
-from tests.helpers.studies import BLOCK, attrs, rung_study
+from tests.helpers.studies import BLOCK, attrs, job_hook, rung_study
 
 
 @pytest.fixture
@@ -71,10 +70,7 @@ def test_bad_margins_are_one_line_naming_the_value_and_the_fix(options, message)
 
 
 def hook(url: str, trial: int, margins: list[float]):
-    cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
-                            race=RaceRungsConfig(block=BLOCK, rungs=[250, 500], margin=None,
-                                                 margins=margins))
-    return eval_hook(cfg)
+    return job_hook(url, trial, BLOCK, (250, 500), None, margins)
 
 
 def test_a_job_judges_each_rung_with_its_own_margin(study):

@@ -60,14 +60,10 @@ def reporter(me: Identity) -> Reporter:
         raise UserError(f"{TRIAL}={me.trial}: trial {me.trial} of study {me.study_name!r} is not "
                         f"in {me.storage}; {STUDY}, {STORAGE} and {TRIAL} are set by the "
                         "qknorm_optuna sweeper on its jobs: unset them") from None
-    spec = storage.get_trial(trial_id).user_attrs.get(PRUNER_ATTR, {"name": "none"})
-    pruner = specs.build_pruner(spec)
-    # RandomSampler: Trial() consults the study's sampler; the job must not run TPE or GP.
-    study = optuna.load_study(study_name=me.study_name, storage=storage,
-                              sampler=optuna.samplers.RandomSampler(), pruner=pruner)
+    study = _trial_study(storage, trial_id, me.study_name)
     # Optuna neither stores intermediate values nor prunes multi-objective studies.
     single = len(study.directions) == 1
-    pruning = single and not isinstance(pruner, optuna.pruners.NopPruner)
+    pruning = single and not isinstance(study.pruner, optuna.pruners.NopPruner)
     trial = optuna.Trial(study, trial_id)
     lost = judge(storage, study, trial_id, me)  # a race's in-fold stopping
     record = _progress_record()
@@ -110,6 +106,18 @@ def reporter(me: Identity) -> Reporter:
         return lost is not None and lost(step, value)
 
     return report
+
+
+def _trial_study(storage: Any, trial_id: int, name: str) -> Any:
+    """The study with the pruner the trial was asked under (its user attr PRUNER_ATTR)."""
+    import optuna
+
+    from qknorm.sweep import specs
+
+    spec = storage.get_trial(trial_id).user_attrs.get(PRUNER_ATTR, {"name": "none"})
+    # RandomSampler: Trial() consults the study's sampler; the job must not run TPE or GP.
+    return optuna.load_study(study_name=name, storage=storage, pruner=specs.build_pruner(spec),
+                             sampler=optuna.samplers.RandomSampler())
 
 
 def _progress_record() -> Callable[[int, int | None], None]:
