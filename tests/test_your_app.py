@@ -23,7 +23,9 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 from scipy import stats
 
-from qknorm.sweep import trial
+from qknorm.errors import UserError
+from qknorm.report.results import collect
+from qknorm.sweep import status_lines, trial
 from qknorm.sweep.launcher import returned_fields
 from qknorm.sweep.race.readback import answer, settings_of
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
@@ -128,7 +130,7 @@ RACE = ["lr=choice(0.1,0.12,0.05,0.001)", "hydra.sweeper.sampler.name=grid",
 
 
 @pytest.mark.slow
-def test_a_race_over_seeds_drops_stops_and_calls_level(app_dir):
+def test_a_race_over_seeds_drops_stops_and_calls_level(app_dir, monkeypatch):
     """(a) lr=0.05 (0.09 worse, noise 0.01) is dropped after 3 seeds, with the Holm p of the
     one-sided paired t over seeds that scipy gives on its recorded values; lr=0.12 (0.006
     worse) is level with lr=0.1 within ±0.05. (b) lr=0.001 (3.9 worse) is stopped at the rung,
@@ -165,8 +167,16 @@ def test_a_race_over_seeds_drops_stops_and_calls_level(app_dir):
     assert "plan: at most 16 runs (4 trials x 4 replicates); steps and a time once" in out
     assert ("plan: at most 16 runs (4 trials x 4 replicates), 96 training steps (6 a run); "
             "about ") in out
-    assert len((app_dir / "multirun").glob("*/*/trials.csv").__iter__().__next__()
-               .read_text().splitlines()) == 1 + 4
+    (table,) = app_dir.glob("multirun/*/*/trials.csv")  # the trials table, one row a trial
+    assert len(table.read_text().splitlines()) == 1 + 4
+    # the status, from the storage alone, as for qknorm.train's sweeps
+    assert status_lines(study_in(app_dir, "race"))[0].startswith(
+        "trials 4/4: 1 complete, 3 pruned, 0 failed, 0 running")
+    # qknorm's results report reads qknorm.train's run dirs only, and says so in one line
+    with pytest.raises(UserError, match="^multirun/.*: its runs are another task's, not "
+                                        "qknorm.train's"):
+        monkeypatch.chdir(app_dir)
+        collect(table.parent.relative_to(app_dir))
 
 
 @pytest.mark.slow

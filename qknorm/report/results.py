@@ -136,6 +136,11 @@ def collect(root: Path | str) -> Collection:
         return read_results(root)
     run_dirs = rundir.run_dirs_under(root)
     configs = [rundir.read_config(d) or {} for d in run_dirs]
+    if any(configs) and not any("norm.kind" in c for c in configs):
+        raise UserError(f"{root}: its runs are another task's, not qknorm.train's (no norm.kind "
+                        "in their .hydra/config.yaml), and this report reads qknorm.train's run "
+                        "dirs only; the sweep's trials are in its trials.csv, and `python -m "
+                        "qknorm.status STORAGE` gives its status")
     rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
     config_keys = list(dict.fromkeys(k for c in configs for k in c))
     # threads, device, dtype: final.json's column holds what the run really used
