@@ -48,6 +48,17 @@ def test_outside_a_sweep_report_is_false_and_imports_neither_optuna_hydra_nor_to
     assert r.stdout.split() == ["False", "[]"], r.stderr
 
 
+def test_the_sweeper_of_another_task_imports_no_torch():
+    """What the sweeper loads for a task that is not qknorm.train (qknorm.train's step timing
+    and config checks load only for its own jobs): `pip install 'qknorm[sweep]'` in an app's
+    environment is all it needs."""
+    code = ("import sys, qknorm.sweep.sweep, qknorm.sweep.job, hydra_plugins.qknorm_sweeper."
+            "sweeper; print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert r.stdout.split() == ["False"], r.stderr
+
+
 @pytest.mark.parametrize("ident", [
     trial.Identity("s", "sqlite:////tmp/o.db", 3),
     trial.Identity("it's", "postgresql+psycopg://u:p@h/db?x=1", 12, "seed=1 data.fold=0",
