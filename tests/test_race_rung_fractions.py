@@ -90,8 +90,8 @@ SMOKE_RACE = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "thread
 @pytest.mark.slow
 def test_the_overrides_as_typed_race_with_the_resolved_rungs_and_say_what_was_dropped(cli):
     """smoke (30 steps, an eval every 10): [0.25, 0.5] -> step 0 (dropped) and 10; the job
-    gets rungs 10 and the margin of the rung kept (in its hydra.job.env_set: qknorm.sweep.trial). A single margin and every rung
-    dropped go through the command line too."""
+    gets rungs 10 and the margin of the rung kept (in its hydra.job.env_set: qknorm.sweep.trial).
+    A single margin and every rung dropped go through the command line too."""
     r = cli(*SMOKE_RACE, "hydra.sweeper.race.rungs=[0.25,0.5]", "hydra.sweeper.study_name=a")
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
