@@ -28,8 +28,8 @@ from qknorm import rundir
 from qknorm.config import CONF_DIR, register_configs, to_config
 from qknorm.data import load_splits
 from qknorm.effective import task_tree, unique_jobs
-from qknorm.errors import RunDiverged, UserError, exit_with, one_line
-from qknorm.sweep import eval_hook
+from qknorm.errors import RunDiverged, RunPruned, UserError, exit_with, one_line
+from qknorm.sweep import trial
 from qknorm.train import train
 
 # The basic sweepers, by their _target_'s class: Hydra's, and ours minus repeats (the plugin's
@@ -53,7 +53,7 @@ def task(cfg: DictConfig) -> float:
     single_run = HydraConfig.get().mode == RunMode.RUN
     try:
         config = to_config(cfg)
-        final = train(config, out_dir, eval_hook(config.optuna))
+        final = train(config, out_dir, report_val_loss)
     except (UserError, RunDiverged) as e:
         if not single_run:
             e.sweep_dir = HydraConfig.get().sweep.dir  # for main()'s summary of the multirun
@@ -65,6 +65,13 @@ def task(cfg: DictConfig) -> float:
     print(f"{final['status']}: best_val_loss={final['best_val_loss']:.4f} "
           f"steps={final['steps']} wall_time_s={final['wall_time_s']:.1f} -> {out_dir}")
     return final["best_val_loss"]
+
+
+def report_val_loss(step: int, row: dict) -> None:
+    """The eval hook of every run: its val loss to its trial through the public job-side API
+    (qknorm.sweep.trial; a no-op outside a sweep), stopping the run when the trial says so."""
+    if trial.report(step, row["val_loss"]):
+        raise RunPruned(step)
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """What the training loop calls back, so that what runs a job can watch it without the run
 knowing who: `EvalHook`, called after every eval with the step and that eval's metrics.jsonl row.
 
-The Optuna sweeper's jobs pass one (qknorm.sweep.eval_hook: report to the trial, stop when
-pruned or at a race's rung); a run on its own passes none.
+qknorm.cli passes one to every run (report_val_loss: the val loss to its trial through the
+job-side API qknorm.sweep.trial, a no-op outside a sweep, stopping when the trial says so).
 """
 
 from __future__ import annotations

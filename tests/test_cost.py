@@ -36,8 +36,8 @@ def test_the_line_adds_setups_steps_and_evals_at_the_measured_pace():
         "plan: at most 120 runs (24 trials x 5 replicates), 26,667 training steps "
         "(budget_steps) and 121 evals; about 35m08s")
     assert cost.line(cost.work(3, 1, None, None), None) == (
-        "plan: at most 3 runs (3 trials x 1 replicate); no time estimate (the jobs are not "
-        "qknorm.train's)")
+        "plan: at most 3 runs (3 trials x 1 replicate); steps and a time once a job has "
+        "reported them (qknorm.sweep.trial)")
 
 
 def test_measure_times_the_jobs_step_on_its_threads_and_restores_the_callers():

@@ -90,15 +90,16 @@ SMOKE_RACE = ["-m", "qknorm.train", "search=p_race", "experiment=smoke", "thread
 @pytest.mark.slow
 def test_the_overrides_as_typed_race_with_the_resolved_rungs_and_say_what_was_dropped(cli):
     """smoke (30 steps, an eval every 10): [0.25, 0.5] -> step 0 (dropped) and 10; the job
-    gets optuna.race.rungs=[10] and the margin of the rung kept. A single margin and every rung
-    dropped go through the command line too."""
+    gets rungs 10 and the margin of the rung kept (in its hydra.job.env_set: qknorm.sweep.trial).
+    A single margin and every rung dropped go through the command line too."""
     r = cli(*SMOKE_RACE, "hydra.sweeper.race.rungs=[0.25,0.5]", "hydra.sweeper.study_name=a")
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     assert ("hydra.sweeper.race.rungs=[0.25, 0.5] at train.max_iters=30 (an eval every 10 "
             "steps): dropped rung 0.25 (step 0: before the first eval); the runs are judged at "
             "step 10") in out
-    assert "optuna.race.rungs=[10] optuna.race.margin=0.04" in out  # p=1: judged, 0.04 at 10
+    assert ("QKNORM_RUNGS='10' ++hydra.job.env_set.QKNORM_MARGIN='0.04'"
+            in out)  # p=1: judged, 0.04 at 10
     r = cli(*SMOKE_RACE, "hydra.sweeper.race.rungs=[0.5]", "hydra.sweeper.race.margin=0.07",
             "train.max_iters=10", "hydra.sweeper.study_name=b")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -106,4 +107,4 @@ def test_the_overrides_as_typed_race_with_the_resolved_rungs_and_say_what_was_dr
     assert ("hydra.sweeper.race.rungs=[0.5] at train.max_iters=10 (an eval every 10 steps): "
             "dropped rung 0.5 (step 0: before the first eval); no rung is left: the race runs "
             "without in-fold stopping") in out
-    assert "optuna.race.rungs" not in out
+    assert "QKNORM_RUNGS" not in out

@@ -8,11 +8,10 @@ import pytest
 
 from qknorm.config import Config, OptunaTrialConfig, RaceRungsConfig, validate
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep import eval_hook
 from qknorm.sweep.race import schedule
 from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.helpers.race import race_plan, refused
-from tests.helpers.studies import BLOCK, attrs, rung_study
+from tests.helpers.studies import BLOCK, attrs, job_hook, rung_study
 
 
 @pytest.fixture
@@ -27,16 +26,12 @@ def test_a_margin_list_gives_each_rung_its_margin_and_a_number_keeps_the_one_mar
     assert spec.settings()["rungs"] == [500, 1000] and spec.settings()["margin"] == [0.1, 0.05]
     assert spec.rung_words() == "500 (margin 0.1), 1000 (margin 0.05)"
     # The baseline (p=2) records only; the others get each rung's margin.
-    assert spec.job_keys((1.0,), BLOCK) == [
-        "optuna.race.block='data.fold=0'", "optuna.race.rungs=[500,1000]",
-        "optuna.race.margin=null", "optuna.race.margins=[0.1,0.05]"]
-    assert spec.job_keys((2.0,), BLOCK) == [
-        "optuna.race.block='data.fold=0'", "optuna.race.rungs=[500,1000]",
-        "optuna.race.margin=null"]
+    assert spec.judging((1.0,)) == {"rungs": (500, 1000), "margin": None,
+                                    "margins": (0.1, 0.05)}
+    assert spec.judging((2.0,)) == {"rungs": (500, 1000), "margin": None, "margins": ()}
     listed = race_plan(rungs=[500, 1000], margin=0.05)
-    assert listed.margins == () and listed.job_keys((1.0,), BLOCK) == [
-        "optuna.race.block='data.fold=0'", "optuna.race.rungs=[500,1000]",
-        "optuna.race.margin=0.05"]  # as before margins existed
+    assert listed.margins == () and listed.judging((1.0,)) == {
+        "rungs": (500, 1000), "margin": 0.05, "margins": ()}  # as before margins existed
     # Equal margins are the one margin: the same race as the number, in the study too.
     same = race_plan(rungs=[500, 1000], margin=[0.05, 0.05])
     assert (same.margins, same.margin) == ((), 0.05) and same.settings() == listed.settings()
@@ -75,10 +70,7 @@ def test_bad_margins_are_one_line_naming_the_value_and_the_fix(options, message)
 
 
 def hook(url: str, trial: int, margins: list[float]):
-    cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
-                            race=RaceRungsConfig(block=BLOCK, rungs=[250, 500], margin=None,
-                                                 margins=margins))
-    return eval_hook(cfg)
+    return job_hook(url, trial, BLOCK, (250, 500), None, margins)
 
 
 def test_a_job_judges_each_rung_with_its_own_margin(study):

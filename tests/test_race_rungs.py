@@ -14,7 +14,6 @@ import pytest
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
 from qknorm.errors import RunPruned
 from qknorm.report.summary import race_section
-from qknorm.sweep import eval_hook
 from qknorm.sweep.race import looks, readback
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
@@ -24,7 +23,7 @@ from qknorm.sweep.study import (
     RACE_STOP_ATTR,
 )
 from tests.helpers.race import race_plan, refused
-from tests.helpers.studies import BLOCK, attrs, frozen, run, rung_study
+from tests.helpers.studies import BLOCK, attrs, frozen, job_hook, run, rung_study
 
 # -- the rule ------------------------------------------------------------------------------------
 
@@ -82,9 +81,7 @@ def study(tmp_path):
 
 
 def hook(url: str, trial: int, margin: float | None, rungs=(250, 500), block=BLOCK):
-    cfg = OptunaTrialConfig(study_name="r", storage=url, trial=trial,
-                            race=RaceRungsConfig(block=block, rungs=list(rungs), margin=margin))
-    return eval_hook(cfg)
+    return job_hook(url, trial, block, rungs, margin)
 
 
 def test_a_job_that_has_lost_at_a_rung_stops_there_and_says_why(study):

@@ -144,6 +144,11 @@ def collect(root: Path | str) -> Collection:
         root) else {}  # a rerun of a finished study: its sweep dir has no run, the study has
     run_dirs = [] if ran_nothing else rundir.run_dirs_under(root)
     configs = [rundir.read_config(d) or {} for d in run_dirs]
+    if any(configs) and not any("norm.kind" in c for c in configs):
+        raise UserError(f"{root}: its runs are another task's, not qknorm.train's (no norm.kind "
+                        "in their .hydra/config.yaml), and this report reads qknorm.train's run "
+                        "dirs only; the sweep's trials are in its trials.csv, and `python -m "
+                        "qknorm.status STORAGE` gives its status")
     collection = Collection(root, pd.DataFrame(), configs=configs)
     collection.studies.update(ran_nothing)
     if not (root / rundir.HYDRA_DIR).is_dir():  # a sweep dir, not one run: its studies' runs

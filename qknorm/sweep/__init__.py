@@ -14,11 +14,13 @@ _MODULES; tests/test_faces.py fails an import past it); the modules below are th
               incumbent): their settings, verdicts, pure rules, driver, schedules and what
               a study of them reads back (race/__init__.py has its own map)
   sweep       OptunaSweep: one loop over a schedule, picked by the kind of study
-  job         a training job's side of its trial (pruning, rungs)
+  trial       the job-side API of any task: trial.report(step, value) -> stop now
+  identity    a job's trial handed over in its environment (the sweeper sets, the job reads)
+  job         what trial.report does in a sweep (pruning, rungs)
   slurm, outputs, progress (the status lines), cost (the plan's cost line)
 
-Names load lazily (PEP 562): a training job's eval_hook loads qknorm.sweep.job without paying
-for the sweeper's imports.
+Names load lazily (PEP 562): `from qknorm.sweep import trial` (any task's job) imports no
+optuna, Hydra or torch; trial.report loads qknorm.sweep.job only inside a sweep.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from typing import Any
 
 _FACE = {
     "OptunaSweep": "qknorm.sweep.sweep",
-    "eval_hook": "qknorm.sweep.job",
     "open_storage": "qknorm.sweep.specs",
     "storage_file": "qknorm.sweep.specs",
     "absolute_url": "qknorm.sweep.specs",
@@ -45,10 +46,11 @@ _FACE = {
     "resolve_rungs": "qknorm.sweep.race.rungs",
     "step_margins": "qknorm.sweep.race.settings",
 }
-# Modules the rest may import whole: the race package (qknorm.sweep.race.<module>), whose
-# driver, rules (looks, intensify) and verdicts are pure functions and words of recorded
-# values, which the report, the status and the research tools' replays use.
-_MODULES = ["race"]
+# Modules the rest may import whole: trial (the job-side API, any task's), and the race
+# package (qknorm.sweep.race.<module>), whose driver, rules (looks, intensify) and verdicts are
+# pure functions and words of recorded values, which the report, the status and the research
+# tools' replays use.
+_MODULES = ["race", "trial", "identity"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

@@ -1,34 +1,37 @@
-"""The job side of an Optuna trial: report val loss at every eval, stop when pruned.
+"""What `qknorm.sweep.trial.report` does inside a sweep: report a job's value to its trial,
+and say when to stop (the API and how a job learns its trial: qknorm/sweep/trial.py).
 
-The qknorm_optuna sweeper sets optuna.{study_name,storage,trial} on each job it launches. The
-job reopens the study, rebuilds the pruner its trial was asked under (stored in the trial's
-user attrs), reports val_loss at each eval and raises RunPruned when the pruner says so.
-Outside a study (optuna.trial null) there is no hook and optuna is never imported.
+The job reopens the study, rebuilds the pruner its trial was asked under (stored in the trial's
+user attrs), reports each value and says stop when the pruner prunes. Each report also records
+the job's progress in its output dir (identity.REPORTED_FILE: the last step, the seconds since its
+first report, and the step it was stopped at), which the sweeper reads back for a task that
+writes no final.json (its status, steps and pace: launcher.job_result).
 
-With replicates, several jobs share one trial: each reports its own val_loss, the first one to
+With replicates, several jobs share one trial: each reports its own values, the first one to
 reach a step gives the trial's value there (the others skip that step: Optuna would ignore
 them, with a warning), and the first job pruned marks the trial so its sibling jobs stop at
-their next eval too.
+their next report too.
 
-A race's job also checks its rungs (hydra.sweeper.race.rungs): at each rung (an eval step in
-optuna.race.rungs) it records its val loss in its trial (user attr `race_rungs:<block>`), reads
+A race's job also checks its rungs (hydra.sweeper.race.rungs): at each rung (a step in its
+identity's rungs) it records its value in its trial (user attr `race_rungs:<block>`), reads
 the values the other candidates' runs of the same block recorded at that rung, and stops
-(RunPruned, final.json status `pruned`) when it is above the best of them by more than
-optuna.race.margin (or that rung's entry of optuna.race.margins, when the race gave each rung
-its own), leaving `race_stop:<block>` for the sweeper, which takes the candidate out
-of the race. The rule itself is race.looks.stop_at_rung.
+when it is above the best of them by more than its margin (or that rung's entry of its
+margins, when the race gave each rung its own), leaving `race_stop:<block>` for the sweeper,
+which takes the candidate out of the race. The rule itself is race.looks.stop_at_rung.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
-from qknorm.config import OptunaTrialConfig, RaceRungsConfig
-from qknorm.errors import RunPruned, UserError
-from qknorm.hooks import EvalHook
+from qknorm.errors import UserError
+from qknorm.sweep.identity import REPORTED_FILE, STORAGE, STUDY, TRIAL, Identity
 from qknorm.sweep.race import looks
 from qknorm.sweep.study import (
     PRUNED_STEP_ATTR,
@@ -40,67 +43,103 @@ from qknorm.sweep.study import (
 
 log = logging.getLogger(__name__)
 
+Reporter = Callable[[int, float], bool]  # (step, value) -> stop now
 
-def eval_hook(cfg: OptunaTrialConfig) -> EvalHook | None:
-    if cfg.trial is None:
-        return None
-    if not (cfg.study_name and cfg.storage):
-        raise UserError("optuna.trial is set but optuna.study_name or optuna.storage is not; "
-                        "these keys are set by the qknorm_optuna sweeper, leave them null")
-    import optuna  # only jobs of a study pay for the import
+
+def reporter(me: Identity) -> Reporter:
+    """The report function of one job (trial.report calls it)."""
+    import optuna
 
     from qknorm.sweep import specs
 
-    storage = specs.open_storage(cfg.storage)
+    storage = specs.open_storage(me.storage)
     try:
-        study_id = storage.get_study_id_from_name(cfg.study_name)
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, cfg.trial)
+        study_id = storage.get_study_id_from_name(me.study_name)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, me.trial)
     except KeyError:
-        raise UserError(f"optuna.trial={cfg.trial} of study {cfg.study_name!r} is not in "
-                        f"{cfg.storage}; these keys are set by the sweeper") from None
+        raise UserError(f"{TRIAL}={me.trial}: trial {me.trial} of study {me.study_name!r} is not "
+                        f"in {me.storage}; {STUDY}, {STORAGE} and {TRIAL} are set by the "
+                        "qknorm_optuna sweeper on its jobs: unset them") from None
+    study = _trial_study(storage, trial_id, me.study_name)
+    # Optuna neither stores intermediate values nor prunes multi-objective studies.
+    single = len(study.directions) == 1
+    pruning = single and not isinstance(study.pruner, optuna.pruners.NopPruner)
+    trial = optuna.Trial(study, trial_id)
+    lost = judge(storage, study, trial_id, me)  # a race's in-fold stopping
+    record = _progress_record()
+    state: dict[str, Any] = {"reporting": True, "stopped": None, "reported": set()}
+
+    def report(step: int, value: float) -> bool:
+        if state["stopped"] is not None:
+            return True
+        if not state["reporting"] or not math.isfinite(value):
+            return False  # a non-finite value is the task's business (diverged)
+        try:
+            prune = _report(step, value)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # The sweeper that launched this job is gone and its trial was closed: run on,
+            # report nothing more.
+            log.warning("trial %d is already finished; not reporting any more", me.trial)
+            state["reporting"] = False
+            return False
+        if prune:
+            state["stopped"] = step
+        record(step, state["stopped"])
+        return prune
+
+    def _report(step: int, value: float) -> bool:
+        # A trial holds one value per step: the first replicate to reach a step reports it.
+        # Optuna ignores a second report of a step and logs "The reported value is ignored
+        # because this step is already reported" at every eval of every later fold, which
+        # users read as an error; the ignoring is what we want, so we skip the report. Without
+        # replicates (no block) the job is the trial's only one: no read before each report.
+        frozen = storage.get_trial(trial_id) if me.block or pruning else None
+        if frozen is not None and frozen.user_attrs.get(PRUNED_STEP_ATTR) is not None:
+            return True  # a sibling replicate was pruned: so is the trial
+        taken = frozen.intermediate_values if frozen is not None else state["reported"]
+        if single and step not in taken:
+            trial.report(value, step)
+            state["reported"].add(step)
+        if pruning and trial.should_prune():
+            trial.set_user_attr(PRUNED_STEP_ATTR, step)
+            return True
+        return lost is not None and lost(step, value)
+
+    return report
+
+
+def _trial_study(storage: Any, trial_id: int, name: str) -> Any:
+    """The study with the pruner the trial was asked under (its user attr PRUNER_ATTR)."""
+    import optuna
+
+    from qknorm.sweep import specs
+
     spec = storage.get_trial(trial_id).user_attrs.get(PRUNER_ATTR, {"name": "none"})
     # RandomSampler: Trial() consults the study's sampler; the job must not run TPE or GP.
-    study = optuna.load_study(study_name=cfg.study_name, storage=storage,
-                              sampler=optuna.samplers.RandomSampler(),
-                              pruner=specs.build_pruner(spec))
-    if len(study.directions) > 1:
-        return None  # Optuna neither stores intermediate values nor prunes multi-objective
-    trial = optuna.Trial(study, trial_id)
-    lost = judge(storage, study, trial_id, cfg.race)  # a race's in-fold stopping
-    reporting = True
-
-    def on_eval(step: int, row: dict[str, Any]) -> None:
-        nonlocal reporting
-        if not reporting or not math.isfinite(row["val_loss"]):
-            return  # a non-finite loss is the training loop's business (diverged)
-        try:
-            frozen = storage.get_trial(trial_id)
-            if frozen.user_attrs.get(PRUNED_STEP_ATTR) is not None:
-                raise RunPruned(step)  # a sibling replicate was pruned: so is the trial
-            # A trial holds one value per step: the first replicate to reach a step reports it.
-            # Optuna ignores a second report of a step and logs "The reported value is ignored
-            # because this step is already reported" at every eval of every later fold, which
-            # users read as an error; the ignoring is what we want, so we skip the report.
-            if step not in frozen.intermediate_values:
-                trial.report(row["val_loss"], step)
-            prune = trial.should_prune()
-            if prune:
-                trial.set_user_attr(PRUNED_STEP_ATTR, step)
-            elif lost is not None:
-                prune = lost(step, row["val_loss"])
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # The sweeper that launched this job is gone and its trial was closed: train on,
-            # report nothing more.
-            log.warning("trial %d is already finished; not reporting any more", cfg.trial)
-            reporting = False
-            return
-        if prune:
-            raise RunPruned(step)
-
-    return on_eval
+    return optuna.load_study(study_name=name, storage=storage, pruner=specs.build_pruner(spec),
+                             sampler=optuna.samplers.RandomSampler())
 
 
-Judge = Callable[[int, float], bool]  # (step, val loss) -> stop now
+def _progress_record() -> Callable[[int, int | None], None]:
+    """Writes the job's last step, its seconds since its first report and the step it was
+    stopped at to REPORTED_FILE in its Hydra output dir, where the sweeper reads them back
+    (launcher.job_result): a file, not the study, so a report costs no extra database write.
+    Outside a Hydra job (no output dir) it writes nothing."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return lambda step, stopped: None
+    path = Path(HydraConfig.get().runtime.output_dir) / REPORTED_FILE
+    start = time.perf_counter()
+
+    def record(step: int, stopped: int | None) -> None:
+        path.write_text(json.dumps({"step": step, "seconds": time.perf_counter() - start,
+                                    "stopped": stopped}))
+
+    return record
+
+
+Judge = Callable[[int, float], bool]  # (step, value) -> stop now
 
 
 def rung_values(trials: Iterable[Any], block: str, step: int, mine: str | None) -> dict[str, float]:
@@ -117,16 +156,16 @@ def rung_values(trials: Iterable[Any], block: str, step: int, mine: str | None) 
     return out
 
 
-def judge(storage: Any, study: Any, trial_id: int, cfg: RaceRungsConfig) -> Judge | None:
+def judge(storage: Any, study: Any, trial_id: int, me: Identity) -> Judge | None:
     """The rung check of one job (its trial's storage and study), or None when the job is not
-    a race's (no block)."""
-    if cfg.block is None:
+    judged at rungs (a race's without rungs, or no race's)."""
+    if not me.rungs:
         return None
-    block = cfg.block
+    block = me.block
     # Each rung's margin: its own (race.margin given as a list) or the one margin; None for the
     # baseline: others are judged against its values, it never stops.
-    margins = (dict(zip(cfg.rungs, cfg.margins, strict=True)) if cfg.margins
-               else dict.fromkeys(cfg.rungs, cfg.margin))
+    margins = (dict(zip(me.rungs, me.margins, strict=True)) if me.margins
+               else dict.fromkeys(me.rungs, me.margin))
     mine = storage.get_trial(trial_id).user_attrs.get(RACE_CANDIDATE_ATTR)
     recorded: dict[str, float] = {}
     # Rungs this run passed before any other run of the block had reached them: with a

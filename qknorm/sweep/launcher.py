@@ -4,6 +4,7 @@ outcomes from final.json, and telling a trial what its jobs gave."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import statistics
@@ -13,13 +14,14 @@ from typing import Any
 
 import optuna
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from qknorm import rundir
 from qknorm.rundir import COMPLETED, FAILED, PRUNED
 from qknorm.sweep import slurm
+from qknorm.sweep.identity import REPORTED_FILE, Identity, env_overrides
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.space import format_value
 from qknorm.sweep.study import (
@@ -51,10 +53,11 @@ class Launcher:
     """Runs (trial, replicate) jobs through the Hydra launcher, each in its own run dir."""
 
     def __init__(self, launcher: Any, hydra_context: Any, config: DictConfig, sweep_dir: Path,
-                 study_name: str, url: str, plan: Plan):
+                 study_name: str, url: str, plan: Plan, objectives: list[str]):
         self.launcher, self.hydra_context, self.config = launcher, hydra_context, config
         self.sweep_dir = sweep_dir
         self.study_name, self.url, self.plan = study_name, url, plan
+        self.objectives = objectives
         self.job_idx = 0  # jobs launched so far: Hydra numbers them on
 
     def launch(self, jobs: list[Job]) -> list[JobResult]:
@@ -74,7 +77,7 @@ class Launcher:
         try:
             with slurm.each_job_answers(self.config.hydra.launcher):
                 returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx) if todo else []
-            launched = [job_result(r) for r in returns]
+            launched = [job_result(r, self.objectives) for r in returns]
         except Exception as e:  # a broken launcher fails this batch, not the study
             log.exception("launcher failed")
             launched = [JobResult(FAILED, "?", error=f"launcher: {type(e).__name__}: {e}")
@@ -91,17 +94,21 @@ class Launcher:
         return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
 
     def overrides(self, trial: optuna.Trial, combo: list[str]) -> list[str]:
-        """A job's overrides: the trial's params, its replicate, and what the job needs to find
-        its trial (optuna.*) and, in a race with rungs, to judge itself (optuna.race.*)."""
+        """A job's overrides: the trial's params, its replicate, and its identity (trial.Identity:
+        its trial and, in a race with rungs, how it is judged) in hydra.job.env_set, where the
+        job-side API reads it, whatever the task's config. A qknorm.train job's config also
+        records its trial (optuna.*), which qknorm's run-dir report and trackers read."""
         plan, subdir = self.plan, _subdir(trial, combo)
+        judging = (plan.race.judging(plan.space.candidate(trial))
+                   if plan.race is not None and plan.race.rungs else {})
+        me = Identity(self.study_name, self.url, trial.number, block_label(combo), **judging)
+        record = [f"optuna.study_name={format_value(self.study_name)}",
+                  f"optuna.storage={format_value(self.url)}",
+                  f"optuna.trial={trial.number}"] if plan.job is not None else []
         return [
-            *plan.base_overrides, *plan.space.overrides(trial.params), *combo,
-            f"optuna.study_name={format_value(self.study_name)}",
-            f"optuna.storage={format_value(self.url)}", f"optuna.trial={trial.number}",
+            *plan.base_overrides, *plan.space.overrides(trial.params), *combo, *record,
             # Named by trial number: unique even when several sweepers share one sweep dir.
-            f"hydra.sweep.subdir={format_value(subdir)}",
-            *(plan.race.job_keys(plan.space.candidate(trial), block_label(combo))
-              if plan.race is not None and plan.race.rungs else []),
+            f"hydra.sweep.subdir={format_value(subdir)}", *env_overrides(me),
         ]
 
 
@@ -212,7 +219,8 @@ def mean_values(jobs: list[JobResult], objectives: list[str],
             xs = [float(j.fields[name]) for j in jobs]
         except (KeyError, TypeError, ValueError):
             return None, (f"final.json of {jobs[0].run_dir} has no number {name!r}; "
-                          "hydra.sweeper.objectives must name final.json fields")
+                          "hydra.sweeper.objectives must name final.json fields (or the keys "
+                          "the task returns)")
         if not all(math.isfinite(x) for x in xs):
             return None, f"{name} is not finite in {[j.run_dir for j in jobs]}"
         means.append(statistics.fmean(xs))
@@ -223,19 +231,59 @@ def mean_values(jobs: list[JobResult], objectives: list[str],
     return means, ""
 
 
-def job_result(ret: JobReturn) -> JobResult:
-    """A job's outcome from its final.json; a job that wrote none failed before training, and
-    a task that writes none but returns a number (not qknorm.train) is scored on that."""
+def job_result(ret: JobReturn, objectives: list[str]) -> JobResult:
+    """A job's outcome: its final.json (qknorm.train writes one), or else the task's return
+    value (a number, or a mapping naming the objectives) with what the job reported through
+    qknorm.sweep.trial (identity.REPORTED_FILE: its last step, its seconds, the step it was
+    stopped at: status pruned). The latter is then written as the job's final.json, so a
+    resumed sweep reads the completed job back instead of running it again."""
     run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir) if ret.hydra_cfg else "?"
     result = _final_result(run_dir, ret)
     if result is not None:
         return result
-    if ret.status == JobStatus.COMPLETED:
-        value = ret._return_value
-        if isinstance(value, (int, float)):
-            return JobResult(COMPLETED, run_dir, {"best_val_loss": value, "value": value})
-        return JobResult(FAILED, run_dir, error=f"no {rundir.FINAL_FILE} and no number returned")
-    return JobResult(FAILED, run_dir, error=_exception_line(ret))
+    if ret.status != JobStatus.COMPLETED:
+        return JobResult(FAILED, run_dir, error=_exception_line(ret))
+    fields, error = returned_fields(ret.return_value, objectives)
+    if error:
+        return JobResult(FAILED, run_dir, error=error)
+    reported = _reported(run_dir)
+    status = COMPLETED if reported.get("stopped") is None else PRUNED
+    final = {"status": status, **fields, "steps": reported.get("step"),
+             "wall_time_s": reported.get("seconds")}
+    if status == PRUNED:
+        final["error"] = f"stopped at step {reported['stopped']}"
+    if run_dir != "?":
+        rundir.write_final(Path(run_dir), final)
+    return JobResult(status, run_dir, final, final.get("error", ""))
+
+
+def returned_fields(value: Any, objectives: list[str]) -> tuple[dict[str, Any], str]:
+    """A task's return value as the fields the objectives are read from: a number is the one
+    objective's value; a mapping (a dict, a DictConfig) names each objective. (fields, "") or
+    ({}, why not)."""
+    if isinstance(value, (DictConfig, dict)):
+        fields = dict(OmegaConf.to_container(value) if isinstance(value, DictConfig) else value)
+        missing = [o for o in objectives if o not in fields]
+        if missing:
+            return {}, (f"the task returned {sorted(map(str, fields))}, without {missing[0]!r} "
+                        f"of hydra.sweeper.objectives={objectives}; return it, or name the "
+                        "returned keys in hydra.sweeper.objectives")
+        return fields, ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if len(objectives) == 1:
+            return {objectives[0]: float(value)}, ""
+        return {}, (f"the task returned one number, and hydra.sweeper.objectives={objectives} "
+                    "names several; return a dict with one value per objective")
+    return {}, (f"the task returned {type(value).__name__}, neither a number nor a dict naming "
+                f"hydra.sweeper.objectives={objectives}; return the value to optimize")
+
+
+def _reported(run_dir: str) -> dict[str, Any]:
+    """What the job reported through qknorm.sweep.trial, from its output dir ({}: nothing)."""
+    try:
+        return json.loads((Path(run_dir) / REPORTED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _final_result(run_dir: str, ret: JobReturn | None) -> JobResult | None:

@@ -90,8 +90,9 @@ RACE_NEEDS_A_GRID = (
     "'norm.p=choice(1,2,4,inf)' '++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
     "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
     "hydra.sweeper.race.margin=0.05")
-RUNGS_NEED_TRAIN = ("in-fold stopping needs qknorm.train's jobs (they take "
-                    "optuna.race.{block,rungs,margin}), or set rungs: null")
+RUNGS_FOR_ANY_TASK = ("the jobs of a task that is not qknorm.train are judged at the steps they "
+                      "report through qknorm.sweep.trial: give whole steps, e.g. "
+                      "hydra.sweeper.race.rungs=[50]")
 
 
 @dataclass
@@ -181,11 +182,9 @@ class Planner:
         n_trials = self._n_trials(space)
         job = self._check_keys(space, base, replicates)
         varied = (*(p.key for p in space.params), *replicates)
-        if race is not None and race.rungs:
-            race = self._resolve_rungs(race, space, base, combinations[0])
         if race is not None:
-            race = dataclasses.replace(race, test=self._race_test(race_settings.test, replicates,
-                                                                  base, combinations[0]))
+            race = self._judged(race, race_settings.test, space, base, combinations[0], job,
+                                replicates)
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
@@ -238,11 +237,9 @@ class Planner:
             self._compose_values(base, f"hydra.sweeper.replicates.{key}", key, values,
                                  keep=True)
         job = base + list(first.values())
-        job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
-                    "optuna.storage=x", "optuna.trial=0"]
-        self.job_overrides = job + job_keys  # the first job's (_question adds the fixed values)
-        cfg = self._compose(job + job_keys, "the task config",
-                            "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
+        # A job learns its trial from hydra.job.env_set (qknorm.sweep.trial): no key of ours.
+        self.job_overrides = job  # the first job's (_question adds the fixed values)
+        cfg = self._compose(job, "the task config", "check the command line's overrides")
         _check_p_is_read(space, cfg)
         for p in space.params:
             self._compose_values(job, f"hydra.sweeper.params.{p.name}", p.key, p.examples())
@@ -261,12 +258,22 @@ class Planner:
         tree = task_tree(cfg)
         return None if tree is None else question(flatten(tree), varied)
 
+    def _judged(self, race: RaceSpec, test: str, space: SearchSpace, base: list[str],
+                combo: list[str], job: list[str], replicates: dict) -> RaceSpec:
+        """The race with its rungs as the steps its jobs are judged at (another task's: the
+        steps it reports, as written) and its replicate test."""
+        if race.rungs and task_config(job) is None:
+            race = _steps_as_written(race)
+        elif race.rungs:
+            race = self._resolve_rungs(race, space, base, combo)
+        return dataclasses.replace(race, test=self._race_test(test, replicates, base, combo))
+
     def _resolve_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                        combo: list[str]) -> RaceSpec:
         """The race judged at eval steps of its runs (race.rungs.resolve_rungs): compose each
         candidate's job (the grid may set train.*), read train.max_iters and
         train.eval_interval, resolve the rungs against them; the rungs that do not fit are
-        dropped, in one log line. Then the job must take optuna.race.* (qknorm.train does)."""
+        dropped, in one log line."""
         names = [p.name for p in space.params]
         ends = [tuple(p.grid[i] if p.grid else (p.distribution.low, p.distribution.high)[i]
                       for p in space.params) for i in (0, -1)]
@@ -274,7 +281,7 @@ class Planner:
         resolved = {}
         for c in candidates:
             cfg = self._compose([*base, *space.overrides(dict(zip(names, c, strict=True))),
-                                 *combo], "hydra.sweeper.race.rungs", RUNGS_NEED_TRAIN)
+                                 *combo], "hydra.sweeper.race.rungs", "check the params")
             length = (OmegaConf.select(cfg, "train.max_iters"),
                       OmegaConf.select(cfg, "train.eval_interval"))
             if not all(isinstance(n, int) and n > 0 for n in length):
@@ -295,13 +302,7 @@ class Planner:
                         ", ".join(map(str, dropped)),
                         f"the runs are judged at step {', '.join(map(str, steps))}" if steps
                         else "no rung is left: the race runs without in-fold stopping")
-        race = race.with_rungs(steps, margins)
-        if race.rungs:  # the job takes the keys it gets (a judged candidate's: margins too)
-            judged = next((c for c in candidates if c != race.baseline), candidates[0])
-            self._compose([*base, *space.overrides(dict(zip(names, judged, strict=True))),
-                           *combo, *race.job_keys(judged, block_label(combo))],
-                          "hydra.sweeper.race.rungs", RUNGS_NEED_TRAIN)
-        return race
+        return race.with_rungs(steps, margins)
 
     def _race_test(self, option: str, replicates: dict[str, list[Any]], base: list[str],
                    combo: list[str]):
@@ -352,6 +353,14 @@ class Planner:
             lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
             reason = " ".join(lines[:2]) if lines else type(e).__name__
             raise UserError(f"{where}: {reason} -- {fix}") from None
+
+
+def _steps_as_written(race: RaceSpec) -> RaceSpec:
+    """A race's rungs for a task that is not qknorm.train (no train.max_iters to take
+    fractions of): whole steps, judged when a job reports that step."""
+    if not all(isinstance(r, int) for r in race.rungs):
+        raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)}: {RUNGS_FOR_ANY_TASK}")
+    return race.with_rungs(race.rungs, race.margins or (race.margin,) * len(race.rungs))
 
 
 def _check_p_is_read(space: SearchSpace, cfg: DictConfig) -> None:

@@ -79,9 +79,9 @@ class OptunaSweep:
         url = specs.absolute_url(s.storage, Path.cwd())
         storage = specs.open_storage(url, s.heartbeat_interval, s.grace_period)
         study = self._open_study(storage, plan, schedule_class)
-        _log_plan(s, plan, schedule_class)
+        _log_plan(s, plan, schedule_class, study)
         launcher = Launcher(self.launcher, self.hydra_context, self.config, self.sweep_dir,
-                            s.study_name, url, plan)
+                            s.study_name, url, plan, s.objectives)
         with Heartbeat(storage, s.heartbeat_interval) as heartbeat:
             schedule = schedule_class(plan, launcher, s.objectives, s.n_jobs, heartbeat)
             stop_message = self._run(study, plan, schedule, launcher, heartbeat)
@@ -115,11 +115,15 @@ class OptunaSweep:
     def _run(self, study: optuna.Study, plan: Plan, schedule: Schedule, launcher: Launcher,
              heartbeat: Heartbeat) -> str | None:
         """The loop. Returns None when the schedule is done, or why the sweep stopped."""
+        paced = plan.job is not None or _reported_cost_line(plan, study) is not None
         while not (stop := self._failure_stop(study, plan)):
             if schedule.settle(study):
                 return None
             if jobs := schedule.next_jobs(study):
                 schedule.record(study, jobs, launcher.launch(jobs))
+                if not paced and (line := _reported_cost_line(plan, study)):
+                    log.info("%s", line)  # another task's first pace: the plan's time
+                    paced = True
                 self._log_status(study, plan)
             elif n := schedule.wants(study):
                 schedule.admit(study, self._ask(study, plan, n, heartbeat))
@@ -221,19 +225,24 @@ def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> d
     return {**spec, "seed": free}
 
 
-def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule]) -> None:
+def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule],
+              study: optuna.Study | None = None) -> None:
     log.info("study %s in %s: n_trials=%d, %d job(s) per trial, %s, %s", s.study_name,
              s.storage, plan.n_trials, len(plan.combinations),
              specs.optuna_name(type(plan.sampler)), type(plan.pruner).__name__)
     schedule_class.log_plan(plan)
-    log.info("%s", _cost_line(plan))
+    log.info("%s", (study is not None and _reported_cost_line(plan, study)) or _cost_line(plan))
+
+
+def _budget(plan: Plan) -> int | None:
+    return plan.race.budget_steps if plan.race is not None else None
 
 
 def _cost_line(plan: Plan) -> str:
     """The plan's runs and steps at most, and their time at a step measured here (cost.py)."""
     train = plan.job.train if plan.job is not None else None
     work = cost.work(plan.n_trials, len(plan.combinations), train and train.max_iters,
-                     train and train.eval_interval, plan.race and plan.race.budget_steps)
+                     train and train.eval_interval, _budget(plan))
     if plan.job is None:
         return cost.line(work, None)
     try:
@@ -241,3 +250,16 @@ def _cost_line(plan: Plan) -> str:
     except Exception as e:  # an estimate must not stop a sweep the planner passed
         return cost.line(work, None) + f"; no time estimate ({first_line(e)})"
     return cost.line(work, pace)
+
+
+def _reported_cost_line(plan: Plan, study: optuna.Study) -> str | None:
+    """Another task's plan line with its steps and time, once a job of the study has
+    reported them (cost.reported_pace); None before, and for qknorm.train's jobs."""
+    if plan.job is not None:
+        return None
+    found = cost.reported_pace(study.get_trials(deepcopy=False))
+    if found is None:
+        return None
+    steps, pace = found
+    return cost.line(cost.work(plan.n_trials, len(plan.combinations), steps, None,
+                               _budget(plan)), pace)

@@ -125,6 +125,22 @@ def rung_study(tmp_path: Path) -> str:
     return url
 
 
+def job_hook(url: str, trial: int, block: str, rungs, margin=None, margins=()):
+    """A qknorm.train job's eval hook on trial `trial` of study "r": what the job-side API
+    (qknorm.sweep.trial.report) does for it, and RunPruned when it says stop."""
+    from qknorm.errors import RunPruned
+    from qknorm.sweep.identity import Identity
+    from qknorm.sweep.job import reporter
+
+    report = reporter(Identity("r", url, trial, block, tuple(rungs), margin, tuple(margins)))
+
+    def on_eval(step: int, row: dict) -> None:
+        if report(step, row["val_loss"]):
+            raise RunPruned(step)
+
+    return on_eval
+
+
 def attrs(url: str, trial: int) -> dict:
     """The user attrs of study "r"'s trial number `trial`, read back from its storage."""
     return optuna.load_study(study_name="r", storage=url).trials[trial].user_attrs

@@ -180,17 +180,14 @@ class RaceSpec:
                 # only when set: a study searched before initial existed reads the same
                 **({"initial": [dict(p) for p in self.initial]} if self.initial else {})}
 
-    def job_keys(self, candidate: Hashable, block: str) -> list[str]:
-        """What a race's job needs to be judged at its rungs (qknorm/sweep/job.py); the baseline
-        gets margin null: it records its values for the others and is never stopped."""
+    def judging(self, candidate: Hashable) -> dict[str, Any]:
+        """How a race's job with rungs is judged (its trial.Identity's rungs, margin, margins;
+        qknorm/sweep/job.py): the baseline gets margin None, it records its values for the
+        others and is never stopped; the others the one margin or each rung's."""
         judged = candidate != self.baseline
-        margin = self.margin if judged and not self.margins else None
-        keys = [f"optuna.race.block={format_value(block)}",
-                f"optuna.race.rungs=[{','.join(map(str, self.rungs))}]",
-                f"optuna.race.margin={format_value(margin)}"]
-        if judged and self.margins:  # each rung its own margin (only then: jobs as before)
-            keys.append(f"optuna.race.margins=[{','.join(map(format_value, self.margins))}]")
-        return keys
+        return {"rungs": tuple(self.rungs),
+                "margin": self.margin if judged and not self.margins else None,
+                "margins": tuple(self.margins) if judged else ()}
 
 
 def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
