@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from qknorm import rundir, tracking
+from qknorm import memory, rundir, tracking
 from qknorm.arch import build_model
 from qknorm.config import Config, OptimizerConfig
 from qknorm.data import Splits, WindowSampler, load_splits
@@ -38,6 +38,8 @@ from qknorm.tokenizer import bits_per, text_per_token
 
 log = logging.getLogger(__name__)
 
+# final.json's `error` of a run stopped by Ctrl-C (SIGINT); its status is `failed` (docs/runs.md)
+INTERRUPTED = "interrupted (Ctrl-C)"
 EVAL_SEED = 1337  # eval batches are the same for every seed and p, so runs compare on equal data
 
 
@@ -153,6 +155,7 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
     """
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
+    memory.check_fits(cfg, device, resolve_compile(cfg.compile, device))  # before any allocation
     if splits is None:
         splits = load_splits(cfg.data, cfg.model.block_size)  # user errors surface before any file
     raw_model = build_model(cfg.model, cfg.norm, len(splits.tokenizer)).to(device)
@@ -213,7 +216,10 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
     except RunPruned as e:
         status, error = rundir.PRUNED, str(e)
         raise
-    except BaseException as e:  # KeyboardInterrupt too: the record says the run did not finish
+    except KeyboardInterrupt:  # Ctrl-C: the record says the run did not finish, and why
+        error = INTERRUPTED
+        raise
+    except BaseException as e:
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
