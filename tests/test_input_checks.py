@@ -68,3 +68,50 @@ def test_max_iters_zero_says_it_evaluates_the_untrained_model(tmp_path, caplog):
     assert (final["status"], final["steps"]) == ("completed", 0)
     assert ("train.max_iters=0: one eval of the initialized model, no training step"
             in caplog.messages)
+
+
+def _argv(line: list[str]) -> list[str]:
+    """The command line: -m first (argparse's order), experiment=smoke unless given."""
+    rest = [a for a in line if a != "-m"]
+    base = [] if any(a.startswith("experiment=") for a in rest) else ["experiment=smoke"]
+    return ["-m"] * ("-m" in line) + base + rest
+
+
+# Overrides that contradict each other (issue 54): each is refused before anything composes a
+# run, through the command line's own preflight (qknorm/cli.py), in memory.
+@pytest.mark.parametrize("line, needles", [
+    (["arm=softcap", "arm=z_loss"], ["arm is given twice (arm=softcap, arm=z_loss)",
+                                     "-m", "arm=softcap,z_loss"]),
+    (["experiment=smoke", "experiment=paper"], ["experiment is given twice"]),
+    (["arm=lp4_calibrated", "norm=none"], ["norm=none contradicts arm=lp4_calibrated",
+                                           "norm=lp norm.p=4.0 norm.gamma_init=calibrated"]),
+    (["arm=lp4_calibrated", "norm.p=8"], ["norm.p=8 contradicts arm=lp4_calibrated"]),
+    (["arm=softcap", "model.attn_softcap=30"], ["model.attn_softcap=30 contradicts arm=softcap"]),
+    (["-m", "arm=softcap,lp4_calibrated", "norm=lp"], ["norm=lp contradicts arm=softcap"]),
+    (["norm=none", "norm.p=4"], ["norm.p=4 is not read by norm=none", "pick norm=lp"]),
+    (["norm=rms", "norm.gamma_init=sqrt_d"], ["norm.gamma_init=sqrt_d is not read by norm=rms"]),
+    (["arm=softcap", "norm.p=4"], ["norm.p=4 is not read by norm=none"]),
+    (["-m", "norm=none", "norm.p=2,4"], ["norm.p=2,4 is not read by norm=none"]),
+])
+def test_contradicting_overrides_are_refused_in_one_line(line, needles):
+    from qknorm.cli import preflight
+
+    with pytest.raises(UserError) as e:
+        preflight(_argv(line))
+    assert "\n" not in str(e.value)
+    for needle in needles:
+        assert needle in str(e.value), (needle, str(e.value))
+
+
+@pytest.mark.parametrize("line", [
+    ["arm=softcap", "norm=none"],  # repeats what the arm sets
+    ["arm=qknorm", "norm.gamma_learnable=false"],  # a key the arm leaves alone
+    ["norm=lp", "norm.p=4"],
+    ["train.max_iters=5", "train.max_iters=6"],  # a value key twice: Hydra's last-wins, kept
+    ["-m", "norm=none,lp", "norm.p=2,4"],  # p is read by some of the grid's jobs
+    ["-m", "arm=softcap,z_loss"],
+])
+def test_overrides_that_agree_are_taken(line):
+    from qknorm.cli import preflight
+
+    preflight(_argv(line))  # raises nothing
