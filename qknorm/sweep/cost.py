@@ -111,10 +111,11 @@ def measure(cfg: Config) -> Pace:
     return Pace(setup_s, step_s, eval_s, where)
 
 
-def line(w: Work, pace: Pace | None) -> str:
-    """The plan's line (the module doc's example)."""
-    head = f"plan: at most {w.runs:,} runs ({w.trials} trials x {w.blocks} replicate" + (
-        "s)" if w.blocks != 1 else ")")
+def line(w: Work, pace: Pace | None, grid: bool = False) -> str:
+    """The plan's line (the module doc's example); `grid`: a basic sweeper's jobs, not trials."""
+    head = (f"plan: {w.runs:,} jobs" if grid else
+            f"plan: at most {w.runs:,} runs ({w.trials} trials x {w.blocks} replicate"
+            + ("s)" if w.blocks != 1 else ")"))
     if w.steps is None:
         return head + "; no time estimate (the jobs are not qknorm.train's)"
     head += (f", {w.steps:,} training steps{' (budget_steps)' if w.capped else ''} and "

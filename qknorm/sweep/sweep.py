@@ -70,7 +70,8 @@ class OptunaSweep:
         s = self.settings
         plan = Planner(s, self.hydra_context, self.config).plan(list(arguments))
         schedule_class = SCHEDULES[plan.kind]
-        if s.dry_run:  # the plan and its cost, before the storage is even opened
+        if s.dry_run:  # the plan, its cost, and what the real run would refuse of its study
+            self._check_existing_study(plan, schedule_class)
             _log_plan(s, plan, schedule_class)
             print("dry run (hydra.sweeper.dry_run=true): nothing was asked, run or written")
             return
@@ -87,17 +88,29 @@ class OptunaSweep:
         if stop_message:
             raise UserError(stop_message, exit_code=1)
 
+    def _check_existing_study(self, plan: Plan, schedule_class: type[Schedule]) -> None:
+        """A dry run refuses what the real run would (UserError): the study it would extend, if
+        one exists, is read with the same checks, and nothing is created or written (a storage
+        file that does not exist is not made)."""
+        s = self.settings
+        url = specs.absolute_url(s.storage, Path.cwd())
+        path = specs.storage_file(url)
+        if path is not None and not path.exists():
+            return
+        storage = specs.open_storage(url)
+        if s.study_name not in {x.study_name for x in storage.get_all_studies()}:
+            return
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        check_directions(study, plan, s.study_name, s.storage)
+        schedule_class.check_study(plan, study, s.study_name)
+
     def _open_study(self, storage: optuna.storages.BaseStorage, plan: Plan,
                     schedule_class: type[Schedule]) -> optuna.Study:
         s = self.settings
         study = optuna.create_study(study_name=s.study_name, storage=storage,
                                     sampler=plan.sampler, pruner=plan.pruner,
                                     directions=plan.directions, load_if_exists=True)
-        have = [d.name.lower() for d in study.directions]
-        if have != plan.directions:
-            raise UserError(f"study {s.study_name!r} in {s.storage} was created with "
-                            f"direction {have}, not {plan.directions}; use another "
-                            "hydra.sweeper.study_name")
+        check_directions(study, plan, s.study_name, s.storage)
         schedule_class.prepare_study(plan, study, s.study_name)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
@@ -211,6 +224,14 @@ def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> d
                 "study %s (two sweepers with one seed propose the same points): this one uses "
                 "seed %d", seed, study_name, free)
     return {**spec, "seed": free}
+
+
+def check_directions(study: optuna.Study, plan: Plan, study_name: str, storage: str) -> None:
+    have = [d.name.lower() for d in study.directions]
+    if have != plan.directions:
+        raise UserError(f"study {study_name!r} in {storage} was created with "
+                        f"direction {have}, not {plan.directions}; use another "
+                        "hydra.sweeper.study_name")
 
 
 def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule]) -> None:
