@@ -129,7 +129,7 @@ def preflight(argv: list[str]) -> None:
     fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         primary = compose("config", overrides=fixed, return_hydra_config=True)
-        check_overrides(args.overrides, OmegaConf.select(primary, "norm.kind"))
+        check_overrides(args.overrides, primary)
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
             # A bad value leaves no run dir (Hydra makes one before the task starts). Mistakes
             # found in the corpus still do, with the trace in train.log: finding them here

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from qknorm.config import CONF_DIR
 from qknorm.effective import UNUSED_KEYS, flatten
@@ -22,12 +22,16 @@ from qknorm.errors import UserError
 ARM = "arm"  # conf/arm/: one logit control, which sets the norm group and keys of its own
 
 
-def check_overrides(lines: Sequence[str], norm_kind: str | None) -> None:
+def check_overrides(lines: Sequence[str], composed: DictConfig | None) -> None:
     """Raise UserError for the first contradiction among the command line's `lines`.
-    `norm_kind`: norm.kind as the fixed overrides compose it (None: not known)."""
+    `composed`: the config the fixed overrides compose, hydra node included (None: not known)."""
     overrides = OverridesParser.create().parse_overrides(list(lines))
     _check_groups_once(overrides)
     _check_arms(overrides)
+    if composed is None:
+        return
+    _check_empty_mappings(overrides, composed)
+    norm_kind = OmegaConf.select(composed, "norm.kind")
     if norm_kind is not None and not any(_key(o) in ("norm", "norm.kind", ARM)
                                          for o in overrides if o.is_sweep_override()):
         _check_norm_reads(overrides, norm_kind)
@@ -102,6 +106,23 @@ def _same(typed: str, value: object) -> bool:
         return float(typed) == float(value)
     except (TypeError, ValueError):
         return typed == str(value)
+
+
+def _check_empty_mappings(overrides: list[Override], composed: DictConfig) -> None:
+    """`key={}` merges nothing into a preset's mapping (Hydra merges mappings): the preset's
+    replicates or race stay as they were, silently."""
+    for o in overrides:
+        if o.is_sweep_override() or o.value() != {}:
+            continue
+        held = OmegaConf.select(composed, _key(o))
+        if isinstance(held, DictConfig) and len(held):
+            tree = OmegaConf.to_container(held, resolve=False)
+            held_text = "{" + ", ".join(f"{k}: {v}" for k, v in tree.items()) + "}"
+            fix = ("for one replicate give its value, e.g. data.fold=0 (docs/sweeper.md)"
+                   if _key(o) == "hydra.sweeper.replicates" else
+                   "change its keys one by one, or pick a preset without it")
+            raise UserError(f"{_text(o)} merges into the preset's {_key(o)} ({held_text}) and "
+                            f"leaves it as it is; {fix}")
 
 
 def _check_norm_reads(overrides: list[Override], kind: str) -> None:

@@ -115,3 +115,36 @@ def test_overrides_that_agree_are_taken(line):
     from qknorm.cli import preflight
 
     preflight(_argv(line))  # raises nothing
+
+
+def test_a_replicate_key_typed_under_hydra_sweeper_replicates_says_how_to_write_it():
+    """Hydra splits hydra.sweeper.replicates.data.fold at every dot; the line used to answer
+    'did you mean hydra.sweeper.replicates.data.fold?', the key typed (issue 54)."""
+    from qknorm.cli import preflight
+    from qknorm.errors import one_line
+
+    with pytest.raises(Exception) as e:
+        preflight(["search=p_tpe", "experiment=smoke", "hydra.sweeper.replicates.data.fold=[0,1]"])
+    assert one_line(e.value) == (
+        "hydra.sweeper.replicates.data.fold=[0,1]: Hydra splits a key at its dots, so this names "
+        "hydra.sweeper.replicates.data, not hydra.sweeper.replicates's key data.fold; write "
+        "data.fold=0,1 (the replicate's values, replacing the preset's)")
+    with pytest.raises(Exception) as e:  # a replicate key the preset lacks
+        preflight(["search=p_tpe", "experiment=smoke", "hydra.sweeper.replicates.data.seed=[0,1]"])
+    assert one_line(e.value).endswith("write '++hydra.sweeper.replicates={data.seed: [0,1]}'")
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("hydra.sweeper.replicates={}", ["merges into the preset's hydra.sweeper.replicates "
+                                     "({data.fold: [0, 1, 2, 3, 4]}) and leaves it as it is",
+                                     "data.fold=0"]),
+    ("hydra.sweeper.race={}", ["merges into the preset's hydra.sweeper.race ({min_replicates: 2"]),
+])
+def test_an_empty_mapping_over_a_presets_is_refused(override, needles):
+    """`replicates={}` kept the preset's 5 folds without a word (Hydra merges mappings)."""
+    from qknorm.cli import preflight
+
+    with pytest.raises(UserError) as e:
+        preflight(["search=p_tpe", "experiment=smoke", override])
+    for needle in needles:
+        assert needle in str(e.value), (needle, str(e.value))
