@@ -120,15 +120,25 @@ class OptunaSweep:
     def _run(self, study: optuna.Study, plan: Plan, schedule: Schedule, launcher: Launcher,
              heartbeat: Heartbeat) -> str | None:
         """The loop. Returns None when the schedule is done, or why the sweep stopped."""
+        waiting = False  # said once per wait, not at every poll
         while not (stop := self._failure_stop(study, plan)):
             if schedule.settle(study):
                 return None
             if jobs := schedule.next_jobs(study):
+                waiting = False
                 schedule.record(study, jobs, launcher.launch(jobs))
                 self._log_status(study, plan)
             elif n := schedule.wants(study):
+                waiting = False
                 schedule.admit(study, self._ask(study, plan, n, heartbeat))
             else:  # another sweeper runs the blocks this look needs
+                if not waiting:
+                    running = sum(t.state == TrialState.RUNNING
+                                  for t in study.get_trials(deepcopy=False))
+                    log.info("waiting: another sweeper of study %s runs what comes next "
+                             "(%d trial(s) running); this one goes on when they end",
+                             self.settings.study_name, running)
+                    waiting = True
                 time.sleep(min(self.settings.heartbeat_interval, 5))
         schedule.settle(study)  # stopped: still tell what it is done with (e.g. a batch's repeats)
         return stop
