@@ -41,7 +41,9 @@ from qknorm.sweep.study import (
     SURPLUS,
     Heartbeat,
     Tally,
+    holds_slot,
     record_total,
+    retried_numbers,
     surplus,
 )
 
@@ -191,13 +193,25 @@ class OptunaSweep:
     def _report(self, study: optuna.Study, plan: Plan, schedule_class: type[Schedule]) -> None:
         s = self.settings
         paths = outputs.write(study, self.sweep_dir, s.objectives, plan.n_trials, s.storage)
-        tally = Tally.of(study)
-        print(f"study {s.study_name}: {tally.finished}/{plan.n_trials} trials finished "
-              f"({tally.failed} failed)")
+        print(finished_line(study, s.study_name, plan.n_trials))
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
         for line in schedule_class.final_lines(study):
             print(line)
+
+
+def finished_line(study: optuna.Study, study_name: str, n_trials: int) -> str:
+    """The sweep's count line. Trials that hold no slot are told FAIL too (a killed sweeper's,
+    whose params ran again; asks beyond n_trials): optuna-dashboard shows them as FAIL, so the
+    line says how many there are and that they are not failures."""
+    trials = study.get_trials(deepcopy=False)
+    tally = Tally.of_trials(trials)
+    retried = retried_numbers(trials)
+    uncounted = sum(t.state == TrialState.FAIL and not holds_slot(t, retried) for t in trials)
+    return (f"study {study_name}: {tally.finished}/{n_trials} trials finished ({tally.failed} "
+            "failed)" + (f"; {uncounted} more in state FAIL (optuna-dashboard) are no failures: "
+                         "a killed sweeper's trials, whose params ran again, or asks beyond "
+                         "n_trials (docs/sweeper.md)" if uncounted else ""))
 
 
 def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> dict[str, Any]:
