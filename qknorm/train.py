@@ -102,13 +102,16 @@ class Progress:
     steady_tokens: int = 0
     diagnostics: dict[str, float] = field(default_factory=dict)  # the last eval's (diagnostics.py)
 
+    # nan until an eval has timed an interval: a run stopped before its first one (Ctrl-C) has
+    # tokens but no time yet, and final.json must still be written
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.train_time_s if self.tokens else math.nan
+        return self.tokens / self.train_time_s if self.tokens and self.train_time_s else math.nan
 
     @property
     def steady_tokens_per_s(self) -> float:
-        return self.steady_tokens / self.steady_time_s if self.steady_tokens else math.nan
+        return (self.steady_tokens / self.steady_time_s if self.steady_tokens and self.steady_time_s
+                else math.nan)
 
     def add_interval(self, seconds: float, tokens: int, steady: bool) -> None:
         """Account for the training steps between two evals."""

@@ -3,6 +3,7 @@ and a run stopped by Ctrl-C is one console line, exit 130, recorded as interrupt
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -79,6 +80,28 @@ def test_an_interrupted_run_records_failed_with_the_interruption(tmp_path):
               tmp_path, ctrl_c)
     final = rundir.read_final(tmp_path)
     assert (final["status"], final["error"], final["steps"]) == ("failed", INTERRUPTED, 10)
+
+
+def test_ctrl_c_before_the_first_timed_interval_still_records_the_run(tmp_path, monkeypatch):
+    """Ctrl-C at step 3, before any eval timed an interval: final.json was not written (tokens
+    over 0 s of training time raised ZeroDivisionError over the interrupt)."""
+    import qknorm.train as train_module
+    from qknorm.bench.steps import compose
+
+    steps, real_step = [], train_module.train_step
+
+    def step_then_ctrl_c(run, x, y):
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+        steps.append(1)
+        return real_step(run, x, y)
+
+    monkeypatch.setattr(train_module, "train_step", step_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        train_module.train(compose("tiny", ["experiment=smoke", "threads=1"]), tmp_path)
+    final = rundir.read_final(tmp_path)
+    assert (final["status"], final["error"], final["steps"]) == ("failed", "interrupted (Ctrl-C)", 3)
+    assert math.isnan(float(final["tokens_per_s"]))  # no interval was timed
 
 
 @pytest.mark.slow
