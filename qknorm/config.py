@@ -9,6 +9,7 @@ these dataclasses, never a DictConfig.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qknorm.errors import LIST_KEYS, UserError, did_you_mean, one_line
-from qknorm.tracking import missing_package
 
 # The YAML beside the schema. Absolute: imported as a module, Hydra would resolve a relative
 # config_path against the task's package.
@@ -376,6 +376,29 @@ def _check_tracker(tracker: TrackerConfig) -> None:
            f"tracker.progress_s={tracker.progress_s} must be seconds >= 0 (0: no progress line)")
     missing = missing_package(tracker.kind)
     _check(missing is None, str(missing))
+
+
+# The trackers' libraries (qknorm/tracking/), looked for without importing them: a config naming
+# one that is missing fails at validation, before any job starts.
+EXTRA = "tracking"  # pyproject.toml's optional-dependencies group holding both libraries
+INSTALL = f"pip install -e '.[{EXTRA}]'"
+# tracker kind -> (the module it imports, the distribution that provides it)
+PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow-skinny")}
+
+
+def missing_package(kind: str) -> str | None:
+    """One line naming what to install when `tracker=kind` cannot work here; None when it can."""
+    if kind not in PACKAGES:
+        return None
+    module, dist = PACKAGES[kind]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that fails to import, a broken stub
+        found = False
+    if found:
+        return None
+    return (f"tracker={kind} needs the {dist} package, which is not installed; run {INSTALL} "
+            f"(the {EXTRA!r} extra), or use tracker=none")
 
 
 def _check_race(o: OptunaTrialConfig, t: TrainConfig) -> None:

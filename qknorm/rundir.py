@@ -155,10 +155,10 @@ def find_run_dirs(root: Path) -> list[Path]:
         if HYDRA_DIR in dirnames:
             found.append(Path(dirpath))
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "report"]
-    return sorted(found, key=_natural_key)
+    return sorted(found, key=natural_key)
 
 
-def _natural_key(path: Path) -> list[tuple[int, int | str]]:
+def natural_key(path: Path) -> list[tuple[int, int | str]]:
     # job dirs are 0, 1, ..., 10: sort them as numbers, not strings; a numbered and a named dir
     # side by side (0 and trial3_0) compare by kind first, numbers before names
     return [(0, int(part)) if part.isdigit() else (1, part) for part in path.parts]

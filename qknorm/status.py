@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: argparse.Namespace) -> list[str]:
     from qknorm.sweep import open_reader, read_study, status_lines
+    from qknorm.sweep.progress import stopped_sweep
 
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials={args.n_trials} must be >= 1 (the sweep's total trials)")
@@ -76,7 +77,8 @@ def run(args: argparse.Namespace) -> list[str]:
         n_trials = args.n_trials if args.n_trials is not None else target.n_trials
         slots = args.slots if args.slots is not None else target.slots
         out.append(f"study {name}:")
-        out += ["  " + line for line in status_lines(study, n_trials, slots)]
+        stopped = stopped_sweep(study, storage)  # a killed sweeper's: its heartbeats stopped
+        out += ["  " + line for line in status_lines(study, n_trials, slots, stopped=stopped)]
     return out
 
 
@@ -95,7 +97,7 @@ def _targets(storage: str, study: str | None) -> list[Target]:
                 if path.exists() else "no such directory")
         raise UserError(f"STORAGE={storage!r} is neither a storage URL nor a sweep dir "
                         f"({what}); give e.g. {EXAMPLES}")
-    targets = _from_jobs(path) or _from_results(path)
+    targets = _from_jobs(path) or from_results(path)
     if not targets:
         raise UserError(f"{storage} holds no sweep job (no .hydra/config.yaml with "
                         "optuna.storage) and no optimization_results.yaml; give the sweep's "
@@ -123,7 +125,7 @@ def _from_jobs(root: Path) -> list[Target]:
     return list(found.values())
 
 
-def _from_results(root: Path) -> list[Target]:
+def from_results(root: Path) -> list[Target]:
     """From optimization_results.yaml files (written when a sweep ends). Their storage is as
     the sweep was given it, relative to the directory it ran in: tried against the sweep dir's
     ancestors (outputs/sweeps/NAME/DATE sits in that directory)."""

@@ -9,10 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
 from qknorm.errors import UserError, run_main
-from qknorm.report import paper
+from qknorm.report import paper, results
 
 
 def main() -> None:
@@ -22,12 +20,12 @@ def main() -> None:
     sweeps = {}
     for item in args.sweeps:
         label, sep, folder = item.partition("=")
-        path = Path(folder) / "results.csv"
+        path = Path(folder) / results.RESULTS_CSV
         if not sep or not label:
             raise UserError(f"{item!r} is not LABEL=DIR; write e.g. qknorm=docs/results/paper_cpu/qknorm")
         if not path.is_file():
             raise UserError(f"{path} does not exist; run `python scripts/report.py {folder}` first")
-        sweeps[label] = pd.read_csv(path)
+        sweeps[label] = results.read_csv(path)
     print(paper.to_markdown(paper.comparison(sweeps), list(sweeps)))
 
 

@@ -15,7 +15,7 @@ import _cli
 
 from qknorm.errors import run_main
 from qknorm.report import format_p
-from qknorm.research.looks import completed_by_fold, replicate_test
+from qknorm.research.recorded_folds import completed_by_fold, replicate_test
 from qknorm.research.search_replay import preset
 from qknorm.sweep.race import looks
 

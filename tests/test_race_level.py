@@ -307,5 +307,4 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     assert replay("--test", "paired")[0] == "test: paired t (replicates independent)"
     bad = subprocess.run([*script, "--metric", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        f"error: {path} has no norm.p and nope columns; pass a results.csv written by "
-        "scripts/report.py"]
+        f"error: {path} has no nope column(s); pass a results.csv written by scripts/report.py"]

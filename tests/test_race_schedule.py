@@ -143,3 +143,49 @@ def test_the_replay_makes_the_live_races_runs_and_answer(race, words, monkeypatc
     assert sim["worse"] == sorted(p for p, a in answer.items() if a == WORSE)
     assert sim["level"] == sorted(p for p, a in answer.items() if a == LEVEL)
     assert set(answer.values()) == words
+
+
+def test_a_race_with_a_budget_makes_the_runs_worked_out_by_hand():
+    """Budget 1000 steps, 100 a run, min_replicates 2, baseline p=2 (not the driver on both
+    sides: the runs by hand). A run's length is unknown until one completes, so the first
+    launch is the baseline's fold 0 alone (baseline first, then grid order); then the seven
+    other runs of the first look fit (800 spent); its look drops p=inf (Holm by hand above);
+    the next look needs three runs and two fit: the two best by their mean over folds 0-1 (p=2
+    1.45, p=4 1.4525, p=1 1.555) run fold 2; then none fits and the race ends at its last look."""
+    study, launcher = run_race(race_plan(min_replicates=2, baseline=2.0, budget_steps=1000))
+    order = [2.0, 1.0, 4.0, math.inf]
+    assert launcher.ran == ([(2.0, 0)] + [(p, 0) for p in order[1:]] + [(p, 1) for p in order]
+                            + [(2.0, 2), (4.0, 2)])
+    rows = {row["candidate"]: row["answer"] for row in readback.elimination(study).rows}
+    assert rows == {"norm.p=2.0": BEST, "norm.p=1.0": UNDECIDED, "norm.p=4.0": UNDECIDED,
+                    "norm.p=inf": WORSE}
+    e = readback.elimination(study)
+    assert e.spent["steps"] == 1000 and e.out_of_budget
+
+
+@pytest.mark.parametrize(("budget", "runs"), [(150, 1), (450, 4)])
+def test_a_search_at_two_jobs_never_launches_past_its_budget(budget, runs):
+    """The racing search's schedule in the sweep's loop, n_jobs 2 (search=p_tpe's): budget 150
+    of 100-step runs launched the incumbent's fold 0 beside the next proposal's (200 steps,
+    as `budget_steps=10` of 30-step smoke runs spent 60); now the first launch holds one run
+    until a run's length is known, then whole runs that fit."""
+    from qknorm.sweep.race.search import RaceSearchSchedule
+
+    params = {"norm.p": "choice(1.0,2.0,4.0,inf)"}
+    space, _ = parse_space(params, [])
+    spec = race_spec({"min_replicates": 2, "equivalence": 0.02, "budget_steps": budget},
+                     params=params, folds=tuple(range(FOLDS)), sampler="tpe", n_trials=4)
+    plan = sweep_plan(space, 4, replicate_combinations({"data.fold": list(range(FOLDS))}), spec,
+                      {"name": "tpe", "seed": 0})
+    sweep = OptunaSweep(study_name="s", storage="", direction="minimize",
+                        objectives=["best_val_loss"], n_trials=4, n_jobs=2,
+                        sampler=plan.sampler_spec, pruner=plan.pruner_spec, replicates={},
+                        max_failure_rate=0.0, fail_value=None, heartbeat_interval=1,
+                        grace_period=None, params={}, race=None)
+    study = optuna.create_study(sampler=plan.sampler, directions=plan.directions)
+    RaceSearchSchedule.prepare_study(plan, study, "s")
+    launcher, beats = TableLauncher(), Beats()
+    sched = RaceSearchSchedule(plan, launcher, ["best_val_loss"], 2, beats)
+    assert sweep._run(study, plan, sched, launcher, beats) is None
+    assert len(launcher.ran) == runs and readback.steps_spent(study.get_trials()) == STEPS * runs
+    assert all(t.state.is_finished() for t in study.get_trials()) and not beats.ids

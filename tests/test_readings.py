@@ -11,7 +11,7 @@ import pytest
 
 from qknorm import rundir
 from qknorm.report import build as report
-from qknorm.report import readings as two_readings
+from qknorm.report import readings
 from tests.helpers.synthetic_runs import config, final, write_config
 
 FOLDS = (0, 1, 2)
@@ -44,7 +44,7 @@ def test_best_step_and_both_readings_with_paired_deltas(tmp_path):
     csv = pd.read_csv(pd.io.common.BytesIO(built.files["results.csv"]))
     assert list(csv.columns).index("best_step") == list(csv.columns).index("best_val_loss") + 1
 
-    summary = two_readings.readings_summary(built.runs).set_index("norm.p")
+    summary = readings.readings_summary(built.runs).set_index("norm.p")
     assert summary.loc[2.0, "best_val_loss_mean"] == pytest.approx(1.31)
     assert summary.loc[2.0, "val_loss_mean"] == pytest.approx(1.51)
     assert summary.loc[4.0, "val_loss_mean"] == pytest.approx(1.42)

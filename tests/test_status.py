@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -374,3 +375,124 @@ def test_a_search_with_a_step_budget_paces_its_eta_by_the_budgets_steps_left(tmp
     assert status_lines(study, n_trials=10, now=NOW)[0].endswith(
         "elapsed 10m00s, ETA ≤ 13m49s (580 of the budget's 1,000 steps left x 1.43 s a step "
         "so far)")
+
+
+# -- a killed sweeper: its heartbeats stop, and the status says stopped --------------------------
+
+ARGV = ["/usr/bin/python3.11", "-m", "qknorm.train", "search=p_tpe", "experiment=smoke"]
+
+
+def beating_search(tmp_path: Path) -> str:
+    """search_study in tmp_path/outputs/optuna.db, its sweeper recorded (heartbeat every 10 s,
+    so stale after 20 s) and a heartbeat just now for each of its 3 running trials."""
+    from qknorm.sweep.specs import open_storage
+    from qknorm.sweep.study import record_sweeper
+
+    (tmp_path / "outputs").mkdir()
+    url = f"sqlite:///{tmp_path}/outputs/optuna.db"
+    study = search_study(url)
+    record_sweeper(study, 10, None, ARGV, "/work/my sweeps")
+    storage = open_storage(url, heartbeat_interval=10)
+    for t in study.get_trials(states=(TrialState.RUNNING,)):
+        storage.record_heartbeat(t._trial_id)
+    return url
+
+
+def test_a_killed_sweeper_reads_as_stopped_with_the_command_that_resumes_it(tmp_path):
+    from qknorm.status import parse_args, run
+    from tests.helpers.studies import age_heartbeats
+
+    url = beating_search(tmp_path)
+    live = run(parse_args([url, "--n-trials", "10"]))
+    assert live[1].startswith("  trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, "
+                              "2 racing; elapsed ")  # heartbeats fresh: it runs, with an ETA
+    assert "ETA ≤ " in live[1]
+    assert age_heartbeats(tmp_path) == 3  # as 20 s after a kill -9: no beat since
+    stopped = run(parse_args([url, "--n-trials", "10"]))
+    # Elapsed from the first start (600 s before NOW) to the last event (p=3's end, 500 s
+    # before NOW: search_trial), not growing with the clock; the racing two are stopped.
+    assert stopped[1] == (
+        "  trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, 2 stopped; elapsed "
+        "1m40s, stopped: no sweeper runs it (the heartbeats of its 3 running trials stopped "
+        "over 20s ago); resume: cd '/work/my sweeps' && python -m qknorm.train search=p_tpe "
+        "experiment=smoke")
+
+
+def test_one_live_heartbeat_or_a_study_without_the_record_is_not_stopped(tmp_path):
+    from qknorm.sweep.progress import stopped_sweep
+    from qknorm.sweep.study import SWEEPER_ATTR
+
+    url = beating_search(tmp_path)
+    storage = open_reader(url)
+    study = optuna.load_study(study_name="q", storage=storage)
+    running = study.get_trials(states=(TrialState.RUNNING,))
+    with sqlite3.connect(tmp_path / "outputs" / "optuna.db") as db:  # two of three stale
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime(heartbeat, '-1 hour') "
+                   "WHERE trial_id != ?", (running[0]._trial_id,))
+    db.close()
+    assert stopped_sweep(study, storage) is None  # a sweeper beats one: it runs (and retries)
+    with sqlite3.connect(tmp_path / "outputs" / "optuna.db") as db:
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime(heartbeat, '-1 hour')")
+    db.close()
+    assert stopped_sweep(study, storage).stale == 3
+    # a study from before the record: nothing known
+    optuna.load_study(study_name="q", storage=url).set_user_attr(SWEEPER_ATTR, None)
+    assert stopped_sweep(optuna.load_study(study_name="q", storage=storage), storage) is None
+
+
+def test_a_sweep_with_no_trial_running_and_none_told_lately_is_stopped(tmp_path):
+    """A sweep stopped between trials (its failures over max_failure_rate, or killed after a
+    tell): no running trial, the last told 50 s before, grace 20 s."""
+    from qknorm.sweep.progress import stopped_sweep
+    from qknorm.sweep.study import record_sweeper
+
+    study = new_study(f"sqlite:///{tmp_path}/o.db")
+    study.add_trial(trial(0, TrialState.COMPLETE, 100, 50, 3.0, status="completed", n=1))
+    record_sweeper(study, 10, None, ARGV, "/w")
+    storage = open_reader(f"sqlite:///{tmp_path}/o.db")
+    assert stopped_sweep(study, storage, now=NOW - 40) is None  # told 10 s before: in grace
+    gone = stopped_sweep(study, storage, now=NOW)
+    assert gone.line() == ("stopped: no sweeper runs it (no trial running and none told for "
+                           "over 20s); resume: cd /w && python -m qknorm.train search=p_tpe "
+                           "experiment=smoke")
+    assert status_lines(study, 4, now=NOW, stopped=gone)[0] == (
+        "trials 1/4: 1 complete, 0 pruned, 0 failed, 0 stopped; elapsed 50s, " + gone.line())
+    assert status_lines(study, 1, now=NOW, stopped=gone)[0].endswith("elapsed 50s, done")
+
+
+def test_a_searchs_spent_line_says_why_its_steps_differ_from_the_answers(tmp_path):
+    """The spent line counts run dirs with a final.json; the search's answer line the runs its
+    proposals recorded (race_runs). p=6 (trial 7) finished its fold 0 on disk, but its sweeper
+    was killed before recording it: 30 steps on disk, 420 = 14 recorded runs x 30 steps."""
+    from qknorm.sweep.study import JOB_DIRS_ATTR
+
+    study = search_study(f"sqlite:///{tmp_path}/o.db")
+    t7 = study.get_trials()[7]
+    study._storage.set_trial_user_attr(t7._trial_id, JOB_DIRS_ATTR, {
+        F[0]: job(tmp_path, "7_0", 30, 36.0, 1)})
+    lines = status_lines(study, n_trials=10, now=NOW)
+    assert lines[2] == ("spent: 1 jobs, 30 training steps, 0.01 core-h (run dirs with a "
+                        "final.json; the search's line counts the 420 steps of the runs its "
+                        "proposals recorded)")
+    assert lines[3].endswith("; 8 proposals, 420 training steps")
+
+
+def test_a_journal_sweep_whose_heartbeat_aged_reads_as_stopped(tmp_path):
+    """The journal keeps a beat as a trial system attr (specs.JournalHeartbeatStorage): the
+    status reads it from a plain reader, on this machine's clock."""
+    from qknorm.sweep.progress import stopped_sweep
+    from qknorm.sweep.specs import open_storage
+    from qknorm.sweep.study import HEARTBEAT_ATTR, record_sweeper
+
+    url = f"{JOURNAL_PREFIX}{tmp_path}/o.log"
+    writer = open_storage(url, heartbeat_interval=10)
+    study = new_study(writer, "j")
+    running = study.ask()
+    writer.record_heartbeat(running._trial_id)
+    record_sweeper(study, 10, 30, ARGV, "/w")
+    reader = open_reader(url)
+    assert stopped_sweep(optuna.load_study(study_name="j", storage=reader), reader) is None
+    writer.set_trial_system_attr(running._trial_id, HEARTBEAT_ATTR, NOW - 3600)
+    reader = open_reader(url)
+    gone = stopped_sweep(optuna.load_study(study_name="j", storage=reader), reader, now=NOW)
+    assert (gone.stale, gone.grace) == (1, 30)

@@ -535,7 +535,7 @@ def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_pat
     # trial as stale, and telling it raised UpdateFinishedTrialError, ending this whole sweep.
     from optuna.storages.journal import JournalFileBackend
 
-    from qknorm.sweep import launcher as trial_jobs
+    from qknorm.sweep import launcher
     from qknorm.sweep.study import STATUS_ATTR
 
     def handle():  # one sweeper's view of the shared journal file
@@ -548,10 +548,10 @@ def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_pat
     plan = two_p_plan()
     trial = mine.ask(plan.space.distributions)
     other.tell(trial.number, state=TrialState.FAIL)  # the other sweeper's stale-trial callback
-    done = trial_jobs.JobResult(rundir.COMPLETED, "run", {"best_val_loss": 1.5})
+    done = launcher.JobResult(rundir.COMPLETED, "run", {"best_val_loss": 1.5})
     with caplog.at_level("WARNING"):
-        trial_jobs.tell(mine, trial, [done], plan, ["best_val_loss"])
-        trial_jobs.tell_out(mine, trial, [done], ["run"], ["best_val_loss"])
+        launcher.tell(mine, trial, [done], plan, ["best_val_loss"])
+        launcher.tell_out(mine, trial, [done], ["run"], ["best_val_loss"])
     (told,) = mine.get_trials()
     assert told.state == TrialState.FAIL and STATUS_ATTR not in told.user_attrs
     assert caplog.text.count("was failed by another sweeper") == 2
@@ -561,7 +561,7 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
     # Under load a sweeper's heartbeat can come late between writing a trial's status and
     # telling it: the trial ends FAIL with status "completed", and its retry runs it again. Only
     # the retry may hold the slot, or the study counts one point twice (seen once in make test).
-    from qknorm.sweep import launcher as trial_jobs
+    from qknorm.sweep import launcher
     from qknorm.sweep.study import STATUS_ATTR, Tally, retry
 
     url = f"sqlite:///{tmp_path}/s.db"
@@ -577,7 +577,7 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
         return tell(t, *args, **kwargs)
 
     monkeypatch.setattr(mine, "tell", failed_as_stale_first)
-    trial_jobs.tell(mine, trial, [trial_jobs.JobResult(rundir.COMPLETED, "run",
+    launcher.tell(mine, trial, [launcher.JobResult(rundir.COMPLETED, "run",
                                                        {"best_val_loss": 1.5})],
                     plan, ["best_val_loss"])
     told, waiting = mine.get_trials()

@@ -23,7 +23,7 @@ from qknorm.claims.inputs import Rows, Runs, replicate_test, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import stats
-from qknorm.research import looks as readout
+from qknorm.research import recorded_folds
 from qknorm.rundir import COMPLETED
 from qknorm.sweep.race import intensify, looks
 
@@ -32,9 +32,9 @@ DROPPED, LEVEL, STAYS = "dropped", "level", "stays"
 
 def race(record: Record, runs: Runs) -> Rows:
     path = runs.folder(setting(record, "source"), record) / "results.csv"
-    values, n_folds, layout = readout.completed_by_fold(path, setting(record, "metric"))
+    values, n_folds, layout = recorded_folds.completed_by_fold(path, setting(record, "metric"))
     option, given = setting(record, "test"), setting(record, "n_folds", None)
-    test = readout.replicate_test(option, n_folds > 1, layout, given)
+    test = recorded_folds.replicate_test(option, n_folds > 1, layout, given)
     alpha, delta = float(setting(record, "alpha")), float(setting(record, "equivalence"))
     base = setting(record, "baseline", None)
     base = None if base is None else float(base)

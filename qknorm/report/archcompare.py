@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from qknorm.cells import num
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report import stats
@@ -143,12 +144,11 @@ def interaction(folds: pd.DataFrame, arch: str, base_arch: str, p: float,
     return pd.DataFrame(rows)
 
 
-def _num(x: float, digits: int = 4, sign: str = "") -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:{sign}.{digits}f}"
+NONE = "–"  # the comparison's cell where there is no number
 
 
 def _ci(low: float, high: float, digits: int = 4) -> str:
-    return f"[{_num(low, digits)}, {_num(high, digits)}]"
+    return f"[{num(low, f'.{digits}f', NONE)}, {num(high, f'.{digits}f', NONE)}]"
 
 
 def markdown(folds: pd.DataFrame, reference: Arm, arch: str, p: float,
@@ -164,7 +164,7 @@ def markdown(folds: pd.DataFrame, reference: Arm, arch: str, p: float,
     for _, r in arms(folds, test).iterrows():
         steps = (f"{r[f'{STEPS_TO_REF}_mean']:.0f} ({r['reached']} of {r['n']})" if r["reached"]
                  else f"– (0 of {r['n']})")
-        losses = " | ".join(f"{_num(r[f'{m}_mean'])} {_ci(r[f'{m}_ci_low'], r[f'{m}_ci_high'])}"
+        losses = " | ".join(f"{num(r[f'{m}_mean'], '.4f', NONE)} {_ci(r[f'{m}_ci_low'], r[f'{m}_ci_high'])}"
                             for m in LOSSES)
         lines.append(f"| {r[ARCH]} | {format_p(r['norm.p'])} | {r['n']} | {losses} | {steps} | "
                      f"{r['tokens_per_s']:.0f} |")
@@ -174,14 +174,14 @@ def markdown(folds: pd.DataFrame, reference: Arm, arch: str, p: float,
     for _, r in between_archs(folds, arch, base_arch, test).iterrows():
         digits = 0 if r["metric"] == STEPS_TO_REF else 4
         lines.append(f"| {format_p(r['norm.p'])} | {names[r['metric']]} | {r['n']} | "
-                     f"{_num(r['delta'], digits, '+')} | {_ci(r['ci_low'], r['ci_high'], digits)} | "
-                     f"{_num(r['t_pvalue'], 3)} |")
+                     f"{num(r['delta'], f'+.{digits}f', NONE)} | {_ci(r['ci_low'], r['ci_high'], digits)} | "
+                     f"{num(r['t_pvalue'], '.3f', NONE)} |")
     lines += ["", f"## Interaction: ({arch}: p = {format_p(p)} − p = {format_p(base_p)}) − "
               f"({base_arch}: p = {format_p(p)} − p = {format_p(base_p)})", "",
               "| metric | n | Δ of Δ | 95% CI | t p |", "|---|---|---|---|---|"]
     for _, r in interaction(folds, arch, base_arch, p, base_p, test).iterrows():
-        lines.append(f"| {names[r['metric']]} | {r['n']} | {_num(r['delta'], 4, '+')} | "
-                     f"{_ci(r['ci_low'], r['ci_high'])} | {_num(r['t_pvalue'], 3)} |")
+        lines.append(f"| {names[r['metric']]} | {r['n']} | {num(r['delta'], '+.4f', NONE)} | "
+                     f"{_ci(r['ci_low'], r['ci_high'])} | {num(r['t_pvalue'], '.3f', NONE)} |")
     if bench:
         lines += ["", "## Step time, interleaved in one process (scripts/bench.py)", "",
                   f"`{bench.get('command', '')}`", "",

@@ -9,8 +9,7 @@ import pandas as pd
 
 from qknorm.multitest import AUTO as AUTO_TEST
 from qknorm.multitest import PAIRED_T, ReplicateTest
-from qknorm.report import lrsens, results, stats, timing
-from qknorm.report import readings as two_readings
+from qknorm.report import lrsens, readings, results, stats, timing
 from qknorm.report.baseline import AUTO, continuous_p
 
 DEFAULT_METRIC = "best_val_loss"
@@ -51,7 +50,7 @@ class Statistics:
     # final and best val loss side by side: None for runs collected without their curves
     readings: pd.DataFrame | None
     readings_paired: dict[str, pd.DataFrame]  # reading -> paired Δ vs the baseline
-    disagreement: two_readings.Disagreement | None
+    disagreement: readings.Disagreement | None
     ranking: pd.DataFrame | None  # None without curves, or with --by
     fits: pd.DataFrame | None  # a continuous search: stats.fit_minima per --by series; else None
     attention: pd.DataFrame | None = None  # stats.attention_summary: empty without diagnostics
@@ -64,8 +63,8 @@ def compute(collection: results.Collection, options: Options,
             curves: pd.DataFrame | None = None) -> Statistics:
     runs, metric, by, test = collection.runs, options.metric, options.by, options.replicate_test
     per_metric = {metric: stats.group_summary(runs, [metric], by, test)}
-    readings = two_readings.readings_summary(runs, by, test) if "best_step" in runs else None
-    compared = [metric, *(two_readings.READINGS if readings is not None else ())]
+    both = readings.readings_summary(runs, by, test) if "best_step" in runs else None
+    compared = [metric, *(readings.READINGS if both is not None else ())]
     paired = ({m: stats.paired_vs_baseline(runs, m, options.baseline, by, options.equivalence,
                                            test)
                for m in dict.fromkeys(compared)} if options.baseline is not None else {})
@@ -75,8 +74,8 @@ def compute(collection: results.Collection, options: Options,
         timing=timing.timing_summary(runs, [TIME_METRIC], by) if metric != TIME_METRIC else None,
         best=stats.best(per_metric[metric], metric, by), paired=paired.get(metric),
         ranking=stats.ranking_by_step(curves) if curves is not None and not by else None,
-        readings=readings, readings_paired={m: paired[m] for m in two_readings.READINGS if m in paired},
-        disagreement=two_readings.readings_disagree(readings) if readings is not None else None,
+        readings=both, readings_paired={m: paired[m] for m in readings.READINGS if m in paired},
+        disagreement=readings.readings_disagree(both) if both is not None else None,
         fits=stats.fit_minima(runs, metric, by) if continuous_p(runs) else None,
         attention=stats.attention_summary(runs, curves, by, test) if curves is not None
         else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from qknorm.cells import num
 from qknorm.report.lrsens import (
     GRID,
     LR,
@@ -15,7 +16,7 @@ from qknorm.report.lrsens import (
     label,
     width_view,
 )
-from qknorm.report.tables import markdown_table, num, pval
+from qknorm.report.tables import markdown_table, pval
 
 DEFINITION = (
     "LR sensitivity (Wortsman et al. 2023, arXiv 2309.14322) per replicate: the mean over the "

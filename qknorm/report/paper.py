@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from qknorm.cells import num
 from qknorm.report import paxis, stats
 from qknorm.report.tables import markdown_table, pval
 
@@ -45,23 +46,20 @@ def comparison(sweeps: dict[str, pd.DataFrame], baseline: float = 2.0) -> pd.Dat
 
 def to_markdown(table: pd.DataFrame, labels: list[str]) -> str:
     """The comparison as a markdown table: losses to 4 decimals, intervals in brackets."""
-    def num(x: float, signed: bool = False) -> str:
-        return "-" if pd.isna(x) else f"{x:+.4f}" if signed else f"{x:.4f}"
-
     header = ["p", "paper", "paper Δ"]
     for label in labels:
         header += [f"{label}: mean [95% CI] (n)", f"{label}: Δ vs p=2 [95% CI]", "Holm p",
                    "verdict"]
     rows = []
     for _, r in table.iterrows():
-        cells = [paxis.format_p(r["norm.p"]), num(r["paper"]), num(r["paper_delta"], True)]
+        cells = [paxis.format_p(r["norm.p"]), num(r["paper"], ".4f"), num(r["paper_delta"], "+.4f")]
         for label in labels:
             c = {k.split(":", 1)[1]: v for k, v in r.items() if k.startswith(f"{label}:")}
             n = "-" if pd.isna(c["n"]) else str(int(c["n"]))
-            cells.append(f"{num(c[f'{METRIC}_mean'])} [{num(c[f'{METRIC}_ci_low'])}, "
-                         f"{num(c[f'{METRIC}_ci_high'])}] ({n})")
-            cells.append(f"{num(c['delta_mean'], True)} [{num(c['delta_ci_low'], True)}, "
-                         f"{num(c['delta_ci_high'], True)}]")
+            cells.append(f"{num(c[f'{METRIC}_mean'], '.4f')} [{num(c[f'{METRIC}_ci_low'], '.4f')}, "
+                         f"{num(c[f'{METRIC}_ci_high'], '.4f')}] ({n})")
+            cells.append(f"{num(c['delta_mean'], '+.4f')} [{num(c['delta_ci_low'], '+.4f')}, "
+                         f"{num(c['delta_ci_high'], '+.4f')}]")
             cells.append(pval(c["holm_pvalue"]))
             cells.append("-" if pd.isna(c["verdict"]) else c["verdict"])
         rows.append(cells)

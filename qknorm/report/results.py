@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,9 @@ class Collection:
     # (study_name, storage) -> the loaded optuna.Study, or None when it could not be opened
     studies: dict[tuple[str, str], Any] = field(default_factory=dict)
     rebuilt: bool = False  # read back from a results.csv (read_results), not from run dirs
+    # which runs it covers, when more than those under root: its studies' runs in their other
+    # sweep dirs (a resumed sweep's earlier stamps; study_runs), said in summary.md's first lines
+    covers: str | None = None
 
 
 def to_float(value: Any) -> float:
@@ -89,7 +94,8 @@ def read_run(run_dir: Path, root: Path, config: dict[str, Any] | None = None) ->
         row[key] = to_float(value) if key in FLOAT_FIELDS else value
     for key in DIAGNOSTICS + [k for k in final if LAYER_DIAGNOSTIC.match(k)]:
         row[key] = to_float(final.get(key))
-    row["run_dir"] = run_dir.relative_to(root).as_posix() or "."
+    # a study's run in another sweep dir: relative to root all the same (../<stamp>/trial3)
+    row["run_dir"] = Path(os.path.relpath(run_dir, root)).as_posix()
     return row
 
 
@@ -134,8 +140,18 @@ def collect(root: Path | str) -> Collection:
     root = Path(root)
     if root.is_dir() and (root / RESULTS_CSV).is_file() and not rundir.find_run_dirs(root):
         return read_results(root)
-    run_dirs = rundir.run_dirs_under(root)
+    ran_nothing = _studies_of_results(root) if root.is_dir() and not rundir.find_run_dirs(
+        root) else {}  # a rerun of a finished study: its sweep dir has no run, the study has
+    run_dirs = [] if ran_nothing else rundir.run_dirs_under(root)
     configs = [rundir.read_config(d) or {} for d in run_dirs]
+    collection = Collection(root, pd.DataFrame(), configs=configs)
+    collection.studies.update(ran_nothing)
+    if not (root / rundir.HYDRA_DIR).is_dir():  # a sweep dir, not one run: its studies' runs
+        elsewhere, collection.covers = study_runs(root, run_dirs, configs, collection)
+        if not elsewhere:  # none here, none there: the message of an empty dir
+            rundir.run_dirs_under(root)
+        run_dirs += elsewhere
+        configs += [rundir.read_config(d) or {} for d in elsewhere]
     rows = [read_run(d, root, c) for d, c in zip(run_dirs, configs)]
     config_keys = list(dict.fromkeys(k for c in configs for k in c))
     # threads, device, dtype: final.json's column holds what the run really used
@@ -143,7 +159,6 @@ def collect(root: Path | str) -> Collection:
                 and not k.startswith(BOOKKEEPING)]
     varying = _varying_keys(configs, compared)
 
-    collection = Collection(root, pd.DataFrame(), configs=configs)
     trials = _trials(configs, collection.studies, collection.warnings)
     for row, (trial, state) in zip(rows, trials):
         row["trial"], row["trial_state"] = trial, state
@@ -174,29 +189,38 @@ READ_BACK = ["norm.kind", "norm.p", "seed", "data.fold", "status", "run_dir"]
 
 def read_results(root: Path) -> Collection:
     """The runs as a report's results.csv recorded them, for a report rebuilt without its run
-    dirs (how a collaborator re-analyses a shared sweep): every column kept, the typed ones
-    typed as `collect` types them, columns a newer qknorm writes added empty (an old
-    results.csv has no data.n_folds: --n-folds gives it). No study is opened: trial and
-    trial_state stay as recorded."""
-    path = root / RESULTS_CSV
+    dirs (how a collaborator re-analyses a shared sweep): `read_csv`. No study is opened: trial
+    and trial_state stay as recorded."""
+    df = read_csv(root / RESULTS_CSV, READ_BACK, "pass a results.csv written by "
+                  "scripts/report.py, or a directory of run dirs")
+    note = (f"rebuilt from {RESULTS_CSV} (no run dir under this directory): the runs as "
+            "recorded there; studies were not opened")
+    return Collection(root, df, warnings=[note], rebuilt=True)
+
+
+def read_csv(path: Path, needs: Sequence[str] = READ_BACK,
+             fix: str = "pass a results.csv written by scripts/report.py") -> pd.DataFrame:
+    """A results.csv as a report wrote it, the one reader of that file (the report rebuilt from
+    it, the claims, the replays, the scripts): every column kept, the typed ones typed as
+    `collect` types them, columns a newer qknorm writes added empty (an old results.csv has no
+    data.n_folds: --n-folds gives it). UserError, one line ending in `fix`, when it cannot be
+    read or lacks a column of `needs`."""
     try:
         df = pd.read_csv(path, dtype={"run_dir": str, "duplicate_of": str, "error": str})
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path} cannot be read ({e}); pass a results.csv written by "
-                        "scripts/report.py, or a directory of run dirs") from None
-    missing = [k for k in READ_BACK if k not in df.columns]
+    except OSError as e:
+        raise UserError(f"{path}: {e.strerror}; {fix}") from None
+    except ValueError as e:
+        raise UserError(f"{path} cannot be read ({e}); {fix}") from None
+    missing = [k for k in needs if k not in df.columns]
     if missing:
-        raise UserError(f"{path} has no {', '.join(missing)} column(s); pass a results.csv "
-                        "written by scripts/report.py, or a directory of run dirs")
+        raise UserError(f"{path} has no {', '.join(missing)} column(s); {fix}")
     for key in [*ALWAYS, *FINAL_FIELDS, *DIAGNOSTICS, *TAIL]:
         if key not in df.columns:
             df[key] = None
     diagnostics = [c for c in df.columns if is_diagnostic(c)]
     _types(df, diagnostics)
     df["duplicate_of"] = df["duplicate_of"].astype(object).where(df["duplicate_of"].notna(), None)
-    note = (f"rebuilt from {RESULTS_CSV} (no run dir under this directory): the runs as "
-            "recorded there; studies were not opened")
-    return Collection(root, df, warnings=[note], rebuilt=True)
+    return df
 
 
 def _duplicate_of(df: pd.DataFrame, configs: list[dict[str, Any]]) -> list[str | None]:
@@ -233,6 +257,53 @@ def swept_keys(runs: pd.DataFrame) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Optuna studies: the trial number comes from the job's config, its state from the study.
 
+def study_runs(root: Path, run_dirs: list[Path], configs: list[dict[str, Any]],
+               collection: Collection) -> tuple[list[Path], str | None]:
+    """The run dirs the studies of the runs under root name that lie elsewhere (a resumed
+    sweep's earlier sweep dirs: each rerun writes a new <stamp>/), and the line that says what
+    the report covers then (None when nothing lies elsewhere). A study's runs: those its trials
+    name (JOBS_ATTR, JOB_DIRS_ATTR), as the status counts them: not a retried trial's (its
+    retry names the runs it kept), not a surplus one's; only those on this machine."""
+    from qknorm.sweep.study import JOB_DIRS_ATTR, JOBS_ATTR, STATUS_ATTR, SURPLUS, retried_numbers
+
+    _trials(configs, collection.studies, collection.warnings)  # opens each study once
+    here = {d.resolve() for d in run_dirs}
+    found: dict[Path, str] = {}  # run dir -> its study's name
+    for (name, _), study in collection.studies.items():
+        if study is None:
+            continue
+        trials = study.get_trials(deepcopy=False)
+        retried = retried_numbers(trials)
+        for t in trials:
+            if t.number in retried or t.user_attrs.get(STATUS_ATTR) == SURPLUS:
+                continue
+            for d in [*(t.user_attrs.get(JOBS_ATTR) or ()),
+                      *(t.user_attrs.get(JOB_DIRS_ATTR) or {}).values()]:
+                path = Path(d)
+                if path.resolve() not in here and (path / rundir.HYDRA_DIR).is_dir():
+                    found.setdefault(path.resolve(), name)
+    if not found:
+        return [], None
+    names = sorted(set(found.values()))
+    sweeps = sorted({Path(os.path.relpath(d.parent, root)).as_posix() for d in found})
+    here_too = (f"{len(run_dirs)} under this directory" if run_dirs
+                else "none under this directory (its rerun found the study done)")
+    covers = (f"Covers every run of study {', '.join(names)}: {here_too} and {len(found)} from "
+              f"its other sweep dirs ({', '.join(sweeps)}), which a resumed sweep wrote.")
+    return sorted(found, key=rundir.natural_key), covers
+
+
+def _studies_of_results(root: Path) -> dict[tuple[str, str], Any]:
+    """The studies the optimization_results.yaml files under root name (the sweeper writes one
+    at its end, even when it ran nothing: its study was done), opened to read; {} when none
+    does, or none opens (the report then says the directory holds no run)."""
+    from qknorm.status import from_results
+
+    notes: list[str] = []
+    studies = {(t.study, t.url): _load_study(t.study, t.url, notes)[0] for t in from_results(root)}
+    return {k: v for k, v in studies.items() if v is not None}
+
+
 def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
             notes: list[str]) -> list[tuple[Any, Any]]:
     """(trial number, trial state) per run; fills `studies` with every study the runs name."""
@@ -247,6 +318,10 @@ def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
         key = (name, storage)
         if key not in studies:
             studies[key], states[key] = _load_study(name, storage, notes)
+        elif key not in states:  # opened by an earlier call (study_runs)
+            study = studies[key]
+            states[key] = {} if study is None else {
+                t.number: t.state.name for t in study.get_trials(deepcopy=False)}
         out.append((int(number), states[key].get(int(number))))
     return out
 

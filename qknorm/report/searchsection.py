@@ -18,8 +18,9 @@ import math
 
 import numpy as np
 
+from qknorm.cells import num
 from qknorm.report import paxis, stats
-from qknorm.report.tables import markdown_table, num, pval
+from qknorm.report.tables import markdown_table, pval
 from qknorm.sweep.race import readback, verdicts
 
 
@@ -68,7 +69,7 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
     out = [f"## Search: study {name}", "", *readback.answer_lines(rows, settings), "",
            "A search that races its proposals (docs/search.md): each proposal ran the "
            "incumbent's first replicate, and on while it led (taking the incumbent's place once "
-           "better on all of the incumbent's); once the proposals ended, the close ones ran on "
+           "its mean over all of the incumbent's was lower); once the proposals ended, the close ones ran on "
            "until level or worse. Δ on one replicate is shown untested. The answer compares "
            "every proposal with the best once more on the replicates both ran "
            f"({_test(settings)}): `level` where the "

@@ -8,14 +8,13 @@ import math
 import pandas as pd
 
 from qknorm import rundir
+from qknorm.cells import num
 from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
-from qknorm.report import lrsection, paxis, results, searchsection, stats
-from qknorm.report import readings as two_readings
+from qknorm.report import lrsection, paxis, readings, results, searchsection, stats
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, Statistics, compute
-from qknorm.report.tables import markdown_table, num, pval
+from qknorm.report.tables import markdown_table, pval
 from qknorm.report.timing import TIMING
 from qknorm.sweep.race import readback, verdicts
-from qknorm.sweep.race.readback import fmt
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
@@ -98,8 +97,10 @@ def summarize(collection: results.Collection, options: Options,
     by section."""
     s = computed or compute(collection, options, curves)
     runs, metric = collection.runs, options.metric
-    out = [f"# Results: {collection.root.as_posix()}", "", _counts_line(runs, s.excluded), "",
-           test_line(s.test, runs), ""]
+    out = [f"# Results: {collection.root.as_posix()}", ""]
+    if collection.covers:  # a resumed sweep's dir: the study's runs in its other dirs too
+        out += [collection.covers, ""]
+    out += [_counts_line(runs, s.excluded), "", test_line(s.test, runs), ""]
     out += _folded_note(s.folded)
     if s.fits is not None:
         out += ["The p values come from a continuous search: loss_vs_p draws each trial as a "
@@ -203,7 +204,7 @@ def _readings_section(s: Statistics, metric: str, baseline: float | None) -> lis
     rows = []
     for i, row in r.iterrows():
         cells = _group_label(row, s.keys) + [str(int(row["n"]))]
-        for m in two_readings.READINGS:
+        for m in readings.READINGS:
             cells.append(f"{num(row[f'{m}_mean'])} [{num(row[f'{m}_ci_low'])}, "
                          f"{num(row[f'{m}_ci_high'])}]")
             if m == "best_val_loss":
@@ -350,8 +351,8 @@ def race_section(e: readback.Elimination, name: str) -> list[str]:
     where = {verdicts.DROPPED: lambda r: r["after"], verdicts.STOPPED: readback.stop_place}
     rows = [[r["candidate"], r["outcome"], str(r["n"]),
              where[r["outcome"]](r) if r["outcome"] in where else "-", r["leader"] or "-",
-             fmt(r["delta"], "+.4f"), fmt(r["p"], ".3g"), fmt(r["p_adjusted"], ".3g"),
-             fmt(r["mean"], ".4f")] for r in e.rows]
+             num(r["delta"], "+.4f"), num(r["p"], ".3g"), num(r["p_adjusted"], ".3g"),
+             num(r["mean"], ".4f")] for r in e.rows]
     table = markdown_table(header, rows).splitlines()
     # Each candidate's answer and what it cost, a table of its own so the one above reads as
     # it did before answers existed.

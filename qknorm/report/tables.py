@@ -1,24 +1,13 @@
-"""How summary.md writes a number, a p-value and a table: one home for every section's cells
-(summary, lrsection)."""
+"""How summary.md writes a p-value and a table: one home for every section's cells (summary,
+lrsection); a number is qknorm.cells.num."""
 
 from __future__ import annotations
 
-import math
-
-import pandas as pd
-
-
-def num(x: float) -> str:
-    """4 decimals for losses, fewer for seconds and tokens/s."""
-    if x is None or pd.isna(x):
-        return "-"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.4f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 1000 else f"{x:.0f}"
+from qknorm.cells import num
 
 
 def pval(x: float) -> str:
-    return "-" if x is None or pd.isna(x) else f"{x:.3g}"
+    return num(x, ".3g")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -7,10 +7,10 @@ through race_sims for the race and the racing search, grid_runs for a grid's run
 smac_replay for SMAC3; replay_table prints its JSON as a table),
 landscapes with planted effects on a recorded grid's noise for the replay (landscapes),
 the power of the fold test (power, tabulated on the committed grids by fold_power), where a
-training step's time goes (profile_step), and what a replay of looks reads from a results.csv
-(looks, shared with scripts/race_replay.py). Nothing here is imported at package import: each
-module pulls in only what it needs.
+training step's time goes (profile_step), and each p's recorded runs by fold, what a replay of
+looks reads from a results.csv (recorded_folds, shared with scripts/race_replay.py). Nothing here
+is imported at package import: each module pulls in only what it needs.
 """
 
-__all__ = ["fold_power", "landscapes", "looks", "power", "profile_step", "race_level_error_rates",
-           "replay_table", "rung_error_rates", "search_replay"]
+__all__ = ["fold_power", "landscapes", "power", "profile_step", "race_level_error_rates",
+           "recorded_folds", "replay_table", "rung_error_rates", "search_replay"]

@@ -44,7 +44,6 @@ runs × number of p × K / `--jobs` parallel jobs.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import shlex
@@ -114,11 +113,14 @@ def seed_rows(sigma: float, delta: float, alpha: float, comparisons: int, share:
 
 def measure(name: str, path: Path, metric: str, baseline: float, near: list[float]) -> dict:
     """The sd over folds of Δ_f vs the baseline p, per p, and the mean wall time of a run."""
-    try:
-        rows = [r for r in csv.DictReader(path.open()) if r.get("status") == "completed"]
-    except OSError as e:
-        raise _user_error(f"{path}: {e.strerror}; pass a results.csv written by scripts/report.py") from None
-    if not rows or metric not in rows[0] or "norm.p" not in rows[0] or "data.fold" not in rows[0]:
+    from qknorm.report import results  # pandas, only where a results.csv is measured
+    from qknorm.rundir import COMPLETED
+
+    table = results.read_csv(path, ("status", "norm.p", "data.fold", "seed", metric),
+                             "pass a results.csv written by scripts/report.py")
+    done = table[table["status"] == COMPLETED]
+    rows = done.to_dict("records")
+    if not rows:
         raise _user_error(f"{path} has no completed runs with norm.p, data.fold and {metric}")
     if len({r["seed"] for r in rows}) > 1:
         raise _user_error(f"{path} has several seeds; this reads one seed per fold")
@@ -133,8 +135,8 @@ def measure(name: str, path: Path, metric: str, baseline: float, near: list[floa
         folds = sorted(set(runs) & set(base))
         if p != baseline and len(folds) >= 2:
             sd[p] = statistics.stdev(runs[f] - base[f] for f in folds)
-    layouts = {r.get("data.n_folds") for r in rows} - {None, ""}
-    n_folds = int(float(layouts.pop())) if len(layouts) == 1 else len({r["data.fold"] for r in rows})
+    layouts = set(done["data.n_folds"].dropna())
+    n_folds = int(layouts.pop()) if len(layouts) == 1 else len({r["data.fold"] for r in rows})
 
     def summary(ps: list[float]) -> dict:
         values = [sd[p] for p in ps]

@@ -1,31 +1,36 @@
 """A committed grid as a replay reads it, and what the grid itself shows.
 
-`load` reads a report's results.csv (and its curves.csv, for in-fold stopping): p -> its runs in
-fold order, each {fold, value, steps, core_s, curve: {step: val_loss}}. `judge` is the grid's own
-answer, the yardstick of a replayed search: the best p (lowest mean over folds), each other p's
-mean paired difference to it, and the p the grid shows worse than it (the replicate test of
-qknorm.multitest, two-sided, Holm over the comparisons with the best, at alpha).
+`load` reads a report's results.csv (through qknorm.report.results.read_csv) and its curves.csv,
+for in-fold stopping: p -> its runs in fold order, each {fold, value, steps, core_s, curve:
+{step: val_loss}}. `judge` is the grid's own answer, the yardstick of a replayed search: the
+best p (lowest mean over folds), each other p's mean paired difference to it, and the p the grid
+shows worse than it (the replicate test of qknorm.multitest, two-sided, Holm over the
+comparisons with the best, at alpha).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from qknorm.errors import UserError
 from qknorm.multitest import ReplicateTest, for_folds, holm
+from qknorm.report.results import read_csv
+from qknorm.rundir import COMPLETED
 
 
 def load(results: Path, curves: Path | None = None, metric: str = "best_val_loss"
          ) -> dict[float, list[dict]]:
     """p -> its completed runs in fold order (every p must have run every fold of the grid)."""
-    try:
-        rows = [r for r in csv.DictReader(results.open()) if r["status"] == "completed"]
-    except (OSError, KeyError) as e:
-        raise UserError(f"{results}: {e}; pass a grid's results.csv written by "
-                        "scripts/report.py") from None
+    runs = read_csv(results, ("norm.p", "data.fold", "status", metric, "steps", "wall_time_s",
+                              "threads"), "pass a grid's results.csv written by scripts/report.py")
+    rows = runs[runs["status"] == COMPLETED].to_dict("records")
+    if any(math.isnan(r["norm.p"]) for r in rows):
+        raise UserError(f"{results} has runs without a norm.p (norm.kind none or rms); a replay "
+                        "needs a grid over p")
     by_dir: dict[str, dict[int, float]] = {}
     for row in csv.DictReader(curves.open()) if curves else ():
         if row["val_loss"]:
@@ -35,7 +40,7 @@ def load(results: Path, curves: Path | None = None, metric: str = "best_val_loss
         grid.setdefault(float(r["norm.p"]), []).append({
             "fold": int(r["data.fold"]), "value": float(r[metric]), "steps": int(r["steps"]),
             "core_s": float(r["wall_time_s"]) * float(r["threads"]),
-            "curve": by_dir.get(r.get("run_dir", ""))})
+            "curve": by_dir.get(r["run_dir"])})
     folds = {p: [run["fold"] for run in runs] for p, runs in grid.items()}
     if len({tuple(f) for f in folds.values()}) != 1:
         raise UserError(f"{results}: every p must have completed the same folds ({folds}); "

@@ -50,9 +50,9 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
          baseline: float | None) -> dict:
     """The race (p_race's rules) over every p of the grid: its answer and its cost."""
     cands, values, stopped = sorted(grid), {p: {} for p in grid}, set()
-    spent, ran = {"steps": 0, "core_s": 0.0, "runs": 0}, {}
+    spent, ran, whole = {"steps": 0, "core_s": 0.0, "runs": 0}, {}, 0
     while True:
-        ledger = driver.RaceLedger(cands, values, set(cands) - stopped, spent["steps"])
+        ledger = driver.RaceLedger(cands, values, set(cands) - stopped, spent["steps"], whole)
         step = driver.race_step(ledger, rules, baseline, budget, bool(rungs))
         if not step.runs:
             break
@@ -62,6 +62,7 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
             spent["core_s"] += core_s
             spent["runs"] += 1
             (values[p].__setitem__(b, value) if value is not None else stopped.add(p))
+            whole = max(whole, steps if value is not None else 0)
     answers = {c: driver.race_verdict(step.race, c, rules, c in stopped).answer for c in cands}
     return {"best_p": next((c for c, a in answers.items() if a == verdicts.BEST), None),
             "worse": [c for c, a in answers.items() if a == verdicts.WORSE],

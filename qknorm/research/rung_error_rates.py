@@ -40,8 +40,8 @@ import pandas as pd
 from qknorm import rundir
 from qknorm.errors import UserError, run_main
 from qknorm.multitest import holm
-from qknorm.report import format_p
-from qknorm.research import looks, race_sims
+from qknorm.report import format_p, results
+from qknorm.research import race_sims, recorded_folds
 from qknorm.sweep.race.intensify import Rules
 from qknorm.sweep.race.looks import paired_t_greater, standing, stop_at_rung
 
@@ -175,12 +175,12 @@ def measure(sweep: Path, baseline: float, eta: int) -> dict:
     return result
 
 
-def read_report(report: Path, name: str) -> pd.DataFrame:
-    path = report / name
+def read_curves(report: Path) -> pd.DataFrame:
+    path = report / results.CURVES_CSV_NAME
     if not path.exists():
         raise UserError(f"{path} does not exist; pass a report dir written by scripts/report.py "
                         "(curves.csv since the report wrote it: rerun the report on the run dirs)")
-    return pd.read_csv(path)
+    return pd.read_csv(path, dtype={"run_dir": str})  # as results.csv's run_dir, which it joins
 
 
 def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None = None
@@ -188,8 +188,8 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None
     """The p whose completed runs are worse than the baseline's on the grid: one-sided t over
     the folds both ran (the corrected resampled t of the grid's fold layout, as the race and
     the report), Holm over the p with two pairs or more."""
-    values, seen, layout = looks.completed_by_fold(grid / "results.csv", "best_val_loss")
-    test = looks.replicate_test("auto", seen > 1, layout, n_folds)
+    values, seen, layout = recorded_folds.completed_by_fold(grid / "results.csv", "best_val_loss")
+    test = recorded_folds.replicate_test("auto", seen > 1, layout, n_folds)
     if not values.get(baseline):
         raise UserError(f"--baseline {format_p(baseline)} has no completed run in "
                         f"{grid / 'results.csv'}; use one of its p: "
@@ -214,8 +214,10 @@ def _extreme(rows: pd.DataFrame, pick) -> dict | None:
 def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
          rungs: dict[int, float], n_folds: int | None = None) -> dict:
     """Per eval step, how far runs of worse and of not-worse p were behind their fold's best."""
-    runs = read_report(curves_dir, "results.csv")[["run_dir", "norm.p", "data.fold"]]
-    evals = read_report(curves_dir, "curves.csv").merge(runs, on="run_dir").dropna(
+    runs = results.read_csv(curves_dir / results.RESULTS_CSV, ("run_dir", "norm.p", "data.fold"),
+                            "pass a report dir written by scripts/report.py"
+                            )[["run_dir", "norm.p", "data.fold"]]
+    evals = read_curves(curves_dir).merge(runs, on="run_dir").dropna(
         subset=["val_loss"])
     evals["gap"] = evals["val_loss"] - evals.groupby(["data.fold", "step"])["val_loss"].transform("min")
     worse = worse_on_grid(grid, baseline, alpha, n_folds)

@@ -17,9 +17,11 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from qknorm.config import P_KINDS, Config, to_config
+from qknorm.effective import flatten, task_tree
 from qknorm.errors import UserError
 from qknorm.multitest import choose
 from qknorm.sweep import slurm, specs
+from qknorm.sweep.question import question
 from qknorm.sweep.race.readback import kind
 from qknorm.sweep.race.rungs import resolve_rungs
 from qknorm.sweep.race.settings import RaceSpec, plan_race, race_conf
@@ -118,6 +120,9 @@ class Plan:
     fail_values: list[float] | None
     race: RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
     job: Config | None = None  # the first job's config, when the task is qknorm.train (cost.py)
+    # the question its study answers (question.py); None: the task is not qknorm's
+    question: dict[str, Any] | None = None
+    varied: tuple[str, ...] = ()  # the keys its trials vary: the searched and replicate keys
 
     @property
     def kind(self) -> str:
@@ -185,6 +190,7 @@ class Planner:
                          pruner_spec["name"], self.s.n_trials)
         n_trials = self._n_trials(space)
         job = self._check_keys(space, base, replicates)
+        varied = (*(p.key for p in space.params), *replicates)
         if race is not None and race.rungs:
             race = self._resolve_rungs(race, space, base, combinations[0])
         if race is not None:
@@ -194,7 +200,8 @@ class Planner:
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
                     pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
-                    job=task_config(job))
+                    job=task_config(job), question=self._question(job, space, varied),
+                    varied=varied)
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
@@ -243,6 +250,7 @@ class Planner:
         job = base + list(first.values())
         job_keys = [f"optuna.study_name={format_value(self.s.study_name)}",
                     "optuna.storage=x", "optuna.trial=0"]
+        self.job_overrides = job + job_keys  # the first job's (_question adds the fixed values)
         cfg = self._compose(job + job_keys, "the task config",
                             "the task needs keys optuna.study_name, optuna.storage, optuna.trial")
         _check_p_is_read(space, cfg)
@@ -252,6 +260,16 @@ class Planner:
             self._compose(job + [fixed], f"hydra.sweeper.params ({fixed})",
                           "check the key's spelling and type")
         return cfg
+
+    def _question(self, cfg: DictConfig, space: SearchSpace,
+                  varied: tuple[str, ...]) -> dict[str, Any] | None:
+        """The question the sweep's study answers (question.py), from the first job's config
+        (`cfg`, composed by _check_keys) with the space's fixed values every job gets."""
+        if space.fixed:
+            cfg = self._compose([*self.job_overrides, *space.fixed], "hydra.sweeper.params",
+                                "check the key's spelling and type")
+        tree = task_tree(cfg)
+        return None if tree is None else question(flatten(tree), varied)
 
     def _resolve_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                        combo: list[str]) -> RaceSpec:

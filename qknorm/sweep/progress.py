@@ -29,6 +29,13 @@ The ETA:
          racing one running all its blocks). Its proposals stay open to the end, so, as in a
          race, the pace so far is all there is.
 
+A sweep that no sweeper runs any more (stopped_sweep: its RUNNING trials' heartbeats are older
+than the grace period its sweeper recorded, or none runs and none was told within it) counts
+those trials as stopped, and says so with the command that resumes it, in place of the ETA:
+
+  trials 3/8: 2 complete, 0 pruned, 0 failed, 1 stopped; elapsed 1m00s, stopped: no sweeper
+  runs it (the heartbeats of its 1 running trial stopped over 20s ago); resume: cd DIR && ...
+
 "≤": the jobs left are an upper bound, because a pruner (a trial's PRUNER_ATTR spec, other than
 none) may stop trials early and a race drops candidates. The time per job stays an estimate.
 """
@@ -37,8 +44,10 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +59,7 @@ from qknorm.rundir import COMPLETED, FAILED, FINAL_FILE, PRUNED, read_final
 from qknorm.sweep.race import readback, verdicts
 from qknorm.sweep.study import (
     DUPLICATE_ATTR,
+    HEARTBEAT_ATTR,
     JOB_DIRS_ATTR,
     JOBS_ATTR,
     N_ATTR,
@@ -59,6 +69,7 @@ from qknorm.sweep.study import (
     STATUS_ATTR,
     STD_ATTR,
     SURPLUS,
+    SWEEPER_ATTR,
     holds_slot,
     recorded_total,
     retried_numbers,
@@ -79,11 +90,12 @@ _finals: dict[str, tuple[tuple[int, int], dict[str, Any] | None]] = {}
 
 
 def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 1,
-                 now: float | None = None) -> list[str]:
+                 now: float | None = None, stopped: Stopped | None = None) -> list[str]:
     """The study's status (see the module doc): progress and time, the best so far, the compute
     spent. `n_trials`: the sweep's total (None: a race's candidates, else the total the
     sweeper recorded in the study, else the grid's size for a grid, else unknown); `slots`:
-    trials run at once (the sweeper's n_jobs); `now`: Unix time (tests fix it)."""
+    trials run at once (the sweeper's n_jobs); `now`: Unix time (tests fix it); `stopped`: no
+    sweeper runs the study (stopped_sweep; the sweeper's own lines pass None)."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)  # the one read of the study
     retried = retried_numbers(trials)
@@ -95,9 +107,9 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     total = n_trials if n_trials is not None else (
         len(settings["candidates"]) if elim is not None
         else recorded_total(study.user_attrs) or _grid_size(trials))
-    lines = [_progress(trials, counted, total, slots, now, elim, searched, settings),
+    lines = [_progress(trials, counted, total, slots, now, elim, searched, settings, stopped),
              _best(study, counted) if searched is None else _search_best(searched)]
-    lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried))
+    lines.append(_race_line(elim) if elim is not None else _spent_line(trials, retried, searched))
     if searched is not None:
         lines += readback.answer_lines(searched, settings)
     return lines
@@ -107,27 +119,37 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
 
 def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int | None,
               slots: int, now: float, elim: readback.Elimination | None,
-              searched: list[dict] | None, settings: dict | None) -> str:
+              searched: list[dict] | None, settings: dict | None,
+              stopped: Stopped | None = None) -> str:
     running = sum(t.state == TrialState.RUNNING for t in counted)
+    starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     if searched is None:
         by = {s: sum(t.state.is_finished() and t.user_attrs.get(STATUS_ATTR) == s
                      for t in counted) for s in (COMPLETED, PRUNED, FAILED)}
         finished = sum(by.values())
-        words = (f"{by[COMPLETED]} complete, {by[PRUNED]} pruned, {by[FAILED]} failed, "
-                 f"{running} running")
     else:  # a racing search: its proposals by their answer (the incumbent's is best)
         by = {w: sum(r["answer"] == w for r in searched) for w in ANSWERS}
         finished = len(searched) - by[verdicts.RACING]
-        words = ", ".join(f"{n} {w}" for w, n in by.items())
+    done = running == 0 and total is not None and finished >= total
+    halted = stopped is not None and bool(starts) and not done
+    # A stopped sweep's trials still RUNNING in the study run nowhere: they are stopped.
+    moving = "stopped" if halted else "running"
+    if searched is None:
+        words = (f"{by[COMPLETED]} complete, {by[PRUNED]} pruned, {by[FAILED]} failed, "
+                 f"{running} {moving}")
+    else:
+        words = ", ".join(f"{n} {'stopped' if halted and w == verdicts.RACING else w}"
+                          for w, n in by.items())
     shown = f"{finished}/{total}" if total is not None else f"{finished} so far"
     line = f"trials {shown}: {words}"
-    starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     if not starts:
         return line + "; not started"
-    done = running == 0 and total is not None and finished >= total
-    if done:  # over: its elapsed time stays what it was, whenever the status is read
+    if done or halted:  # over or stopped: its elapsed time stays what it was
         ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete]
-        return line + f"; elapsed {duration(max(ends, default=now) - min(starts))}, done"
+        elapsed = duration(max([*ends, *starts], default=now) - min(starts))
+        if done:
+            return line + f"; elapsed {elapsed}, done"
+        return line + f"; elapsed {elapsed}, {stopped.line()}"
     elapsed = now - min(starts)
     line += f"; elapsed {duration(elapsed)}, "
     if total is None:
@@ -196,6 +218,69 @@ def _grid_size(trials: list[FrozenTrial]) -> int | None:
     return None
 
 
+# -- a stopped sweep ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stopped:
+    """No sweeper runs the study: what the status says instead of a running count and an ETA."""
+
+    stale: int  # RUNNING trials whose heartbeat is older than the grace period
+    grace: int  # the sweeper's grace period, seconds
+    command: str | None  # what resumes it, and where (the latest sweeper's, SWEEPER_ATTR)
+    cwd: str | None
+
+    def line(self) -> str:
+        why = (f"the heartbeats of its {self.stale} running trial{'s' if self.stale > 1 else ''}"
+               f" stopped over {self.grace}s ago" if self.stale
+               else f"no trial running and none told for over {self.grace}s")
+        resume = (f"cd {shlex.quote(self.cwd)} && {self.command}" if self.command and self.cwd
+                  else "rerun the command that started it")
+        return f"stopped: no sweeper runs it ({why}); resume: {resume}"
+
+
+def stopped_sweep(study: optuna.Study, storage: optuna.storages.BaseStorage,
+                  now: float | None = None) -> Stopped | None:
+    """Whether no sweeper runs the study: its RUNNING trials' heartbeats are all stale (older
+    than the grace period its latest sweeper recorded, SWEEPER_ATTR; Optuna's own test, which
+    fail_stale_trials applies), or no trial runs and none was told within the grace period.
+    None while a sweeper may run it, or when the study records no sweeper (from before the
+    record: then nothing is known). `storage`: the study's, opened to read (status.py)."""
+    sweeper = study.user_attrs.get(SWEEPER_ATTR)
+    if not isinstance(sweeper, dict) or not sweeper.get("grace_period"):
+        return None
+    grace = int(sweeper["grace_period"])
+    now = time.time() if now is None else now
+    trials = study.get_trials(deepcopy=False)
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    if running:
+        stale = _stale_ids(storage, study, grace, now)
+        if stale is None or not all(t._trial_id in stale for t in running):
+            return None
+    else:
+        times = [d.timestamp() for t in trials for d in (t.datetime_start, t.datetime_complete)
+                 if d is not None]
+        if not times or now - max(times) <= grace:
+            return None
+    return Stopped(len(running), grace, sweeper.get("command"), sweeper.get("cwd"))
+
+
+def _stale_ids(storage: optuna.storages.BaseStorage, study: optuna.Study, grace: int,
+               now: float) -> set[int] | None:
+    """Ids of the study's RUNNING trials whose last heartbeat is older than `grace` seconds;
+    None for a storage that keeps no heartbeats. An RDB storage: Optuna's query
+    (_get_stale_trial_ids, what fail_stale_trials calls; it only reads, on the database's
+    clock) with the sweeper's grace period. A journal: the beats our JournalHeartbeatStorage
+    writes as a trial system attr (HEARTBEAT_ATTR)."""
+    if isinstance(storage, optuna.storages.RDBStorage):
+        storage.heartbeat_interval, storage.grace_period = grace, grace
+        return set(storage._get_stale_trial_ids(study._study_id))
+    if isinstance(storage, optuna.storages.JournalStorage):
+        return {t._trial_id for t in study.get_trials(deepcopy=False,
+                                                      states=(TrialState.RUNNING,))
+                if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > grace}
+    return None
+
+
 # -- line 2: the best so far ----------------------------------------------------------------
 
 def _best(study: optuna.Study, counted: list[FrozenTrial]) -> str:
@@ -255,10 +340,15 @@ def _pareto(done: list[FrozenTrial], directions: list[StudyDirection]) -> list[F
 
 # -- line 3: compute spent (a race: its share of the grid) ------------------------------------
 
-def _spent_line(trials: list[FrozenTrial], retried: set[int]) -> str:
+def _spent_line(trials: list[FrozenTrial], retried: set[int],
+                searched: list[dict] | None = None) -> str:
     """Training steps and core-hours over every run dir the study names that has a final.json
     (finished trials' jobs, a running trial's finished replicates); each dir once, as a
-    retry and a repeat name the dirs of the trial they stand for."""
+    retry and a repeat name the dirs of the trial they stand for. A racing search's answer
+    line counts the steps of the runs its proposals recorded (race_runs): a run that finished
+    on disk but that no sweeper has read back yet (its sweeper was killed first) is here and
+    not there, a run dir on another machine there and not here; when they differ, the line
+    says so."""
     dirs: set[str] = set()
     for t in trials:
         if t.user_attrs.get(STATUS_ATTR) == SURPLUS:
@@ -268,8 +358,13 @@ def _spent_line(trials: list[FrozenTrial], retried: set[int]) -> str:
     finals = [f for f in (_final(d) for d in sorted(dirs)) if f is not None]
     steps = sum(_num(f.get("steps")) for f in finals)
     core_s = sum(_num(f.get("wall_time_s")) * _num(f.get("threads")) for f in finals)
-    return (f"spent: {len(finals)} jobs, {steps:,.0f} training steps, "
+    line = (f"spent: {len(finals)} jobs, {steps:,.0f} training steps, "
             f"{core_hours(core_s)} core-h")
+    counted = sum(r["steps"] for r in searched) if searched is not None else steps
+    if counted != steps:
+        line += (f" (run dirs with a final.json; the search's line counts the {counted:,.0f} "
+                 "steps of the runs its proposals recorded)")
+    return line
 
 
 def _race_line(e: readback.Elimination) -> str:

@@ -22,8 +22,7 @@ from optuna.trial import TrialState
 from qknorm.effective import effective_key, flatten, task_tree
 from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import launcher as trial_jobs
-from qknorm.sweep import slurm
+from qknorm.sweep import launcher, slurm
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race.readback import search_lines
@@ -144,7 +143,7 @@ class EveryReplicate:
         for (trial, _), result in zip(jobs, results, strict=True):
             by_trial[trial.number].append(result)
         for trial in self.pending:
-            trial_jobs.tell(study, trial, by_trial[trial.number], self.plan, self.objectives)
+            launcher.tell(study, trial, by_trial[trial.number], self.plan, self.objectives)
             self.heartbeat.discard(trial._trial_id)
         self.pending = []
 
@@ -194,7 +193,7 @@ class EveryReplicate:
         it counts toward n_trials like the original, so a small space still ends."""
         original = study.get_trials(deepcopy=False)[number]
         # A repeat waits (running) on its original's jobs: it may be failed as stale meanwhile.
-        with trial_jobs.unless_failed_elsewhere(trial):
+        with launcher.unless_failed_elsewhere(trial):
             for key in (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR):
                 if key in original.user_attrs:
                     trial.set_user_attr(key, original.user_attrs[key])

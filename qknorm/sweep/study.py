@@ -13,6 +13,7 @@ way (slurm.retry_interrupted).
 from __future__ import annotations
 
 import logging
+import shlex
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ HEARTBEAT_ATTR = "heartbeat"  # last heartbeat (Unix time), in a journal storage
 # kept for studies raced before these names existed; the constants tell them apart.
 # Study, set by every sweeper when it opens the study:
 N_TRIALS_ATTR = "n_trials"  # the total its latest sweeper was given (the status's ETA from a URL)
+# the latest sweeper's heartbeat_interval, grace_period, command line and directory: the status
+# tells a stopped sweep from a running one and says how to resume it (record_sweeper)
+SWEEPER_ATTR = "sweeper"
+QUESTION_ATTR = "config"  # the config its runs share, less searched and replicate keys (question.py)
 # study: the race's settings, which a rerun must match; a racing search's name its sampler
 # (`search`); none for a plain sweep. The study's kind: race.readback.kind reads it.
 RACE_SETTINGS_ATTR = "race"
@@ -206,6 +211,18 @@ def record_total(study: optuna.Study, n_trials: int) -> None:
     storage URL knows it: a rerun that tops the study up records its larger total."""
     if study.user_attrs.get(N_TRIALS_ATTR) != n_trials:
         study.set_user_attr(N_TRIALS_ATTR, n_trials)
+
+
+def record_sweeper(study: optuna.Study, heartbeat_interval: int, grace_period: int | None,
+                   argv: list[str], cwd: str) -> None:
+    """Keep how this sweeper beats and how it was started (SWEEPER_ATTR), so that a reader with
+    only the storage knows when its trials' heartbeats are stale (grace_period, as Optuna's
+    default: 2 x heartbeat_interval) and what command resumes it. `argv`: the process's
+    (sys.orig_argv), its interpreter written `python`."""
+    study.set_user_attr(SWEEPER_ATTR, {
+        "heartbeat_interval": heartbeat_interval,
+        "grace_period": grace_period or 2 * heartbeat_interval,
+        "command": shlex.join(["python", *argv[1:]]), "cwd": cwd})
 
 
 def recorded_total(study_attrs: dict) -> int | None:

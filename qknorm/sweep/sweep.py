@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError, first_line
-from qknorm.sweep import cost, outputs, specs
+from qknorm.sweep import cost, outputs, question, specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.progress import status_lines
@@ -42,6 +43,7 @@ from qknorm.sweep.study import (
     Heartbeat,
     Tally,
     holds_slot,
+    record_sweeper,
     record_total,
     retried_numbers,
     surplus,
@@ -103,7 +105,8 @@ class OptunaSweep:
         if s.study_name not in {x.study_name for x in storage.get_all_studies()}:
             return
         study = optuna.load_study(study_name=s.study_name, storage=storage)
-        check_directions(study, plan, s.study_name, s.storage)
+        check_directions(study, plan, s.study_name, s.storage)  # as _open_study, in its order
+        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.check_study(plan, study, s.study_name)
 
     def _open_study(self, storage: optuna.storages.BaseStorage, plan: Plan,
@@ -113,8 +116,14 @@ class OptunaSweep:
                                     sampler=plan.sampler, pruner=plan.pruner,
                                     directions=plan.directions, load_if_exists=True)
         check_directions(study, plan, s.study_name, s.storage)
+        # another config's study: refused before anything is asked (its answer is not this one's)
+        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.prepare_study(plan, study, s.study_name)
+        question.record(study, plan.question, s.study_name, s.storage)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
+        # when its heartbeats are stale, and how to resume it (the status, read from the URL)
+        record_sweeper(study, s.heartbeat_interval, s.grace_period, sys.orig_argv,
+                       str(Path.cwd()))
         optuna.storages.fail_stale_trials(study)  # a killed sweeper's trials run no more
         plan.sampler_spec = shared_seed(study, plan.sampler_spec, s.study_name)
         return study

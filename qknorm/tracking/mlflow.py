@@ -33,9 +33,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from qknorm import rundir
-from qknorm.config import P_KINDS, TrackerConfig
+from qknorm.config import P_KINDS, TrackerConfig, missing_package
 from qknorm.errors import UserError, exit_with, first_line
-from qknorm.tracking import missing_package
 from qknorm.tracking.runs import Job, read_jobs
 from qknorm.tracking.store import artifact_root, check_store, quiet_mlflow, store_lock
 from qknorm.tracking.tensorboard import FINAL_PREFIX, scalar

@@ -9,11 +9,13 @@ Nothing here reads a study, launches a run or asks a sampler: the caller does, t
 what it got and asks for the next step (Optuna's pruners are the pattern: a rule answers from
 the values, the loop acts).
 
-The budget (budget_steps) is spent by whole runs: a run's length is the longest completed
-run's steps so far; a step never asks for more runs than fit in what is left, and the search
-is over once none fits. Before any run has completed, a run's length is not known and nothing
-is cut. (A race checks its budget between launches instead, as it always has: it ends once its
-runs took the budget, up to one launch past it.)
+The budget (budget_steps), one rule for the race and the search: no run launches that would
+take the runs past it. It is spent by whole runs (a run stopped at a rung: to its rung); a run's
+length is the longest completed run's steps so far (fits), and before any run has completed,
+when its length is not known, a launch holds one run, to learn it. A step launches the runs
+that fit, in its launch order (a search: the incumbent's first, _first; a race: best first),
+and the search or race is over once none fits (a race ends where it stands, its last look
+made). So either ends within its budget, except a first run longer than the whole budget.
 """
 
 from __future__ import annotations
@@ -31,14 +33,28 @@ def spent(props: Sequence[Proposal]) -> int:
 
 
 def fits(props: Sequence[Proposal], budget: int | None) -> int | None:
-    """How many more whole runs fit in `budget` steps (None: no budget, or no run completed
-    yet to tell a run's length while some budget is left)."""
+    """How many more whole runs of the search fit in `budget` steps (_fits)."""
+    return _fits(spent(props), max((p.run for p in props), default=0), budget)
+
+
+def _fits(steps: int, run: int, budget: int | None) -> int | None:
+    """How many more whole runs of `run` steps fit in `budget` once `steps` are spent (None:
+    no budget, or no run completed yet to tell a run's length while some budget is left: a
+    launch then holds one run)."""
     if budget is None:
         return None
-    left, run = budget - spent(props), max((p.run for p in props), default=0)
+    left = budget - steps
     if left <= 0:
         return 0
     return int(left // run) if run else None
+
+
+def _within(runs: list, n_fit: int | None, budget: int | None) -> list:
+    """The runs of a launch that the budget lets launch (the module's rule): all without a
+    budget, one while a run's length is unknown, else as many as fit."""
+    if budget is None:
+        return runs
+    return runs[:1] if n_fit is None else runs[:n_fit]
 
 
 @dataclass(frozen=True)
@@ -74,7 +90,7 @@ def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
         return SearchStep(search, [], False, True, False)
     if going and racing < slots and len(runs) < slots:
         return SearchStep(search, [], True, False, going)
-    runs = runs if n_fit is None else runs[:n_fit]
+    runs = _within(runs, n_fit, budget)
     return SearchStep(search, runs, False, not search.needs and not going, going)
 
 
@@ -120,6 +136,7 @@ class RaceLedger:
     values: Mapping[Hashable, Mapping[int, float]]  # candidate -> block -> value (completed)
     live: set[Hashable]  # can still run blocks (not stopped at a rung, not failed)
     steps: int = 0  # training steps its runs took
+    run: int = 0  # the steps of the longest completed run (a whole run's length; 0: none yet)
 
 
 @dataclass(frozen=True)
@@ -133,10 +150,11 @@ def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
     """The race's next step: the looks so far, and the blocks the next look needs, block by
     block, best candidate first within a block (looks.standing), so that a run is judged
     at its rungs against the leader's. With rungs, one block a launch: a candidate stopped
-    there runs no other."""
+    there runs no other. The budget (the module's rule): the runs that fit, best first; once
+    none fits, the race ends where it stands (looks.replay's budget_spent)."""
+    n_fit = _fits(ledger.steps, ledger.run, budget)
     race = looks.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
-                        rules.min_blocks, rules.alpha, baseline,
-                        budget is not None and ledger.steps >= budget, rules.equivalence,
+                        rules.min_blocks, rules.alpha, baseline, n_fit == 0, rules.equivalence,
                         rules.test)
     if race.over:
         return RaceStep(race, [])
@@ -145,7 +163,7 @@ def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
             if c in ledger.live and b not in ledger.values.get(c, {})]
     if rungs and runs:
         runs = [(c, b) for c, b in runs if b == runs[0][1]]
-    return RaceStep(race, runs)
+    return RaceStep(race, _within(runs, n_fit, budget))
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,12 @@ incumbent on the blocks both ran:
   stays open for the confirmation) when it is behind by less than δ or has run one block only;
   else (two blocks or more, behind by δ or more) it is **undecided**.
 - **ahead**: it runs the incumbent's next block; once it has run every one of them (and at
-  least `min_blocks`), it **takes over** (SMAC's rule: better on the instances both ran, no
-  test). A challenger ahead never leaves as level: a p better by a little more than δ could be
-  called level after two blocks (a TOST on one degree of freedom) and the worse p kept.
+  least `min_blocks`: the incumbent's pace, pace()), it **takes over** when its mean paired
+  difference over the incumbent's blocks is below 0 (SMAC's rule compares the mean cost on the
+  instances both ran; no test). An incumbent that can run no more (stopped at a rung in a later
+  block) keeps its blocks: a challenger ahead on them runs on alone up to its pace. A challenger
+  ahead never leaves as level: a p better by a little more than δ could be called level after
+  two blocks (a TOST on one degree of freedom) and the worse p kept.
 - A run stopped inside a block at a rung (the margin rule, qknorm/sweep/job.py) is out,
   untested.
 
@@ -38,7 +41,7 @@ those with no test (one block, stopped at a rung) counted at p = 1, since the se
 which to test from their values (a grid's family is every p, and so is the search's): level
 (TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal stopped at a rung is
 `stopped`, which the answer reads as undecided (the margin rule tests nothing;
-readback.answer). What the stops during the search control: each look is one test at alpha
+verdicts.answer). What the stops during the search control: each look is one test at alpha
 against the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
 answer's Holm carries the claim). What the answer controls: family-wise error of its worse
 calls at alpha over every proposal's comparison with the final incumbent, given that
@@ -173,12 +176,8 @@ def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rul
         search.judged[i] = Judgement(RACING if proposals[i].live else FAILED, 0, inc)
         return
     delta = statistics.fmean(a - b for a, b in zip(mine[:n], theirs[:n], strict=True))
-    # An incumbent that can run no more (stopped at a rung in a later block) never reaches
-    # min_blocks: a challenger ahead on its blocks takes over once it has min_blocks itself.
-    enough = len(theirs) >= rules.min_blocks or (not proposals[inc].live
-                                                 and len(mine) >= rules.min_blocks)
-    if delta < 0 and len(mine) >= len(theirs) and enough:
-        search.incumbent = i  # better on every block the incumbent ran: it takes over
+    if delta < 0 and len(mine) >= pace(proposals[inc], rules):
+        search.incumbent = i  # ahead on the mean over the incumbent's blocks: it takes over
         search.judged[i] = Judgement(INCUMBENT, len(mine))
         _challenge(search, proposals, inc, rules, confirm)  # the old one is now a challenger
         return
@@ -203,10 +202,20 @@ def _against(look: Judgement, inc: int, outcome: str | None = None) -> Judgement
                      look.high)
 
 
+def pace(incumbent: Proposal, rules: Rules) -> int:
+    """The blocks a challenger ahead needs to take over: every block the incumbent ran, and at
+    least min_blocks. One rule for every incumbent: a live one grows with its racers (_needs),
+    so they meet it there; one that can run no more (stopped at a rung in a later block) keeps
+    its blocks, and a challenger ahead on them runs on alone up to min_blocks."""
+    return max(len(contiguous(incumbent.values)), rules.min_blocks)
+
+
 def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm: bool) -> None:
     """The next block of each live proposal still in play. A challenger runs the incumbent's
     blocks; one that has caught up with it and is still racing makes the incumbent run its
-    next block too (it needs at least one block, and every block once the search confirms)."""
+    next block too (it needs at least one block, and every block once the search confirms).
+    A racing challenger runs up to the incumbent's pace: its blocks after this launch, or, for
+    one that can run no more, pace()."""
     inc = search.incumbent
     if inc is None:
         return
@@ -215,13 +224,10 @@ def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm:
         search.judged[i].outcome == RACING and search.judged[i].n >= have for i in search.judged)
     if proposals[inc].live and extend and have < rules.n_blocks:
         search.needs[inc] = have
+    reach = have + (inc in search.needs) if proposals[inc].live else pace(proposals[inc], rules)
     for i, j in search.judged.items():
-        if j.outcome == RACING and proposals[i].live and j.n < rules.n_blocks:
-            # past the incumbent's blocks only with it, or up to min_blocks (a takeover) when
-            # the incumbent can run no more
-            grow = inc in search.needs or (not proposals[inc].live and j.n < rules.min_blocks)
-            if j.n < have or (j.n == have and grow):
-                search.needs[i] = j.n
+        if j.outcome == RACING and proposals[i].live and j.n < min(reach, rules.n_blocks):
+            search.needs[i] = j.n
 
 
 def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[int, Judgement]:

@@ -49,7 +49,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from qknorm.multitest import PAIRED_T, ReplicateTest, holm, no_spread, tost_interval, within
-from qknorm.sweep.race.verdicts import BEST, DROPPED, LEVEL, STOPPED, SURVIVED, UNDECIDED, WORSE
+from qknorm.sweep.race import verdicts
+from qknorm.sweep.race.verdicts import BEST, LEVEL, SURVIVED, UNDECIDED, WORSE
 
 
 @dataclass(frozen=True)
@@ -215,12 +216,8 @@ def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | Non
     UNDECIDED: stopped at a rung (the margin rule tests nothing: on noisy curves it stops p
     that the grid does not show worse, docs/search.md), or any other survivor. Other outcomes
     (failed, racing, not started) are their own answer."""
-    if outcome == DROPPED:
-        return WORSE
-    if outcome == STOPPED:  # the margin rule saves compute and tests nothing
-        return UNDECIDED
     if outcome != SURVIVED:
-        return outcome
+        return verdicts.answer(outcome)  # dropped: worse, stopped: undecided, ...
     if leader is None:  # no look: every other candidate left before it (or the budget ended it)
         return BEST if alone else UNDECIDED
     if leader == label:

@@ -19,12 +19,12 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from qknorm.cells import num
 from qknorm.multitest import PAIRED_T, ReplicateTest
-from qknorm.sweep.race import driver, intensify, looks
+from qknorm.sweep.race import driver, intensify, looks, verdicts
 from qknorm.sweep.race.verdicts import (
     BEST,
     DROPPED,
-    INCUMBENT,
     LEVEL,
     NOT_STARTED,
     PARKED,
@@ -111,11 +111,14 @@ class Elimination:
     equivalence: float | None = None  # δ, if the race took out level candidates
     alpha: float = 0.05  # the race's
     test: ReplicateTest = PAIRED_T  # its looks' test (a study raced before the key: paired)
+    run: int = 0  # the steps of its longest completed run (run_steps)
 
     @property
     def out_of_budget(self) -> bool:
-        """Its budget is spent with replicates left to run: it ended (or ends) there."""
-        return (self.budget_steps is not None and self.spent["steps"] >= self.budget_steps
+        """Replicates are left to run and no further run fits in what is left of its budget:
+        it ended (or ends) there (the driver's rule)."""
+        return (self.budget_steps is not None
+                and self.spent["steps"] + self.run > self.budget_steps
                 and any(r["outcome"] in (SURVIVED, RACING) and r["n"] < len(self.blocks)
                         for r in self.rows))
 
@@ -164,7 +167,8 @@ def elimination_of(settings: dict, trials: Mapping[str, object]) -> Elimination:
             spent[key] += row[key]
     return Elimination(blocks, settings.get("baseline"), rows, spent,
                        _grid_estimate(runs_of, len(blocks)), settings.get("budget_steps"),
-                       equivalence, settings["alpha"], settings_test(settings))
+                       equivalence, settings["alpha"], settings_test(settings),
+                       run_steps(t for t in trials.values() if t is not None))
 
 
 def settings_test(settings: Mapping[str, object]) -> ReplicateTest:
@@ -179,6 +183,13 @@ def steps_spent(trials: Iterable[object]) -> int:
     its steps to the rung)."""
     return sum(r.get("steps") or 0 for t in trials
                for r in t.user_attrs.get(RACE_RUNS_ATTR, {}).values())
+
+
+def run_steps(trials: Iterable[object]) -> int:
+    """The steps of the longest completed run the trials' race_runs record (a whole run's
+    length, as the budget counts runs: driver; 0: none completed yet)."""
+    return max((r.get("steps") or 0 for t in trials
+                for r in completed(t.user_attrs.get(RACE_RUNS_ATTR, {})).values()), default=0)
 
 
 def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> dict:
@@ -214,7 +225,7 @@ def summary_line(e: Elimination) -> str:
                  + ", ".join(r["candidate"] for r in level) + "), ")
     if stopped:
         line += (f"{len(stopped)} stopped inside a replicate ("
-                 + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {fmt(r['delta'], '+.4f')}"
+                 + "; ".join(f"{r['candidate']}: {stop_place(r)}, Δ {num(r['delta'], '+.4f')}"
                              for r in stopped) + "), ")
     line += f"{len(left)} left ({', '.join(r['candidate'] for r in left) or 'none'})"
     undecided = [r for r in left if r["answer"] == UNDECIDED]
@@ -236,17 +247,12 @@ def summary_line(e: Elimination) -> str:
 
 
 def budget_words(e: Elimination) -> str:
-    return (f"its budget of {e.budget_steps:,} training steps is spent: no further replicate "
-            "was launched")
+    return (f"no further run fits in its budget of {e.budget_steps:,} training steps: no "
+            "further replicate was launched")
 
 
 def stop_place(row: dict) -> str:
     return f"{row['after']} at step {row['step']}"
-
-
-def fmt(x, spec: str) -> str:
-    """x in format `spec`, or - where there is none (None, nan): the race tables' cells."""
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,12 +297,11 @@ def ledger(trials: list[FrozenTrial], settings: dict, sign: float = 1.0
 def _proposal(t: FrozenTrial, settings: dict, sign: float) -> intensify.Proposal:
     runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
     stopped = stopped_block(t.user_attrs)
-    whole = [r["steps"] for r in completed(runs).values() if r.get("steps")]
     return intensify.Proposal(
         tuple(t.params.values()), block_values(t.user_attrs, settings["blocks"], sign),
         stopped is not None, t.state == TrialState.RUNNING and stopped is None,
         runs[stopped].get("delta") if stopped else None,
-        steps_spent([t]), max(whole, default=0))
+        steps_spent([t]), run_steps([t]))
 
 
 def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
@@ -315,9 +320,7 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
         j = None if racing else final.get(i) or search.judged.get(i)
         runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
         done = completed(runs)
-        # A run stopped at a rung is out of the search, but no test called it worse (the margin
-        # rule saves compute; on noisy curves it stops level p): its answer is undecided.
-        word = {INCUMBENT: BEST, STOPPED: UNDECIDED}.get(j.outcome, j.outcome) if j else RACING
+        word = verdicts.answer(j.outcome) if j else RACING  # stopped: undecided, untested
         values = [r["value"] for r in done.values()]
         rows.append({"candidate": t.user_attrs.get(RACE_CANDIDATE_ATTR, str(t.params)),
                      "number": t.number, "params": dict(t.params), "answer": word,

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.errors import UserError
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import launcher as trial_jobs
+from qknorm.sweep import launcher
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import driver, looks, readback
@@ -87,7 +87,8 @@ def step(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> drive
             if c not in current or (current[c].state in (TrialState.RUNNING, TrialState.WAITING)
                                     and readback.stopped_block(current[c].user_attrs) is None)}
     ledger = driver.RaceLedger(race.candidates, values, live,
-                               readback.steps_spent(current.values()))
+                               readback.steps_spent(current.values()),
+                               readback.run_steps(current.values()))
     return driver.race_step(ledger, rules(race), race.baseline, race.budget_steps,
                             bool(race.rungs))
 
@@ -145,7 +146,7 @@ def with_block(trial: optuna.Trial, combo: list[str], job: JobResult, written: d
     """The trial's race_runs with a launched block added: its value, or where its run stopped
     at a rung (the job's race_stop attr, in `written`, the trial's attrs fresh from the
     storage); None: the run failed (the caller fails the trial)."""
-    value = trial_jobs.objective(job, objective)
+    value = launcher.objective(job, objective)
     stop = written.get(RACE_STOP_ATTR + block_label(combo))
     runs = trial.user_attrs.get(RACE_RUNS_ATTR, {})
     if value is None and job.status == PRUNED and stop is not None:
@@ -160,7 +161,7 @@ def with_block(trial: optuna.Trial, combo: list[str], job: JobResult, written: d
 def keep_runs(trial: optuna.Trial, runs: dict[str, Any]) -> None:
     """Write race_runs as soon as a launch returns; a trial another sweeper failed as stale
     meanwhile is left to its retry, which runs the block again."""
-    with trial_jobs.unless_failed_elsewhere(trial):
+    with launcher.unless_failed_elsewhere(trial):
         trial.set_user_attr(RACE_RUNS_ATTR, runs)
 
 
@@ -197,7 +198,7 @@ def log_limits(spec: RaceSpec) -> None:
                  "the leader lies inside ±%g leaves, level with it (TOST at alpha=%g)",
                  100 * (1 - 2 * spec.alpha), spec.equivalence, spec.alpha)
     if spec.budget_steps is not None:
-        log.info("budget: no replicate launches once the race's runs took %d training steps",
+        log.info("budget: no run launches that would take the runs past %d training steps",
                  spec.budget_steps)
 
 
@@ -262,7 +263,7 @@ class RaceSchedule:
             jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
             outcome = (stop_attr(self.spec, trial, stopped, len(jobs) + 1) if stopped is not None
                        else outcome_attr(self.spec, self.race, c, len(jobs)))
-            with trial_jobs.unless_failed_elsewhere(trial):
+            with launcher.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, outcome)
             if stopped is not None:  # stopped at a rung: out, whatever the looks say
                 self._tell_stopped(study, trial, jobs, stopped)
@@ -271,7 +272,7 @@ class RaceSchedule:
             elif c in level:
                 self._tell_level(study, trial, jobs, level[c])
             else:
-                trial_jobs.tell(study, trial, jobs, self.plan, self.objectives)
+                launcher.tell(study, trial, jobs, self.plan, self.objectives)
             self._forget(trial)
         return not self.mine and not self.next_jobs(study) and self.wants(study) <= 0
 
@@ -315,17 +316,17 @@ class RaceSchedule:
     def _tell_failed(self, study: optuna.Study, trial: optuna.Trial, job: JobResult) -> None:
         race = state(study.get_trials(deepcopy=False), self.spec, self.plan.space)
         jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
-        with trial_jobs.unless_failed_elsewhere(trial):
+        with launcher.unless_failed_elsewhere(trial):
             trial.set_user_attr(RACE_OUTCOME_ATTR, outcome_attr(
                 self.spec, race, self.plan.space.candidate(trial), len(jobs), failed=True))
-        trial_jobs.tell(study, trial, [*jobs, job], self.plan, self.objectives)
+        launcher.tell(study, trial, [*jobs, job], self.plan, self.objectives)
         self._forget(trial)
 
     def _tell_stopped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       block: str) -> None:
         stop = trial.user_attrs[RACE_RUNS_ATTR][block]
         stopped_dir = trial.user_attrs.get(JOB_DIRS_ATTR, {}).get(block, "?")
-        trial_jobs.tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir],
+        launcher.tell_out(study, trial, jobs, [*(j.run_dir for j in jobs), stopped_dir],
                             self.objectives)
         log.info("trial %d [%s] stopped in %s at step %d: val loss %.4g, above %s's %.4g by "
                  "%.4g > margin=%g", trial.number, self.spec.labels[self.plan.space.candidate(
@@ -337,7 +338,7 @@ class RaceSchedule:
                     look: looks.Look) -> None:
         """Level with the leader: told PRUNED with its mean over the blocks it ran, as a
         dropped candidate is (its runs are results; the race needs no more of them)."""
-        trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
+        launcher.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]
         low, high = sorted((plan.race.sign * test.low, plan.race.sign * test.high))
@@ -350,7 +351,7 @@ class RaceSchedule:
 
     def _tell_dropped(self, study: optuna.Study, trial: optuna.Trial, jobs: list[JobResult],
                       look: looks.Look) -> None:
-        trial_jobs.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
+        launcher.tell_out(study, trial, jobs, [j.run_dir for j in jobs], self.objectives)
         plan, c = self.plan, self.plan.space.candidate(trial)
         test = look.tests[c]
         log.info("trial %d [%s] dropped after %s: worse than the leader %s by %.4g on %d "

@@ -26,8 +26,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from qknorm.sweep import launcher as trial_jobs
-from qknorm.sweep import specs
+from qknorm.sweep import launcher, specs
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
 from qknorm.sweep.race import driver, intensify, readback
@@ -93,10 +92,12 @@ class RaceSearchSchedule:
                   else "")
         log.info("a search that races its proposals over %d replicates: %s proposes one at a "
                  "time; each runs the incumbent's first replicate and goes on only while it "
-                 "leads (δ/2 on the first), taking the incumbent's place once better on every "
-                 "replicate the incumbent ran; once %sn_trials are made, the close ones run on "
+                 "leads (δ/2 on the first), taking the incumbent's place once its mean over every "
+                 "replicate the incumbent ran (at least %d) is lower; once %sn_trials are made, "
+                 "the close ones run on "
                  "until level or worse (one-sided %s at alpha=%g; docs/search.md)",
-                 len(spec.blocks), spec.search, budget, spec.test.short(), spec.alpha)
+                 len(spec.blocks), spec.search, spec.min_replicates, budget, spec.test.short(),
+                 spec.alpha)
         log_limits(spec)
 
     @staticmethod
@@ -130,14 +131,14 @@ class RaceSearchSchedule:
             if i not in done:
                 continue
             judged = self.step.search.judged[i]
-            with trial_jobs.unless_failed_elsewhere(trial):
+            with launcher.unless_failed_elsewhere(trial):
                 trial.set_user_attr(RACE_OUTCOME_ATTR, self._outcome(i, judged))
             jobs = completed_jobs(trial, self.spec.blocks, self.objectives[0])
             dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
             if judged.outcome == INCUMBENT:
-                trial_jobs.tell(study, trial, jobs, self.plan, self.objectives, _shown(trial))
+                launcher.tell(study, trial, jobs, self.plan, self.objectives, _shown(trial))
             else:  # out, or still racing when the search ended (its answer says undecided)
-                trial_jobs.tell_out(study, trial, jobs, dirs, self.objectives)
+                launcher.tell_out(study, trial, jobs, dirs, self.objectives)
             log.info("trial %d [%s]: %s", trial.number, _shown(trial), _words(judged))
             self._forget(trial)
         return self.step.over and not self.mine and not self.waiting  # killed sweepers' too
@@ -169,7 +170,7 @@ class RaceSearchSchedule:
             if runs is None:
                 trial.set_user_attr(RACE_OUTCOME_ATTR, {"outcome": FAILED})
                 jobs_done = completed_jobs(trial, self.spec.blocks, self.objectives[0])
-                trial_jobs.tell(study, trial, [*jobs_done, job], self.plan, self.objectives,
+                launcher.tell(study, trial, [*jobs_done, job], self.plan, self.objectives,
                                 _shown(trial))
                 self._forget(trial)
                 continue

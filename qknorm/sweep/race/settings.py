@@ -54,7 +54,8 @@ class RaceConf:
     # a list into one). Typed by race_conf: OmegaConf types no union of a number and a list.
     rungs: Any = None
     margin: Any = 0.05
-    # No replicate launches once the race's runs took this many training steps; null: none.
+    # No run launches that would take the runs past this many training steps
+    # (qknorm/sweep/race/driver.py); null: none.
     budget_steps: Optional[int] = None
     # δ (objective units, nats for a loss): at a look, a candidate whose paired (1 - 2 alpha)
     # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it

@@ -14,9 +14,9 @@ How it left, or stands (the trial's outcome):
 
 The answer (what the race says of it at the end):
   BEST      the leader of the last look, or the search's incumbent
-  WORSE     dropped, stopped at a rung, or shown behind (Holm p <= alpha, not level)
+  WORSE     dropped, or shown behind (Holm p <= alpha, not level)
   LEVEL     level within ±δ
-  UNDECIDED any other survivor
+  UNDECIDED stopped at a rung (untested), or any other survivor
 """
 
 from __future__ import annotations
@@ -27,3 +27,14 @@ RACING, NOT_STARTED = "racing", "not started"
 INCUMBENT = "incumbent"
 PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
 WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
+
+# The answer an outcome gives by itself (every other outcome is its own answer; a race's
+# survivor is answered by its last look: looks.answer). Stopped at a rung: undecided, since the
+# margin rule saves compute and tests nothing (on noisy curves it stops p the grid does not
+# show worse, docs/search.md).
+ANSWER = {DROPPED: WORSE, STOPPED: UNDECIDED, INCUMBENT: BEST}
+
+
+def answer(outcome: str) -> str:
+    """The answer of an outcome that needs no look (ANSWER; else the outcome itself)."""
+    return ANSWER.get(outcome, outcome)
