@@ -32,6 +32,9 @@ def check_overrides(lines: Sequence[str], composed: DictConfig | None) -> None:
         return
     _check_empty_mappings(overrides, composed)
     norm_kind = OmegaConf.select(composed, "norm.kind")
+    target = str(OmegaConf.select(composed, "hydra.sweeper._target_", default="") or "")
+    if not target.endswith("BasicSweeper"):  # a study's searched keys: its planner words those
+        overrides = [o for o in overrides if not o.is_sweep_override()]
     if norm_kind is not None and not any(_key(o) in ("norm", "norm.kind", ARM)
                                          for o in overrides if o.is_sweep_override()):
         _check_norm_reads(overrides, norm_kind)

@@ -110,6 +110,8 @@ def test_contradicting_overrides_are_refused_in_one_line(line, needles):
     ["train.max_iters=5", "train.max_iters=6"],  # a value key twice: Hydra's last-wins, kept
     ["-m", "norm=none,lp", "norm.p=2,4"],  # p is read by some of the grid's jobs
     ["-m", "arm=softcap,z_loss"],
+    # a study's searched key: its planner refuses p under rms, in its own words (test_search_inputs)
+    ["search=p_tpe", "norm=rms", "norm.p=interval(1,8)"],
 ])
 def test_overrides_that_agree_are_taken(line):
     from qknorm.cli import preflight
