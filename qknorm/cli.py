@@ -24,18 +24,26 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from qknorm import rundir
+from qknorm import memory, rundir
 from qknorm.config import CONF_DIR, register_configs, to_config
 from qknorm.data import load_splits
 from qknorm.effective import task_tree, unique_jobs
 from qknorm.errors import RunDiverged, RunPruned, UserError, exit_with, one_line
+from qknorm.overrides import check_overrides
 from qknorm.sweep import trial
-from qknorm.train import train
+from qknorm.train import resolve_compile, resolve_device, train
 
 # The basic sweepers, by their _target_'s class: Hydra's, and ours minus repeats (the plugin's
 # basic.py; the library names it only by this string, never by import).
 BASIC_SWEEPERS = ("BasicSweeper", "DedupBasicSweeper")
 # conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
+
+# Ctrl-C: the shell's code for SIGINT (128 + 2), and the one line printed instead of a trace
+INTERRUPTED_EXIT = 130
+INTERRUPTED_HINT = ("stopped by Ctrl-C; a run that had started has final.json status failed with "
+                    "error 'interrupted (Ctrl-C)'; rerun the same command to start again (a search "
+                    "resumes its study; a run saved with train.save_checkpoint=true continues "
+                    "with train.resume=true hydra.run.dir=<its run dir>)")
 
 register_configs()
 
@@ -86,6 +94,11 @@ def main() -> None:
         preflight(sys.argv[1:])
         os.environ["HYDRA_FULL_ERROR"] = "1"
         task()
+    except KeyboardInterrupt:
+        if wants_trace:
+            raise
+        print(f"interrupted: {INTERRUPTED_HINT}", file=sys.stderr)
+        sys.exit(INTERRUPTED_EXIT)
     except Exception as e:
         if wants_trace:
             raise
@@ -123,11 +136,14 @@ def preflight(argv: list[str]) -> None:
     fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         primary = compose("config", overrides=fixed, return_hydra_config=True)
+        check_overrides(args.overrides, primary)
         if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
             # A bad value leaves no run dir (Hydra makes one before the task starts). Mistakes
             # found in the corpus still do, with the trace in train.log: finding them here
             # would read and tokenize the corpus twice per run.
-            to_config(compose("config", overrides=fixed))
+            config = to_config(compose("config", overrides=fixed))
+            device = resolve_device(config.device)  # the job runs in this process: CUDA may init
+            memory.check_fits(config, device, resolve_compile(config.compile, device))
             return
         firsts = _first_values(overrides)
         given = {f.split("=", 1)[0] for f in [*fixed, *firsts]}

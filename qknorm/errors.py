@@ -112,10 +112,34 @@ _TYPE_HINTS = {"Float": "a number (or inf)", "Integer": "a whole number",
 _RACE_LISTS = ("hydra.sweeper.race.rungs=", "hydra.sweeper.race.margin=")
 
 
+def _dotted_key(message: str, key: str, parent_node) -> str | None:
+    """An override of one key of a mapping whose keys hold dots (hydra.sweeper.replicates'
+    data.fold): Hydra splits the typed key at every dot, so it asks for `key` (…replicates.data)
+    and the nearest key is the one typed. Says how to write it instead; None for other keys."""
+    if message.startswith("Could not override '"):  # Hydra: "... use +KEY=VALUE" below it
+        typed = message.rpartition(" use +")[2].strip()
+    else:
+        typed = message.removeprefix("Error merging override ").split("\n")[0]
+    typed_key, _, value = typed.partition("=")
+    parent = key.rpartition(".")[0]
+    name = typed_key.lstrip("+~").removeprefix(parent + ".")
+    keys = [str(k) for k in parent_node] if parent_node is not None else []
+    if "." not in name or not any("." in k for k in keys):
+        return None
+    how = (f"{name}={value.strip('[]')} (the replicate's values, replacing the preset's)"
+           if parent == "hydra.sweeper.replicates" and name in keys
+           else f"'++{parent}={{{name}: {value}}}'")
+    return (f"{typed}: Hydra splits a key at its dots, so this names {key}, not {parent}'s key "
+            f"{name}; write {how}")
+
+
 def _compose_error(e: ConfigCompositionException) -> str:
     cause = e.__cause__
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # an unknown key
         key = cause.full_key
+        dotted = _dotted_key(str(e), key, cause.parent_node)
+        if dotted:
+            return dotted
         hint = ""
         if cause.parent_node is not None and cause.key is not None:
             hint = did_you_mean(key.rpartition(".")[0], cause.key, cause.parent_node)

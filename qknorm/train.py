@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from qknorm import rundir, tracking
+from qknorm import memory, rundir, tracking
 from qknorm.arch import build_model
 from qknorm.config import Config, OptimizerConfig
 from qknorm.data import Splits, WindowSampler, load_splits
@@ -38,6 +38,8 @@ from qknorm.tokenizer import bits_per, text_per_token
 
 log = logging.getLogger(__name__)
 
+# final.json's `error` of a run stopped by Ctrl-C (SIGINT); its status is `failed` (docs/runs.md)
+INTERRUPTED = "interrupted (Ctrl-C)"
 EVAL_SEED = 1337  # eval batches are the same for every seed and p, so runs compare on equal data
 
 
@@ -100,13 +102,16 @@ class Progress:
     steady_tokens: int = 0
     diagnostics: dict[str, float] = field(default_factory=dict)  # the last eval's (diagnostics.py)
 
+    # nan until an eval has timed an interval: a run stopped before its first one (Ctrl-C) has
+    # tokens but no time yet, and final.json must still be written
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.train_time_s if self.tokens else math.nan
+        return self.tokens / self.train_time_s if self.tokens and self.train_time_s else math.nan
 
     @property
     def steady_tokens_per_s(self) -> float:
-        return self.steady_tokens / self.steady_time_s if self.steady_tokens else math.nan
+        return (self.steady_tokens / self.steady_time_s if self.steady_tokens and self.steady_time_s
+                else math.nan)
 
     def add_interval(self, seconds: float, tokens: int, steady: bool) -> None:
         """Account for the training steps between two evals."""
@@ -153,6 +158,7 @@ def setup(cfg: Config, splits: Splits | None = None) -> Run:
     """
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
+    memory.check_fits(cfg, device, resolve_compile(cfg.compile, device))  # before any allocation
     if splits is None:
         splits = load_splits(cfg.data, cfg.model.block_size)  # user errors surface before any file
     raw_model = build_model(cfg.model, cfg.norm, len(splits.tokenizer)).to(device)
@@ -213,7 +219,10 @@ def train(cfg: Config, out_dir: Path, on_eval: EvalHook | None = None) -> dict[s
     except RunPruned as e:
         status, error = rundir.PRUNED, str(e)
         raise
-    except BaseException as e:  # KeyboardInterrupt too: the record says the run did not finish
+    except KeyboardInterrupt:  # Ctrl-C: the record says the run did not finish, and why
+        error = INTERRUPTED
+        raise
+    except BaseException as e:
         error = f"{type(e).__name__}: {e}"
         raise
     finally:

@@ -470,3 +470,19 @@ def test_claims_cli_checks_renders_and_exits_nonzero_naming_the_difference(cli, 
     assert r.returncode == 2
     assert r.stderr.strip() == ('error: record r, row 4, delta: 1.5 is not quoted; write it as '
                                 'printed, e.g. "1.5", so its digits are kept')
+
+
+@pytest.mark.parametrize("rid, needle", [
+    ("", "show needs a record's id: python -m qknorm.claims show ID; the records are "),
+    ("nope", "no record nope; the records are "),
+])
+def test_show_without_an_id_or_with_an_unknown_one_names_the_records(rid, needle):
+    """`claims show` with no id said 'no record ;' (issue 54)."""
+    from qknorm.claims.__main__ import _show
+    from qknorm.errors import UserError
+
+    book = records.load(REPO)
+    with pytest.raises(UserError) as e:
+        _show(book, rid)
+    assert str(e.value).startswith(needle)
+    assert str(e.value).endswith(", ".join(book.records)) and book.records

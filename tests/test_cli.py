@@ -99,3 +99,15 @@ def test_preflight_checks_a_sweep_at_one_of_its_values_not_the_presets():
     preflight(["search=p_tpe", "data.n_folds=5"])
     with pytest.raises(UserError, match=r"data.fold=8 is out of range for data.n_folds=5"):
         preflight(["search=p_tpe_plain", "data.n_folds=5"])
+
+
+@pytest.mark.slow
+def test_help_is_the_commands_own(cli):
+    """--help was Hydra's generic 'train is powered by Hydra' (issue 54): it is qknorm.train's
+    usage, examples and config groups (conf/config.yaml's hydra.help.template)."""
+    r = cli("-m", "qknorm.train", "--help")
+    assert r.returncode == 0, r.stderr
+    assert "powered by Hydra" not in r.stdout
+    assert r.stdout.startswith("python -m qknorm.train [KEY=VALUE ...]")
+    assert "python -m qknorm.train search=p_tpe hydra.sweeper.dry_run=true" in r.stdout
+    assert "norm: l2, lp, none, rms" in r.stdout  # Hydra fills in the groups

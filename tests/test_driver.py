@@ -257,3 +257,18 @@ def test_confirming_a_cut_launch_keeps_the_incumbent_and_the_closest_challenger(
     # fold 1, then c (0.005 behind) before b (0.015 behind).
     step = driver.search_step([inc, far, close], RULES, 5000, 0.8, 1, 0)
     assert not step.exploring and step.runs == [(0, 1), (2, 1)]
+
+
+@pytest.mark.parametrize("values, needles", [
+    (["abc"], ["hydra.sweeper.race.initial=[2.0, abc]: could not convert string to float: 'abc'",
+               "give values of the searched keys (norm.p), e.g. hydra.sweeper.race.initial=[1.0]"]),
+    ([{"norm.q": 2.0}], ["does not give each searched key (norm.p) once"]),
+])
+def test_an_initial_point_that_is_no_value_of_the_searched_key_is_refused(values, needles):
+    """race.initial=[abc] was dropped with a log line, as if it were a value outside the range
+    (issue 54): a value of the wrong type is a mistake to name, not a point to skip."""
+    space = SearchSpace((Param("norm.p", "norm.p", FloatDistribution(1.0, 8.0), None),), ())
+    with pytest.raises(UserError) as e:
+        settings._initial([2.0, *values], space, "tpe")
+    for needle in needles:
+        assert needle in str(e.value), (needle, str(e.value))

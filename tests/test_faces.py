@@ -167,7 +167,8 @@ LAYERS = [
     ("qknorm.errors", "qknorm.multitest", "qknorm.cells", "qknorm.nn", "qknorm.hooks", "qknorm.ticker"),
     ("qknorm.config",),
     ("qknorm.effective", "qknorm.rundir", "qknorm.norms", "qknorm.tokenizer", "qknorm.data"),
-    ("qknorm.model", "qknorm.angpt", "qknorm.arch", "qknorm.diagnostics", "qknorm.tracking"),
+    ("qknorm.model", "qknorm.angpt", "qknorm.arch", "qknorm.diagnostics", "qknorm.tracking",
+     "qknorm.memory", "qknorm.overrides"),
     ("qknorm.train", "qknorm.sample"),  # the run
     ("qknorm.sweep",),
     ("qknorm.report", "qknorm.status", "qknorm.cli", "hydra_plugins"),

@@ -124,3 +124,34 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     assert readback.search_lines(study) == [  # the same names as the answer
         "search: best norm.p=2 (mean 1.0500 over 2 replicates); worse: norm.p=4.873; "
         "2 proposals, 400 training steps"]
+
+
+def test_the_answer_names_every_proposal_it_counts():
+    """'4 proposals' named 3: a failed proposal, and one with no params, dropped out of the
+    words (issue 54). Rows as readback.answer gives them, by hand."""
+    def row(number, params, word, steps=10):
+        return {"number": number, "params": params, "answer": word, "stopped": False,
+                "n": 1, "mean": 1.5, "steps": steps}
+
+    rows = [row(0, {"1/norm.p": 0.5}, "best"), row(1, {"1/norm.p": 1.0}, "worse"),
+            row(2, {"1/norm.p": 0.25}, "failed"), row(3, {}, "failed", steps=0)]
+    (line,) = readback.answer_lines(rows, {"equivalence": 0.02})
+    assert line == ("search: best norm.p=2 (mean 1.5000 over 1 replicates); worse: norm.p=1; "
+                    "failed: norm.p=4, trial 3; 4 proposals, 30 training steps")
+
+
+def test_mid_search_the_report_counts_the_points_it_could_fit():
+    """Mid-search it said 'needs 6 proposals that completed a replicate' while 22 had (issue 54):
+    a proposal still racing has no Δ, so no point; the line counts what the fit had."""
+    from qknorm.report import searchsection
+
+    def row(p, word, delta):
+        return {"params": {"norm.p": p}, "answer": word, "stopped": False, "n": 1, "mean": 1.5,
+                "delta": delta, "low": None, "high": None, "p_adjusted": None, "steps": 100}
+
+    rows = [row(2.0, "best", None), row(4.0, "worse", 0.1), row(float("inf"), "worse", 0.2),
+            *(row(1.0 + i / 10, "racing", None) for i in range(19))]  # racing: no Δ yet
+    lines = searchsection.section(rows, {"equivalence": 0.02, "alpha": 0.05, "test": None}, "s")
+    assert ("Minimiser: no quadratic fit: 2 of the 22 proposals have a fold-adjusted value at a "
+            "finite p, at 2 distinct p (the best, and those judged against it; one still racing "
+            "has none yet); it needs 6 at 3 or more distinct p.") in lines

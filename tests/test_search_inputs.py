@@ -43,3 +43,29 @@ def test_a_bad_search_is_refused_before_anything_is_written(cli, overrides, need
     r = cli("-m", "qknorm.train", "search=p_tpe", *SMOKE, *overrides)
     assert_one_line_error(r, *needles)
     assert not (cli.cwd / "outputs").exists()  # no study, no sweep dir, no run
+
+
+def test_a_dry_run_refuses_what_the_real_run_would(cli):
+    """A study raced with other settings (here rungs [10]) refused the real run after a clean
+    dry run (issue 54): the dry run reads the study with the same checks, and writes nothing."""
+    import optuna
+
+    (cli.cwd / "outputs").mkdir()
+    db = cli.cwd / "outputs" / "optuna.db"
+    study = optuna.create_study(study_name="p_tpe", storage=f"sqlite:///{db}")
+    study.set_user_attr("race", {"rungs": [10]})
+    before = db.read_bytes()
+    r = cli("-m", "qknorm.train", "search=p_tpe", *SMOKE, "hydra.sweeper.dry_run=true")
+    assert_one_line_error(r, "study 'p_tpe' was raced with", "hydra.sweeper.study_name")
+    assert db.read_bytes() == before
+
+
+def test_a_grid_logs_its_plan_and_takes_dry_run(cli):
+    """-m under qknorm_basic: the plan line, and dry_run stops before any job (issue 54)."""
+    r = cli("-m", "qknorm.train", "-m", "experiment=smoke", "threads=1", "norm=none,lp",
+            "norm.p=2,4", "hydra.sweeper.dry_run=true", "hydra.sweep.dir=grid")
+    assert r.returncode == 0, r.stderr
+    # 3 jobs (norm=none once) of smoke's 30 steps, evals at 0, 10, 20, 30: 90 steps, 12 evals
+    assert "plan: 3 jobs, 90 training steps and 12 evals; about " in r.stderr + r.stdout
+    assert "dry run (hydra.sweeper.dry_run=true)" in r.stdout
+    assert not (cli.cwd / "grid").exists()

@@ -358,7 +358,8 @@ def test_a_search_counts_its_proposals_by_their_answer_and_its_best_is_the_answe
     assert lines[3] == (
         "search: best norm.p=2 (mean 2.1000 over 3 replicates); level with it within ±0.02: "
         "norm.p=2.5; worse: norm.p=4.873, norm.p=8; undecided: norm.p=1.5; "
-        "racing: norm.p=1.2, norm.p=6; 8 proposals, 420 training steps")
+        "racing: norm.p=1.2, norm.p=6; failed: norm.p=3; 8 proposals, 420 training steps")
+    # every proposal counted is named: the failed one too (issue 54: "4 proposals", 3 named)
     # Its end: every proposal has an answer (p=1.2's one fold: undecided; p=6 ran none:
     # failed), none races, and the time runs from the first start (600 s before NOW) to the
     # last end (p=6's: 530 - 50 s before NOW).

@@ -119,3 +119,52 @@ def test_the_committed_tpe_search_is_proposed_again_point_for_point():
             else:
                 study.tell(trial, float(row["best_val_loss"]))
     assert proposed == pytest.approx([float(r["optimizer.lr"]) for r in rows], rel=1e-12)
+
+
+def test_a_sweeper_that_waits_for_another_says_so_once(caplog, monkeypatch):
+    """A second sweeper whose schedule has nothing to launch or ask (the first runs what the
+    look needs) idled without a word (issue 54): one line when it starts waiting, not per poll."""
+    study = optuna.create_study(study_name="s")
+    study.ask()  # the other sweeper's running trial
+
+    class Waits:  # a schedule with nothing to do for three polls, then done
+        polls = 0
+
+        def settle(self, study):
+            self.polls += 1
+            return self.polls > 3
+
+        def next_jobs(self, study):
+            return []
+
+        def wants(self, study):
+            return 0
+
+    sweep = OptunaSweep.__new__(OptunaSweep)
+    sweep.settings = SimpleNamespace(study_name="s", heartbeat_interval=1, max_failure_rate=1.0)
+    monkeypatch.setattr("qknorm.sweep.sweep.time.sleep", lambda s: None)
+    with caplog.at_level(logging.INFO, logger="qknorm.sweep.sweep"):
+        assert sweep._run(study, SimpleNamespace(n_trials=4), Waits(), None, Beats()) is None
+    assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.sweep"] == [
+        "waiting: another sweeper of study s runs what comes next "
+        "(1 trial(s) running); this one goes on when they end"]
+
+
+def test_the_count_line_says_which_fail_trials_are_no_failures():
+    """After resumes optuna-dashboard showed 44 FAIL trials while the sweeper said '0 failed'
+    (issue 54): a killed sweeper's trials are failed and retried. The line counts them apart."""
+    from qknorm.sweep.sweep import finished_line
+
+    study = optuna.create_study(study_name="s")
+    killed = [study.ask({"x": SPACE["x"]}) for _ in range(2)]  # a killed sweeper's two trials
+    for trial in killed:  # failed as stale, their params retried
+        study.tell(trial, state=TrialState.FAIL)
+        study_record.retry(study, study.trials[trial.number])
+    for _ in killed:  # the retries run and complete
+        trial = study.ask()
+        trial.set_user_attr(study_record.STATUS_ATTR, "completed")
+        study.tell(trial, 1.0)
+    assert finished_line(study, "s", 4) == (
+        "study s: 2/4 trials finished (0 failed); 2 more in state FAIL (optuna-dashboard) are no "
+        "failures: a killed sweeper's trials, whose params ran again, or asks beyond n_trials "
+        "(docs/sweeper.md)")

@@ -13,6 +13,9 @@ from qknorm.errors import UserError, run_main
 
 
 def _show(book: records.Book, rid: str) -> None:
+    if not rid:
+        raise UserError("show needs a record's id: python -m qknorm.claims show ID; the records "
+                        f"are {', '.join(book.records)}")
     if rid not in book.records:
         raise UserError(f"no record {rid}; the records are {', '.join(book.records)}")
     for row, fields in kinds.compute(book.records[rid], Runs(book)).items():

@@ -24,16 +24,23 @@ from qknorm.report.tables import markdown_table, pval
 from qknorm.sweep.race import readback, verdicts
 
 
+def fit_points(rows: list[dict]) -> list[tuple[float, float]]:
+    """(p, fold-adjusted value) of the best and of every proposal judged against it, at finite
+    p: a proposal still racing has no Δ yet, so it is not a point ([] without a best)."""
+    best = next((r for r in rows if r["answer"] == verdicts.BEST), None)
+    if best is None:
+        return []
+    points = [(readback.p_of(r), best["mean"] + (r["delta"] or 0.0)) for r in rows
+              if r is best or r["delta"] is not None]
+    return [(p, v) for p, v in points if p is not None and math.isfinite(p)]
+
+
 def minimiser(rows: list[dict]) -> dict | None:
     """p*, its fitted mean with the 95% interval, and the range of p whose fitted interval
     reaches below that interval's upper end; None without a fit (too few finite p)."""
-    best = next((r for r in rows if r["answer"] == verdicts.BEST), None)
-    if best is None:
-        return None
-    points = [(readback.p_of(r), best["mean"] + (r["delta"] or 0.0)) for r in rows
-              if r is best or r["delta"] is not None]
-    ps = np.array([p for p, _ in points if p is not None and math.isfinite(p)], dtype=float)
-    values = np.array([v for p, v in points if p is not None and math.isfinite(p)], dtype=float)
+    points = fit_points(rows)
+    ps = np.array([p for p, _ in points], dtype=float)
+    values = np.array([v for _, v in points], dtype=float)
     if len(ps) < 3:
         return None
     grid = np.geomspace(ps.min(), ps.max(), 400)
@@ -81,8 +88,11 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
                 "reading aid: the fit takes the values as independent with one variance "
                 "(docs/search.md).", ""]
     else:
-        out += [f"Minimiser: no quadratic fit (it needs {stats.MIN_FIT_POINTS} proposals that "
-                "completed a replicate at a finite p, the best included).", ""]
+        points = fit_points(rows)
+        out += [f"Minimiser: no quadratic fit: {len(points)} of the {len(rows)} proposals have a "
+                f"fold-adjusted value at a finite p, at {len({p for p, _ in points})} distinct p "
+                "(the best, and those judged against it; one still racing has none yet); it "
+                f"needs {stats.MIN_FIT_POINTS} at 3 or more distinct p.", ""]
     return out
 
 

@@ -41,16 +41,18 @@ _FACE = {
     "propose": "qknorm.sweep.race.search",
     "status_lines": "qknorm.sweep.progress",
     "stopped_sweep": "qknorm.sweep.progress",
+    "task_config": "qknorm.sweep.plan",  # a job's config as qknorm.train's Config, or None
     "trial_run_dirs": "qknorm.sweep.study",  # the run dirs a study's trials name (the report's)
     # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
     "resolve_rungs": "qknorm.sweep.race.rungs",
     "step_margins": "qknorm.sweep.race.settings",
 }
-# Modules the rest may import whole: trial (the job-side API, any task's), and the race
+# Modules the rest may import whole: trial (the job-side API, any task's), identity (what the
+# sweeper hands a job), cost (the plan line, the basic sweeper's too), and the race
 # package (qknorm.sweep.race.<module>), whose driver, rules (looks, intensify) and verdicts are
 # pure functions and words of recorded values, which the report, the status and the research
 # tools' replays use.
-_MODULES = ["race", "trial", "identity"]
+_MODULES = ["race", "trial", "identity", "cost"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

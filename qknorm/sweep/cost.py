@@ -145,10 +145,11 @@ def measure(cfg: Config) -> Pace:
     return Pace(setup_s, step_s, eval_s, where)
 
 
-def line(w: Work, pace: Pace | None) -> str:
-    """The plan's line (the module doc's examples)."""
-    head = f"plan: at most {w.runs:,} runs ({w.trials} trials x {w.blocks} replicate" + (
-        "s)" if w.blocks != 1 else ")")
+def line(w: Work, pace: Pace | None, grid: bool = False) -> str:
+    """The plan's line (the module doc's example); `grid`: a basic sweeper's jobs, not trials."""
+    head = (f"plan: {w.runs:,} jobs" if grid else
+            f"plan: at most {w.runs:,} runs ({w.trials} trials x {w.blocks} replicate"
+            + ("s)" if w.blocks != 1 else ")"))
     if w.steps is None:
         return head + ("; steps and a time once a job has reported them (qknorm.sweep.trial)"
                        if pace is None else "")

@@ -83,13 +83,23 @@ class Settings:
 
 
 # docs/race.md's smoke race: checked to run (12 smoke runs, seconds each).
-RACE_NEEDS_A_GRID = (
-    "search=p_race races a grid of p over replicates, and hydra.sweeper.params has no grid; "
-    "give p as choice(...) with the baseline 2 in it, and more replicates than "
-    "min_replicates, e.g. python -m qknorm.train experiment=smoke search=p_race "
-    "'norm.p=choice(1,2,4,inf)' '++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
-    "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
-    "hydra.sweeper.race.margin=0.05")
+def race_needs_a_grid(baseline: Any) -> str:
+    """search=p_race without a grid of p: what a race needs, with the baseline given (the
+    preset's 2.0 unless the command line set another) and a command that runs."""
+    b = format_value(baseline) if baseline is not None else None
+    grid = ["1", "2", "4", "inf"]
+    choice = ",".join(grid + ([b] if b is not None and b not in grid and
+                              b.removesuffix(".0") not in grid else []))
+    return ("search=p_race races a grid of p over replicates, and hydra.sweeper.params has no "
+            "grid; give p as choice(...)" + (f" with the baseline {b.removesuffix('.0')} in it"
+                                             if b is not None else "")
+            + ", and more replicates than min_replicates, e.g. python -m qknorm.train "
+            f"experiment=smoke search=p_race 'norm.p=choice({choice})' "
+            "'++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
+            "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
+            "hydra.sweeper.race.margin=0.05")
+
+
 RUNGS_FOR_ANY_TASK = ("the jobs of a task that is not qknorm.train are judged at the steps they "
                       "report through qknorm.sweep.trial: give whole steps, e.g. "
                       "hydra.sweeper.race.rungs=[50]")
@@ -163,7 +173,7 @@ class Planner:
                             f"(python -m qknorm.train {fixed or 'KEY=VALUE'}), or search another "
                             "key, e.g. 'norm.p=interval(1,8)'")
         if not space.params and self.s.race:  # a race needs a grid, not TPE's interval
-            raise UserError(RACE_NEEDS_A_GRID)
+            raise UserError(race_needs_a_grid(race_settings.baseline))
         if not space.params:
             raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
                             "norm.p: interval(1.0, 8.0)")

@@ -51,8 +51,12 @@ class Schedule(Protocol):
                  heartbeat: Heartbeat) -> None: ...
 
     @staticmethod
+    def check_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        """Refuse a study this sweep cannot extend (UserError), reading only: a dry run asks it."""
+
+    @staticmethod
     def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
-        """Before the loop: refuse a study this sweep cannot extend (UserError), ready it."""
+        """Before the loop: check_study, then ready the study."""
 
     @staticmethod
     def log_plan(plan: Plan) -> None:
@@ -96,6 +100,10 @@ class EveryReplicate:
         self.n_jobs, self.heartbeat = n_jobs, heartbeat
         self.pending: list[optuna.Trial] = []  # admitted, to launch
         self.repeats: list[tuple[optuna.Trial, int]] = []  # (trial, the trial it repeats)
+
+    @staticmethod
+    def check_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        check_replicates(study, plan, study_name)
 
     @staticmethod
     def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:

@@ -46,6 +46,11 @@ def format_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+class OutsideSpace(ValueError):
+    """A value of the right type that the param's distribution cannot give (norm.p=inf under
+    norm.p=interval(1, 8)); a value of the wrong type ('abc' for a number) is a ValueError."""
+
+
 @dataclass(frozen=True)
 class Param:
     name: str  # Optuna's param name: the key as written, e.g. norm.p or 1/norm.p
@@ -72,9 +77,13 @@ class Param:
         if isinstance(self.distribution, FloatDistribution):
             x = float(x)
         d = self.distribution
-        if not d._contains(d.to_internal_repr(x)):
-            raise ValueError(f"{self.key}={format_value(value)} is outside {self.name}'s "
-                             f"{_shown(d)}")
+        try:
+            inside = d._contains(d.to_internal_repr(x))
+        except ValueError:  # a categorical's value that is none of its choices
+            inside = False
+        if not inside:
+            raise OutsideSpace(f"{self.key}={format_value(value)} is outside {self.name}'s "
+                               f"{_shown(d)}")
         return x
 
     def examples(self) -> list[Any]:

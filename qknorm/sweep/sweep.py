@@ -42,8 +42,10 @@ from qknorm.sweep.study import (
     SURPLUS,
     Heartbeat,
     Tally,
+    holds_slot,
     record_sweeper,
     record_total,
+    retried_numbers,
     surplus,
 )
 
@@ -72,7 +74,8 @@ class OptunaSweep:
         s = self.settings
         plan = Planner(s, self.hydra_context, self.config).plan(list(arguments))
         schedule_class = SCHEDULES[plan.kind]
-        if s.dry_run:  # the plan and its cost, before the storage is even opened
+        if s.dry_run:  # the plan, its cost, and what the real run would refuse of its study
+            self._check_existing_study(plan, schedule_class)
             _log_plan(s, plan, schedule_class)
             print("dry run (hydra.sweeper.dry_run=true): nothing was asked, run or written")
             return
@@ -89,17 +92,30 @@ class OptunaSweep:
         if stop_message:
             raise UserError(stop_message, exit_code=1)
 
+    def _check_existing_study(self, plan: Plan, schedule_class: type[Schedule]) -> None:
+        """A dry run refuses what the real run would (UserError): the study it would extend, if
+        one exists, is read with the same checks, and nothing is created or written (a storage
+        file that does not exist is not made)."""
+        s = self.settings
+        url = specs.absolute_url(s.storage, Path.cwd())
+        path = specs.storage_file(url)
+        if path is not None and not path.exists():
+            return
+        storage = specs.open_storage(url)
+        if s.study_name not in {x.study_name for x in storage.get_all_studies()}:
+            return
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        check_directions(study, plan, s.study_name, s.storage)  # as _open_study, in its order
+        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
+        schedule_class.check_study(plan, study, s.study_name)
+
     def _open_study(self, storage: optuna.storages.BaseStorage, plan: Plan,
                     schedule_class: type[Schedule]) -> optuna.Study:
         s = self.settings
         study = optuna.create_study(study_name=s.study_name, storage=storage,
                                     sampler=plan.sampler, pruner=plan.pruner,
                                     directions=plan.directions, load_if_exists=True)
-        have = [d.name.lower() for d in study.directions]
-        if have != plan.directions:
-            raise UserError(f"study {s.study_name!r} in {s.storage} was created with "
-                            f"direction {have}, not {plan.directions}; use another "
-                            "hydra.sweeper.study_name")
+        check_directions(study, plan, s.study_name, s.storage)
         # another config's study: refused before anything is asked (its answer is not this one's)
         question.check(study, plan.question, s.study_name, s.storage, plan.varied)
         schedule_class.prepare_study(plan, study, s.study_name)
@@ -116,18 +132,28 @@ class OptunaSweep:
              heartbeat: Heartbeat) -> str | None:
         """The loop. Returns None when the schedule is done, or why the sweep stopped."""
         paced = plan.job is not None or _reported_cost_line(plan, study) is not None
+        waiting = False  # said once per wait, not at every poll
         while not (stop := self._failure_stop(study, plan)):
             if schedule.settle(study):
                 return None
             if jobs := schedule.next_jobs(study):
+                waiting = False
                 schedule.record(study, jobs, launcher.launch(jobs))
                 if not paced and (line := _reported_cost_line(plan, study)):
                     log.info("%s", line)  # another task's first pace: the plan's time
                     paced = True
                 self._log_status(study, plan)
             elif n := schedule.wants(study):
+                waiting = False
                 schedule.admit(study, self._ask(study, plan, n, heartbeat))
             else:  # another sweeper runs the blocks this look needs
+                if not waiting:
+                    running = sum(t.state == TrialState.RUNNING
+                                  for t in study.get_trials(deepcopy=False))
+                    log.info("waiting: another sweeper of study %s runs what comes next "
+                             "(%d trial(s) running); this one goes on when they end",
+                             self.settings.study_name, running)
+                    waiting = True
                 time.sleep(min(self.settings.heartbeat_interval, 5))
         schedule.settle(study)  # stopped: still tell what it is done with (e.g. a batch's repeats)
         return stop
@@ -180,13 +206,25 @@ class OptunaSweep:
     def _report(self, study: optuna.Study, plan: Plan, schedule_class: type[Schedule]) -> None:
         s = self.settings
         paths = outputs.write(study, self.sweep_dir, s.objectives, plan.n_trials, s.storage)
-        tally = Tally.of(study)
-        print(f"study {s.study_name}: {tally.finished}/{plan.n_trials} trials finished "
-              f"({tally.failed} failed)")
+        print(finished_line(study, s.study_name, plan.n_trials))
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
         for line in schedule_class.final_lines(study):
             print(line)
+
+
+def finished_line(study: optuna.Study, study_name: str, n_trials: int) -> str:
+    """The sweep's count line. Trials that hold no slot are told FAIL too (a killed sweeper's,
+    whose params ran again; asks beyond n_trials): optuna-dashboard shows them as FAIL, so the
+    line says how many there are and that they are not failures."""
+    trials = study.get_trials(deepcopy=False)
+    tally = Tally.of_trials(trials)
+    retried = retried_numbers(trials)
+    uncounted = sum(t.state == TrialState.FAIL and not holds_slot(t, retried) for t in trials)
+    return (f"study {study_name}: {tally.finished}/{n_trials} trials finished ({tally.failed} "
+            "failed)" + (f"; {uncounted} more in state FAIL (optuna-dashboard) are no failures: "
+                         "a killed sweeper's trials, whose params ran again, or asks beyond "
+                         "n_trials (docs/sweeper.md)" if uncounted else ""))
 
 
 def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> dict[str, Any]:
@@ -223,6 +261,14 @@ def shared_seed(study: optuna.Study, spec: dict[str, Any], study_name: str) -> d
                 "study %s (two sweepers with one seed propose the same points): this one uses "
                 "seed %d", seed, study_name, free)
     return {**spec, "seed": free}
+
+
+def check_directions(study: optuna.Study, plan: Plan, study_name: str, storage: str) -> None:
+    have = [d.name.lower() for d in study.directions]
+    if have != plan.directions:
+        raise UserError(f"study {study_name!r} in {storage} was created with "
+                        f"direction {have}, not {plan.directions}; use another "
+                        "hydra.sweeper.study_name")
 
 
 def _log_plan(s: Settings, plan: Plan, schedule_class: type[Schedule],

@@ -336,10 +336,10 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
 
 def short(row: dict) -> str:
     """A proposal as the answer names it, by config values: norm.p=1.987 (4 significant
-    digits), also for a 1/norm.p param."""
+    digits), also for a 1/norm.p param; a trial with no params yet by its number."""
     return " ".join(f"{k.removeprefix('1/')}="
                     + (f"{v:.4g}" if isinstance(v, float) else str(v))
-                    for k, v in _config_values(row["params"]).items())
+                    for k, v in _config_values(row["params"]).items()) or f"trial {row['number']}"
 
 
 def p_of(row: dict) -> float | None:
@@ -378,6 +378,8 @@ def answer_lines(rows: list[dict], settings: dict) -> list[str]:
                        (STOPPED, "undecided, stopped at a rung"), (RACING, "racing")):
         if by.get(word):
             line += f"; {what or word}: " + ", ".join(short(r) for r in by[word])
+    for word in [w for w in by if w not in (BEST, LEVEL, WORSE, UNDECIDED, STOPPED, RACING)]:
+        line += f"; {word}: " + ", ".join(short(r) for r in by[word])  # failed, ...: all named
     steps = sum(r["steps"] for r in rows)
     return [line + f"; {len(rows)} proposals, {steps:,} training steps"]
 

@@ -219,6 +219,10 @@ class RaceSchedule:
         self.step = driver.RaceStep(self.race, [])
 
     @staticmethod
+    def check_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        check_study(study, plan.race, study_name)
+
+    @staticmethod
     def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
         """Before the loop: a rerun must race as the study was raced (check_study), which then
         keeps the race's settings."""

@@ -75,6 +75,10 @@ class RaceSearchSchedule:
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
     @staticmethod
+    def check_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
+        check_study(study, plan.race, study_name)
+
+    @staticmethod
     def prepare_study(plan: Plan, study: optuna.Study, study_name: str) -> None:
         """Before the loop: a rerun must search as the study was searched (check_study), which
         then keeps the search's settings."""

@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from qknorm.errors import UserError, did_you_mean, first_line
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.sweep.race.rungs import checked_rungs, resolve_rungs
-from qknorm.sweep.space import SearchSpace, format_value
+from qknorm.sweep.space import OutsideSpace, SearchSpace, format_value
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,8 @@ def _initial(values: list[Any] | None, space: SearchSpace,
              search: str | None) -> tuple[dict[str, Any], ...]:
     """race.initial as trial params (SearchSpace.params_of). A point the space cannot propose
     (a preset's p = inf under norm.p=interval(1, 8)) is dropped with one log line, as a rung
-    that does not fit is: the search starts from the next point, or from its sampler."""
+    that does not fit is: the search starts from the next point, or from its sampler. A point
+    that is no value of the searched keys ([abc], a bare number for two keys) is refused."""
     if not values:
         return ()
     if search is None:
@@ -260,9 +261,14 @@ def _initial(values: list[Any] | None, space: SearchSpace,
                 raise ValueError(f"{format_value(value)} is ambiguous, the search varies "
                                  f"{', '.join(keys)}; give each, e.g. {{{keys[0]}: ...}}")
             params = space.params_of(value if isinstance(value, dict) else {keys[0]: value})
-        except ValueError as e:
+        except OutsideSpace as e:
             log.warning("%s: %s: dropped", _written(values), e)
             continue
+        except (TypeError, ValueError) as e:
+            example = (f", e.g. {_written([space.params[0].examples()[0]])}"
+                       if len(keys) == 1 else "")
+            raise UserError(f"{_written(values)}: {first_line(e)}; give values of the searched "
+                            f"keys ({', '.join(keys)}){example}") from None
         if params not in out:
             out.append(params)
     return tuple(out)
