@@ -57,6 +57,11 @@ def render(template: str, book: Book, where: str, problems: list[str]) -> str:
     return PLACE.sub(one, template)
 
 
+def records_of(template: str) -> list[str]:
+    """The records a template places, in order of first use."""
+    return list(dict.fromkeys(m["id"] for m in PLACE.finditer(template)))
+
+
 def names(text: str) -> list[str]:
     """The blocks a page marks, in its order."""
     return [m["name"] for m in BLOCK.finditer(text)]
