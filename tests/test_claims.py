@@ -480,17 +480,18 @@ def test_the_words_of_a_comparison_follow_its_test():
     of δ), more/less where the adjusted one-sided p <= α, not shown otherwise, marginal where
     an edge of the 95% interval is within δ/10 of 0."""
     call = verdicts.call
-    assert call(0.5, 0.5, -0.05, 0.05, -0.01, 0.01, 0.02, 0.05) == "level"
-    assert call(0.5, 0.5, -0.05, 0.05, -0.019, 0.01, 0.02, 0.05) == "level (marginal)"
-    assert call(0.04, 0.99, 0.10, 0.30, 0.12, 0.28, 0.02, 0.05) == "more"
-    assert call(0.04, 0.99, 0.001, 0.30, 0.02, 0.28, 0.02, 0.05) == "more (marginal)"
-    assert call(0.99, 0.05, -0.30, -0.10, -0.28, -0.12, 0.02, 0.05) == "less"
-    assert call(0.06, 0.99, -0.10, 0.30, 0.0, 0.28, 0.02, 0.05) == "not shown"
-    assert call(0.06, 0.99, 0.0005, 0.30, 0.01, 0.28, 0.02, 0.05) == "not shown (marginal)"
-    # Holm over 2 comparisons asked both ways (4 hypotheses): 0.01 → 0.04, 0.02 → 0.06,
-    # then 0.98 and 0.99 → max(0.06, 2 × 0.98) capped at 1
-    assert verdicts.holm_both_ways([(0.01, 0.99), (0.02, 0.98)]) == [
-        (pytest.approx(0.04), 1.0), (pytest.approx(0.06), 1.0)]
+    assert call(0.5, 0.0, -0.05, 0.05, -0.01, 0.01, 0.02, 0.05) == "level"
+    assert call(0.5, 0.0, -0.05, 0.05, -0.019, 0.01, 0.02, 0.05) == "level (marginal)"
+    assert call(0.04, 0.2, 0.10, 0.30, 0.12, 0.28, 0.02, 0.05) == "more"
+    assert call(0.04, 0.2, 0.001, 0.30, 0.02, 0.28, 0.02, 0.05) == "more (marginal)"
+    assert call(0.05, -0.2, -0.30, -0.10, -0.28, -0.12, 0.02, 0.05) == "less"
+    assert call(0.06, 0.1, -0.10, 0.30, 0.0, 0.28, 0.02, 0.05) == "not shown"
+    assert call(0.06, 0.1, 0.0005, 0.30, 0.01, 0.28, 0.02, 0.05) == "not shown (marginal)"
+    # 2 comparisons asked both ways: 2 × the smaller one-sided p (0.02, 0.04), then Holm over 2
+    # (0.04, max(0.04, 0.04)); a p above 1/2 both ways caps at 1
+    assert verdicts.holm_both_ways([(0.01, 0.99), (0.98, 0.02)]) == [
+        pytest.approx(0.04), pytest.approx(0.04)]
+    assert verdicts.holm_both_ways([(0.6, 0.7)]) == [1.0]
     # one-sided p of the paired t on d = (1, 2, 3): t = 2 / (1 / √3) = 2√3 on 2 df, whose
     # upper tail is 1/2 − t / (2 √(2 + t²))
     t = 2 * math.sqrt(3)
@@ -500,8 +501,9 @@ def test_the_words_of_a_comparison_follow_its_test():
 
 
 def test_a_width_ladder_record_words_each_delta_and_contrast_by_the_rule(book):
-    """The ladder of the test above with δ and α: each Δ is asked both ways, Holm over the 2
-    hypotheses of its width; a contrast (the gap at 256 against the gap at 64) likewise."""
+    """The ladder of the test above with δ and α: each Δ is asked both ways (2 × the smaller
+    one-sided p), Holm over its width's arms; a contrast (the gap at 256 against the gap at 64)
+    likewise."""
     loss = {(64, "l2", 0): (2.0, 2.4), (64, "l2", 1): (2.1, 2.3),
             (64, "none", 0): (2.0, 2.8), (64, "none", 1): (2.2, 2.6),
             (256, "l2", 0): (1.9, 2.1), (256, "l2", 1): (1.8, 2.2),
@@ -525,7 +527,7 @@ def test_a_width_ladder_record_words_each_delta_and_contrast_by_the_rule(book):
             "    contrasts:\n      widen: {a: 256/none - 256/qknorm, b: 64/none - 64/qknorm}")
     got = kinds.compute(record(book, "lr", spec), Runs(book))
     # Δ per seed: 64 wide 0.2, 0.1; 256 wide 0.6, 0.45; on 1 df the one-sided p of t is
-    # 1/2 − atan(t)/π, and Holm over (p, 1 − p) doubles the smaller
+    # 1/2 − atan(t)/π, 2 × the smaller of the two ways, Holm over one comparison a width
     for width, d, sd in ((64, 0.15, 0.1 / math.sqrt(2)), (256, 0.525, 0.15 / math.sqrt(2))):
         t = d / (sd / math.sqrt(2))
         assert got[f"{width}/none"]["p"] == pytest.approx(2 * (0.5 - math.atan(t) / math.pi))

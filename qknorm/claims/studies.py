@@ -8,8 +8,8 @@
          (rows WIDTH/ARM and WIDTH/ARM@LR, with the runs counted and diverged; row all: over the
          study), Δ against the reference of the same width; with
          `equivalence` (δ) and `alpha` each Δ's words (qknorm.claims.verdicts: more, less,
-         level, not shown; `p`: Holm over the setting's one-sided hypotheses, both ways, the way Δ
-         points) and its
+         level, not shown; `p`: each asked both ways, Holm over the setting's arms: the report's
+         Holm p) and its
          `contrasts`: named differences of sensitivity paired by replicate (a rise across width,
          a gap's change, one arm against another, a row of another source), worded alike
   arch   two architectures on the same folds (qknorm.report.archcompare, from the comparison's
@@ -120,14 +120,15 @@ def _worded(record: Record, runs: Runs, reading: lrsens.LRSensitivity, rows: Row
         families.setdefault(family, []).append(name)
     for names in families.values():
         ps = [verdicts.one_sided(items[n][1], test) for n in names]
-        for n, (more, less) in zip(names, verdicts.holm_both_ways(ps), strict=True):
+        for n, adjusted in zip(names, verdicts.holm_both_ways(ps), strict=True):
             d = items[n][1]
             low, high = test.interval(d, stats.CONFIDENCE) if len(d) >= 2 else (math.nan,) * 2
             tost = multitest.tost_interval(d, level, test) if len(d) >= 2 else (math.nan,) * 2
-            fields = {"p": min(more, less),  # the adjusted p of the way Δ points
-                      "call": verdicts.call(more, less, low, high, *tost, equivalence, level)}
+            mean = float(np.mean(d)) if d else math.nan
+            fields = {"p": adjusted,
+                      "call": verdicts.call(adjusted, mean, low, high, *tost, equivalence, level)}
             if n in rows and "delta" not in rows[n]:  # a contrast: its difference too
-                fields.update({"n": len(d), "delta": float(np.mean(d)) if d else math.nan,
+                fields.update({"n": len(d), "delta": mean,
                                "dlow": low, "dhigh": high})
             rows.setdefault(n, {}).update(fields)
 
