@@ -50,7 +50,7 @@ def pages(book: Book, root: Path) -> list[str]:
     problems: list[str] = []
     used: list[str] = []
     for rel in PAGES:
-        text = (root / rel).read_text()
+        text = page.read(root / rel)
         used += page.names(text)
         rendered = page.render_page(text, book, str(rel), problems)
         problems += [f"{rel}: block {name} differs from what its records "

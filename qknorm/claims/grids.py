@@ -9,6 +9,10 @@ report's own functions, as summary.md and scripts/paper_table.py compute it.
   spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
            difference of the means (the same protocol run twice: on two devices, or commits)
   steps    the training steps a sweep spent, against the full grid's
+  yardstick the grid's own answer as a replay scores a search against it (research.grid_runs.judge:
+           one-sided t, H1: behind the best, Holm over the comparisons): per p its mean paired
+           Δ to the best, its Holm p and whether it is worse, and the Holm p of the two-sided
+           t it read before issue 56; row best
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from qknorm.claims import strength
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
+from qknorm.multitest import holm
 from qknorm.report import stats
+from qknorm.research import grid_runs
 
 
 def _runs(runs: Runs, record: Record, part: dict | None = None) -> pd.DataFrame:
@@ -127,3 +133,19 @@ def steps(record: Record, runs: Runs) -> Rows:
             * int(setting(record, "grid_steps")))
     return {"all": {"runs": len(frame), "steps": spent, "grid": grid,
                     "percent": 100 * spent / grid if grid else math.nan}}
+
+
+def yardstick(record: Record, runs: Runs) -> Rows:
+    grid = grid_runs.load(runs.folder(setting(record, "source"), record) / "results.csv")
+    answer = grid_runs.judge(grid)
+    others = [p for p in grid if p != answer.best]
+    test = grid_runs.for_folds(grid_runs.n_folds(grid))  # the two-sided p it read before
+    before = dict(zip(others, holm([test.p_two_sided(
+        [a["value"] - b["value"] for a, b in zip(grid[p], grid[answer.best], strict=True)])
+        for p in others]), strict=True))
+    rows: Rows = {"best": {"p": row_key(answer.best)}}
+    for p in others:
+        rows[row_key(p)] = {"delta": answer.delta[p], "holm": answer.holm[p],
+                            "holm_two_sided": before[p],
+                            "worse": "worse" if p in answer.worse else "not shown"}
+    return rows

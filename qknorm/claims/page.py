@@ -13,6 +13,7 @@ is the page's own; a number in a block is typed once, in its record.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from qknorm.claims import printed
 from qknorm.claims.records import Book
@@ -55,6 +56,11 @@ def render(template: str, book: Book, where: str, problems: list[str]) -> str:
         return text
 
     return PLACE.sub(one, template)
+
+
+def read(path: Path) -> str:
+    """A page's text; a page the checkout lacks has no blocks (a repository in a test)."""
+    return path.read_text() if path.is_file() else ""
 
 
 def records_of(template: str) -> list[str]:

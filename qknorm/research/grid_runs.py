@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qknorm.errors import UserError
@@ -56,6 +56,7 @@ class GridAnswer:
     best: float
     delta: dict[float, float]  # p -> mean paired difference to the best (>= 0 up to ties)
     worse: frozenset[float]  # shown worse than the best (Holm)
+    holm: dict[float, float] = field(default_factory=dict)  # p -> its Holm-adjusted one-sided p
 
 
 def judge(grid: dict[float, list[dict]], test: ReplicateTest | None = None,
@@ -71,4 +72,4 @@ def judge(grid: dict[float, list[dict]], test: ReplicateTest | None = None,
     adjusted = holm([test.p_greater(diffs[p]) for p in others])  # H1: p is behind the best
     worse = frozenset(p for p, q in zip(others, adjusted, strict=True) if q <= alpha)
     return GridAnswer(best, {p: statistics.fmean(d) for p, d in diffs.items()} | {best: 0.0},
-                      worse)
+                      worse, dict(zip(others, adjusted, strict=True)))
