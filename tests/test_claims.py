@@ -405,7 +405,7 @@ def test_search_record_answers_against_the_named_incumbent(book):
                 {(4.0, 0): "pruned"})
     write(book.results.parents[1], "race", runs)
     spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    alpha: 0.05\n"
-            "    equivalence: 0.02\n    incumbent: '2'")
+            "    equivalence: 0.02\n    incumbent: '2'\n    rules: today's")
     got = kinds.compute(record(book, "search", spec), Runs(book))
     se = math.sqrt(0.0002) * math.sqrt(1 / 2 + 1 / 4)  # sd of (0.01, 0.03), 2 folds of 5
     assert got["1.5"]["delta"] == pytest.approx(0.02)
