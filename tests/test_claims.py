@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from qknorm.claims import check, kinds, page, printed, records, strength, verdicts
 from qknorm.claims.inputs import Runs
@@ -585,3 +586,52 @@ def test_a_nudged_width_result_changes_the_words_and_the_check_names_the_record(
     problems = check.pages(book, REPO)
     named = [p for p in problems if "lw.clip1.says" in p]
     assert len(named) == 1 and "(lw.clip1)" in named[0]
+
+
+UNRECORDED = Path(__file__).with_name("unrecorded_numbers.yaml")
+
+
+def over_the_list(pages: dict[str, str], listed: dict) -> list[str]:
+    """Each number of `pages` outside the blocks and the allow-list beyond its pending count,
+    and each pending count the page no longer reaches (the list only shrinks)."""
+    problems = []
+    for rel, text in pages.items():
+        found = page.unrecorded(text, listed["allow"])
+        pending = dict(listed["pending"].get(rel) or {})
+        seen: dict[str, int] = {}
+        for line, number in found:
+            seen[number] = seen.get(number, 0) + 1
+            if seen[number] > pending.get(number, 0):
+                problems.append(f"{rel}:{line}: {number} is a number outside every claims block; "
+                                "make it a record's, or allow it if it is a config value")
+        problems += [f"{rel}: {number} is pending {count} times but the page has it "
+                     f"{seen.get(number, 0)}: lower its count in {UNRECORDED.name}"
+                     for number, count in pending.items() if seen.get(number, 0) < count]
+    return problems
+
+
+def test_the_five_pages_print_no_new_number_outside_a_record():
+    listed = yaml.safe_load(UNRECORDED.read_text())
+    pages = {str(rel): (REPO / rel).read_text() for rel in records.PAGES}
+    assert set(listed["pending"]) == set(pages)
+    assert over_the_list(pages, listed) == []
+
+
+def test_a_new_number_outside_a_block_is_named_and_config_values_pass():
+    """In memory: a result typed outside a block is named with its line; the same inside a
+    block, in code, in a link, or matched by the allow-list is not; a number made a record
+    leaves a pending count too high, which is named too."""
+    allow = yaml.safe_load(UNRECORDED.read_text())["allow"]
+    text = ("## Results (issue 46)\n"
+            "Since issue 56 (Wortsman et al. 2023, SMAC3 2.4.1), 95% intervals at α = 0.05:\n"
+            "<!-- claims:x -->\nΔ +0.0124 [−0.0367, +0.0614]\n<!-- /claims:x -->\n"
+            "`python -m qknorm.train optimizer.lr=3e-3` [a](lr_width/clip1/x.png) cpu_w64\n"
+            "p = 2.066 was 0.0060 behind, in 2 folds.\n")
+    listed = {"allow": allow, "pending": {"page.md": {"2.066": 1, "2": 1, "0.4": 1}}}
+    assert over_the_list({"page.md": text}, listed) == [
+        "page.md:7: 0.0060 is a number outside every claims block; make it a record's, or "
+        "allow it if it is a config value",
+        f"page.md: 0.4 is pending 1 times but the page has it 0: lower its count in "
+        f"{UNRECORDED.name}"]
+    assert page.unrecorded("−0.5 and +1,250 steps, 12%", []) == [
+        (1, "−0.5"), (1, "+1,250"), (1, "12%")]

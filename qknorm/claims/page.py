@@ -90,3 +90,25 @@ def differing(text: str, rendered: str) -> list[str]:
     """The blocks whose text differs between a page and its render."""
     new = {m["name"]: m["body"] for m in BLOCK.finditer(rendered)}
     return [m["name"] for m in BLOCK.finditer(text) if new.get(m["name"]) != m["body"]]
+
+
+# A number a page prints: a sign, digits (thousands commas), decimals, an exponent, a percent;
+# not inside a word, a path or a name (4df2bdc, cpu_w64, lr_width/clip1, 1e-3's exponent).
+NUMBER = re.compile(r"(?<![\w./\-−+])[+\-−]?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?(?![\w/])")
+_NOT_PROSE = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|<[^>\n]*>", re.S)
+
+
+def unrecorded(text: str, allow: list[str] = ()) -> list[tuple[int, str]]:
+    """(line, number) for each number of a page outside its claims blocks, its code (fenced or
+    inline), its link targets and comments, and outside every `allow` pattern (a reviewed
+    default, version or config value, matched on its line)."""
+    def blank(m: re.Match) -> str:  # keep the line numbers
+        return "\n" * m.group(0).count("\n")
+
+    prose = _NOT_PROSE.sub(blank, BLOCK.sub(blank, text))
+    out = []
+    for i, line in enumerate(prose.split("\n"), start=1):
+        for pattern in allow:
+            line = re.sub(pattern, " ", line)
+        out += [(i, m.group(0).rstrip(",")) for m in NUMBER.finditer(line)]
+    return out
