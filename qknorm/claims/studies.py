@@ -5,8 +5,8 @@
          grid (ℓ*) and where, the range of the largest attention logit over the grid, Δ
          sensitivity vs the reference with t p and Holm p; per group and lr (row GROUP@LR) the
          mean loss and the largest attention logit; over a width ladder also per width and arm
-         (rows WIDTH/ARM and WIDTH/ARM@LR, with the runs counted and diverged; row all: over the
-         study), Δ against the reference of the same width; with
+         (rows WIDTH/ARM and WIDTH/ARM@LR, with the runs counted and diverged); row all: the
+         runs counted over the study, Δ against the reference of the same width; with
          `equivalence` (δ) and `alpha` each Δ's words (qknorm.claims.verdicts: more, less,
          level, not shown; `p`: each asked both ways, Holm over the setting's arms: the report's
          Holm p) and its
@@ -60,6 +60,9 @@ def lr(record: Record, runs: Runs) -> Rows:
             "delta": r["delta_mean"], "dlow": r["delta_ci_low"], "dhigh": r["delta_ci_high"],
             "t_p": r["t_pvalue"], "holm": r["holm_pvalue"]})
     rows.update(_by_width(reading))
+    at = reading.by_lr  # the runs counted over the study
+    rows["all"] = {"runs": int(at["runs"].sum()), "diverged": int(at["diverged"].sum()),
+                   "completed": int(at["runs"].sum() - at["diverged"].sum())}
     if setting(record, "equivalence", None) is not None:
         _worded(record, runs, reading, rows)
     return rows
@@ -107,6 +110,10 @@ def _worded(record: Record, runs: Runs, reading: lrsens.LRSensitivity, rows: Row
             if len(base):
                 ref = f"{v['width']}/{base.iloc[0]['series']}"
                 items[name] = (str(v["width"]), _paired(values[name], values[ref]))
+    elif reading.reference in values:  # one setting: each group against the reference
+        for _, r in reading.paired.iterrows():
+            name = lrsens.label(r, reading.keys)
+            items[name] = ("all", _paired(values[name], values[reading.reference]))
     for name, spec in (setting(record, "contrasts", None) or {}).items():
         where = f"record {record.id}, contrast {name}"
         if not isinstance(spec, dict) or not {"a", "b"} <= set(spec):
@@ -179,8 +186,6 @@ def _by_width(reading: lrsens.LRSensitivity) -> Rows:
         group = rows[f"{int(a[lrsens.WIDTH])}/{series}"]  # its runs over the grid, counted
         group["runs"] = group.get("runs", 0) + int(a["runs"])
         group["diverged"] = group.get("diverged", 0) + int(a["diverged"])
-    rows["all"] = {"runs": int(at["runs"].sum()), "diverged": int(at["diverged"].sum()),
-                   "completed": int(at["runs"].sum() - at["diverged"].sum())}
     return rows
 
 
