@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from qknorm.claims import check, kinds, page, printed, records, strength
+from qknorm.claims import check, kinds, page, printed, records, strength, verdicts
 from qknorm.claims.inputs import Runs
 from qknorm.errors import UserError
+from qknorm.multitest import PAIRED_T
 
 REPO = Path(__file__).resolve().parents[1]
 T975_2 = 4.302652729749462  # scipy.stats.t.ppf(0.975, 2)
@@ -404,7 +406,7 @@ def test_search_record_answers_against_the_named_incumbent(book):
                 {(4.0, 0): "pruned"})
     write(book.results.parents[1], "race", runs)
     spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    alpha: 0.05\n"
-            "    equivalence: 0.02\n    incumbent: '2'")
+            "    equivalence: 0.02\n    incumbent: '2'\n    rules: today's")
     got = kinds.compute(record(book, "search", spec), Runs(book))
     se = math.sqrt(0.0002) * math.sqrt(1 / 2 + 1 / 4)  # sd of (0.01, 0.03), 2 folds of 5
     assert got["1.5"]["delta"] == pytest.approx(0.02)
@@ -430,7 +432,8 @@ def test_check_names_a_stale_unused_or_twice_marked_block_and_a_wrong_commit(boo
     (root / records.PAGES[1]).write_text(block.format("-0.0400"))
     book = records.load(root)
     assert check.pages(book, root) == [
-        "README.md: block a differs from its records; run `python -m qknorm.claims render`",
+        "README.md: block a differs from what its records (r) give, its words or its numbers; "
+        "run `python -m qknorm.claims render`",
         "block b is on no page; mark it with <!-- claims:b --> or remove it",
         "block a is marked 2 times; mark it once"]
     book.sources["grid"] = records.Source("grid", "grid", "def5678", "by hand", "none")
@@ -456,8 +459,9 @@ def test_claims_cli_checks_renders_and_exits_nonzero_naming_the_difference(cli, 
 
     r = claims("check")
     assert r.returncode == 1
-    assert r.stdout.splitlines()[0] == ("README.md: block a differs from its records; run "
-                                        "`python -m qknorm.claims render`")
+    assert r.stdout.splitlines()[0] == ("README.md: block a differs from what its records (r) "
+                                        "give, its words or its numbers; run `python -m "
+                                        "qknorm.claims render`")
     r = claims("render")
     assert r.returncode == 0 and "rendered README.md: a" in r.stdout
     assert (tmp_path / "README.md").read_text() == "<!-- claims:a -->\nΔ -0.0476\n<!-- /claims:a -->\n"
@@ -486,3 +490,164 @@ def test_show_without_an_id_or_with_an_unknown_one_names_the_records(rid, needle
         _show(book, rid)
     assert str(e.value).startswith(needle)
     assert str(e.value).endswith(", ".join(book.records)) and book.records
+
+
+def test_the_words_of_a_comparison_follow_its_test():
+    """verdicts.call by hand: level where the 90% interval lies inside ±δ (marginal within δ/10
+    of δ), more/less where the adjusted one-sided p <= α, not shown otherwise, marginal where
+    an edge of the 95% interval is within δ/10 of 0."""
+    call = verdicts.call
+    assert call(0.5, 0.0, -0.05, 0.05, -0.01, 0.01, 0.02, 0.05) == "level"
+    assert call(0.5, 0.0, -0.05, 0.05, -0.019, 0.01, 0.02, 0.05) == "level (marginal)"
+    assert call(0.04, 0.2, 0.10, 0.30, 0.12, 0.28, 0.02, 0.05) == "more"
+    assert call(0.04, 0.2, 0.001, 0.30, 0.02, 0.28, 0.02, 0.05) == "more (marginal)"
+    assert call(0.05, -0.2, -0.30, -0.10, -0.28, -0.12, 0.02, 0.05) == "less"
+    assert call(0.06, 0.1, -0.10, 0.30, 0.0, 0.28, 0.02, 0.05) == "not shown"
+    assert call(0.06, 0.1, 0.0005, 0.30, 0.01, 0.28, 0.02, 0.05) == "not shown (marginal)"
+    # 2 comparisons asked both ways: 2 × the smaller one-sided p (0.02, 0.04), then Holm over 2
+    # (0.04, max(0.04, 0.04)); a p above 1/2 both ways caps at 1
+    assert verdicts.holm_both_ways([(0.01, 0.99), (0.98, 0.02)]) == [
+        pytest.approx(0.04), pytest.approx(0.04)]
+    assert verdicts.holm_both_ways([(0.6, 0.7)]) == [1.0]
+    # one-sided p of the paired t on d = (1, 2, 3): t = 2 / (1 / √3) = 2√3 on 2 df, whose
+    # upper tail is 1/2 − t / (2 √(2 + t²))
+    t = 2 * math.sqrt(3)
+    more, less = verdicts.one_sided([1.0, 2.0, 3.0], PAIRED_T)
+    assert more == pytest.approx(0.5 - t / (2 * math.sqrt(2 + t * t)))
+    assert less == pytest.approx(1 - more)
+
+
+def test_a_width_ladder_record_words_each_delta_and_contrast_by_the_rule(book):
+    """The ladder of the test above with δ and α: each Δ is asked both ways (2 × the smaller
+    one-sided p), Holm over its width's arms; a contrast (the gap at 256 against the gap at 64)
+    likewise."""
+    loss = {(64, "l2", 0): (2.0, 2.4), (64, "l2", 1): (2.1, 2.3),
+            (64, "none", 0): (2.0, 2.8), (64, "none", 1): (2.2, 2.6),
+            (256, "l2", 0): (1.9, 2.1), (256, "l2", 1): (1.8, 2.2),
+            (256, "none", 0): (1.9, 3.3), (256, "none", 1): (1.8, 3.1)}
+    runs, curves = [], []
+    for (width, kind, seed), values in loss.items():
+        for lr, v in zip((0.001, 0.01), values):
+            name = f"w{width}_{kind}_s{seed}_lr{lr}"
+            runs.append({"model.n_embd": width, "model.n_head": width // 32, "optimizer.lr": lr,
+                         "norm.kind": kind, "norm.p": 2.0 if kind == "l2" else math.nan,
+                         "seed": seed, "data.fold": 9, "data.n_folds": 10,
+                         "status": "completed", "val_loss": v, "best_val_loss": v,
+                         "attn_logit_max": 1.0, "run_dir": name, "git_sha": SHA})
+            curves += [{"run_dir": name, "step": 0, "val_loss": 4.0},
+                       {"run_dir": name, "step": 100, "val_loss": v}]
+    write(book.results.parents[1], "lw", runs, curves)
+    (book.results / "records" / "lw.yaml").write_text(
+        "sources:\n  lw: {dir: lw, commit: abc1234, command: by hand, hardware: none}\n")
+    book = records.load(book.results.parents[1])
+    spec = ("source: lw\n    test: paired\n    equivalence: 0.02\n    alpha: 0.05\n"
+            "    contrasts:\n      widen: {a: 256/none - 256/qknorm, b: 64/none - 64/qknorm}")
+    got = kinds.compute(record(book, "lr", spec), Runs(book))
+    # Δ per seed: 64 wide 0.2, 0.1; 256 wide 0.6, 0.45; on 1 df the one-sided p of t is
+    # 1/2 − atan(t)/π, 2 × the smaller of the two ways, Holm over one comparison a width
+    for width, d, sd in ((64, 0.15, 0.1 / math.sqrt(2)), (256, 0.525, 0.15 / math.sqrt(2))):
+        t = d / (sd / math.sqrt(2))
+        assert got[f"{width}/none"]["p"] == pytest.approx(2 * (0.5 - math.atan(t) / math.pi))
+    assert got["64/none"]["call"] == "not shown"  # t = 3: p 0.205
+    assert got["256/none"]["call"] == "not shown"  # t = 7: p 0.0903, above α on 1 df
+    widen = got["widen"]  # gap 256 − gap 64 per seed: 0.4, 0.35
+    assert (widen["n"], widen["delta"]) == (2, pytest.approx(0.375))
+    t = 0.375 / (0.05 / math.sqrt(2) / math.sqrt(2))
+    assert widen["p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi)
+    assert widen["dlow"] == pytest.approx(0.375 - T975_1 * 0.025)
+    assert widen["call"] == "more"  # t = 15: p 0.0424 <= α, its 95% interval clear of 0
+
+
+def test_a_nudged_width_result_changes_the_words_and_the_check_names_the_record(tmp_path):
+    """The committed clipped width study, copied; no QK-norm at 256 wide made clearly worse
+    (QKNorm's runs of the same seed and lr, + 0.4 + 0.01 × seed from lr 1e-2 on): its words
+    cross from `not shown` to `more`, the check names the record and both words, and once the
+    record is updated the page's block renders other words and the unrendered page fails,
+    naming the block and the record."""
+    book = records.load(REPO)
+    shutil.copytree(REPO / "docs/results/lr_width/clip1", tmp_path / "lr_width/clip1")
+    book.results = tmp_path
+    csv = tmp_path / "lr_width/clip1/results.csv"
+    runs = pd.read_csv(csv)
+    at = (runs["model.n_embd"] == 256) & (runs["train.z_loss"] == 0) & \
+        runs["model.attn_softcap"].isna()
+    keys = ["seed", "optimizer.lr"]
+    qk = runs[at & (runs["norm.kind"] == "l2")].set_index(keys)["val_loss"]
+    none = at & (runs["norm.kind"] == "none") & (runs["status"] != "incomplete")
+    index = pd.MultiIndex.from_frame(runs.loc[none, keys])
+    nudged = qk.reindex(index).to_numpy() + ((runs.loc[none, "optimizer.lr"] >= 0.01) *
+                                             (0.4 + 0.01 * runs.loc[none, "seed"])).to_numpy()
+    runs.loc[none, "val_loss"] = nudged
+    runs.loc[none, "status"] = "completed"
+    runs.to_csv(csv, index=False)
+    rec = book.records["lw.clip1"]
+    assert rec.rows["256/none"]["call"] == "not shown"
+    got = kinds.compute(rec, Runs(book))["256/none"]
+    assert got["call"] == "more"
+    assert got["delta"] == pytest.approx(0.75 * 0.41)  # 6 of 8 lr, + 0.40, 0.41, 0.42
+    assert "lw.clip1 [256/none] call: the record says not shown, the runs give more " \
+           "(lr_width.yaml)" in check.record(rec, Runs(book))
+    # the record updated as `claims show` gives it; the block's words follow
+    fields = {**rec.rows["256/none"], "call": "more", "p": printed.full(got["p"])}
+    book.records["lw.clip1"] = records.Record(rec.id, rec.kind, rec.claim, rec.spec,
+                                              {**rec.rows, "256/none": fields}, rec.file)
+    text = (REPO / records.PAGES[0]).read_text()
+    problems: list[str] = []
+    rendered = page.render_page(text, book, "page", problems)
+    assert problems == []
+    old, new = (page.BLOCK.search(t[t.index("<!-- claims:lw.clip1.says"):])["body"]
+                for t in (text, rendered))
+    assert old.count(": more") + 1 == new.count(": more")
+    assert old.count(": not shown") - 1 == new.count(": not shown")
+    problems = check.pages(book, REPO)
+    named = [p for p in problems if "lw.clip1.says" in p]
+    assert len(named) == 1 and "(lw.clip1)" in named[0]
+
+
+UNRECORDED = Path(__file__).with_name("unrecorded_numbers.yaml")
+
+
+def over_the_list(pages: dict[str, str], listed: dict) -> list[str]:
+    """Each number of `pages` outside the blocks and the allow-list beyond its pending count,
+    and each pending count the page no longer reaches (the list only shrinks)."""
+    problems = []
+    for rel, text in pages.items():
+        found = page.unrecorded(text, listed["allow"])
+        pending = dict(listed["pending"].get(rel) or {})
+        seen: dict[str, int] = {}
+        for line, number in found:
+            seen[number] = seen.get(number, 0) + 1
+            if seen[number] > pending.get(number, 0):
+                problems.append(f"{rel}:{line}: {number} is a number outside every claims block; "
+                                "make it a record's, or allow it if it is a config value")
+        problems += [f"{rel}: {number} is pending {count} times but the page has it "
+                     f"{seen.get(number, 0)}: lower its count in {UNRECORDED.name}"
+                     for number, count in pending.items() if seen.get(number, 0) < count]
+    return problems
+
+
+def test_the_five_pages_print_no_new_number_outside_a_record():
+    listed = yaml.safe_load(UNRECORDED.read_text())
+    pages = {str(rel): (REPO / rel).read_text() for rel in records.PAGES}
+    assert set(listed["pending"]) == set(pages)
+    assert over_the_list(pages, listed) == []
+
+
+def test_a_new_number_outside_a_block_is_named_and_config_values_pass():
+    """In memory: a result typed outside a block is named with its line; the same inside a
+    block, in code, in a link, or matched by the allow-list is not; a number made a record
+    leaves a pending count too high, which is named too."""
+    allow = yaml.safe_load(UNRECORDED.read_text())["allow"]
+    text = ("## Results (issue 46)\n"
+            "Since issue 56 (Wortsman et al. 2023, SMAC3 2.4.1), 95% intervals at α = 0.05:\n"
+            "<!-- claims:x -->\nΔ +0.0124 [−0.0367, +0.0614]\n<!-- /claims:x -->\n"
+            "`python -m qknorm.train optimizer.lr=3e-3` [a](lr_width/clip1/x.png) cpu_w64\n"
+            "p = 2.066 was 0.0060 behind, in 2 folds.\n")
+    listed = {"allow": allow, "pending": {"page.md": {"2.066": 1, "2": 1, "0.4": 1}}}
+    assert over_the_list({"page.md": text}, listed) == [
+        "page.md:7: 0.0060 is a number outside every claims block; make it a record's, or "
+        "allow it if it is a config value",
+        f"page.md: 0.4 is pending 1 times but the page has it 0: lower its count in "
+        f"{UNRECORDED.name}"]
+    assert page.unrecorded("−0.5 and +1,250 steps, 12%", []) == [
+        (1, "−0.5"), (1, "+1,250"), (1, "12%")]

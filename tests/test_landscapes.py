@@ -151,3 +151,21 @@ def test_on_the_calibrated_noise_every_planted_gap_of_one_delta_shows():
         if name.startswith("spike_"):
             assert answer.worse == set(grid) - {answer.best}, name
     assert answers["two_basins"].worse == set(grid) - {1.5, 4.0}
+
+
+def test_judge_calls_worse_by_the_one_sided_test_of_the_race_and_the_search():
+    """Issue 56: "worse" is one test everywhere. p = 4 behind p = 2 by 0.005 … 0.045 over 5
+    folds: the corrected t (variance × (1/5 + 1/4)) gives t = 2.357 on 4 df, one-sided p
+    0.039 (worse at 0.05), two-sided 0.078 (which the grid's yardstick read before)."""
+    from scipy import stats as sps
+
+    base = [1.80, 1.85, 1.90, 1.82, 1.88]
+    d = [0.005, 0.015, 0.025, 0.035, 0.045]
+    grid = {p: [{"fold": f, "value": v + (dv if p == 4.0 else 0.0)}
+                for f, (v, dv) in enumerate(zip(base, d))] for p in (2.0, 4.0)}
+    sd = sps.tstd(d)
+    t = 0.025 / (sd * math.sqrt(1 / 5 + 1 / 4))
+    assert 0.025 < sps.t.sf(t, 4) < 0.05 < 2 * sps.t.sf(t, 4)
+    answer = grid_runs.judge(grid)
+    assert (answer.best, answer.worse) == (2.0, frozenset({4.0}))
+    assert answer.delta[4.0] == pytest.approx(0.025)

@@ -26,7 +26,7 @@ def _render(book: records.Book, root: Path) -> int:
     """Rewrite every page's blocks from the records; nothing is written while any placeholder
     or block names nothing."""
     problems: list[str] = []
-    pages = {rel: (root / rel).read_text() for rel in records.PAGES}
+    pages = {rel: page.read(root / rel) for rel in records.PAGES}
     new = {rel: page.render_page(text, book, str(rel), problems) for rel, text in pages.items()}
     for line in problems:
         print(line)

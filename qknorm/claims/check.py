@@ -50,11 +50,13 @@ def pages(book: Book, root: Path) -> list[str]:
     problems: list[str] = []
     used: list[str] = []
     for rel in PAGES:
-        text = (root / rel).read_text()
+        text = page.read(root / rel)
         used += page.names(text)
         rendered = page.render_page(text, book, str(rel), problems)
-        problems += [f"{rel}: block {name} differs from its records; run `python -m "
-                     "qknorm.claims render`" for name in page.differing(text, rendered)]
+        problems += [f"{rel}: block {name} differs from what its records "
+                     f"({', '.join(page.records_of(book.blocks.get(name, '')))}) give, its "
+                     "words or its numbers; run `python -m qknorm.claims render`"
+                     for name in page.differing(text, rendered)]
     problems += [f"block {name} is on no page; mark it with <!-- claims:{name} --> or "
                  "remove it" for name in book.blocks if name not in used]
     problems += [f"block {name} is marked {used.count(name)} times; mark it once"

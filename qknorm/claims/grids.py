@@ -8,7 +8,13 @@ report's own functions, as summary.md and scripts/paper_table.py compute it.
   paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b
   spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
            difference of the means (the same protocol run twice: on two devices, or commits)
-  steps    the training steps a sweep spent, against the full grid's
+  steps    the training steps a sweep spent, against the full grid's, and its distinct p
+  runs     each run of a sweep (row P/FOLD): its status, the steps it trained and its metric;
+           with `incumbent` (a p) also its gap to the incumbent's run of the same fold
+  yardstick the grid's own answer as a replay scores a search against it (research.grid_runs.judge:
+           one-sided t, H1: behind the best, Holm over the comparisons): per p its mean paired
+           Δ to the best, its Holm p and whether it is worse, and the Holm p of the two-sided
+           t it read before issue 56; row best: the best p and how many are worse
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from qknorm.claims import strength
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
+from qknorm.multitest import holm
 from qknorm.report import stats
+from qknorm.research import grid_runs
 
 
 def _runs(runs: Runs, record: Record, part: dict | None = None) -> pd.DataFrame:
@@ -126,4 +134,38 @@ def steps(record: Record, runs: Runs) -> Rows:
     grid = (frame["norm.p"].nunique() * int(setting(record, "grid_folds"))
             * int(setting(record, "grid_steps")))
     return {"all": {"runs": len(frame), "steps": spent, "grid": grid,
-                    "percent": 100 * spent / grid if grid else math.nan}}
+                    "percent": 100 * spent / grid if grid else math.nan,
+                    "proposals": int(frame["norm.p"].nunique())}}
+
+
+def yardstick(record: Record, runs: Runs) -> Rows:
+    grid = grid_runs.load(runs.folder(setting(record, "source"), record) / "results.csv")
+    answer = grid_runs.judge(grid)
+    others = [p for p in grid if p != answer.best]
+    test = grid_runs.for_folds(grid_runs.n_folds(grid))  # the two-sided p it read before
+    before = dict(zip(others, holm([test.p_two_sided(
+        [a["value"] - b["value"] for a, b in zip(grid[p], grid[answer.best], strict=True)])
+        for p in others]), strict=True))
+    rows: Rows = {"best": {"p": row_key(answer.best), "n_worse": len(answer.worse)}}
+    for p in others:
+        rows[row_key(p)] = {"delta": answer.delta[p], "holm": answer.holm[p],
+                            "holm_two_sided": before[p],
+                            "worse": "worse" if p in answer.worse else "not shown"}
+    return rows
+
+
+def each_run(record: Record, runs: Runs) -> Rows:
+    frame = _runs(runs, record)
+    metric, named = setting(record, "metric"), setting(record, "incumbent", None)
+    values = {(row_key(r["norm.p"]), int(r["data.fold"])): float(r[metric])
+              for _, r in frame.iterrows()}
+    rows: Rows = {}
+    for _, r in frame.iterrows():
+        key = (row_key(r["norm.p"]), int(r["data.fold"]))
+        rows[f"{key[0]}/{key[1]}"] = {"status": str(r["status"]), "steps": int(r["steps"]),
+                                      "value": float(r[metric])}
+        if named is not None:
+            base = values.get((str(named), key[1]))
+            rows[f"{key[0]}/{key[1]}"]["gap"] = (float(r[metric]) - base if base is not None
+                                                  else math.nan)
+    return rows

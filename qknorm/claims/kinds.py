@@ -21,7 +21,8 @@ def paper_losses(record: Record, runs: Runs) -> Rows:
 
 KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "means": grids.means, "deltas": grids.deltas, "paired": grids.paired,
-    "spread": grids.spread, "steps": grids.steps,
+    "spread": grids.spread, "steps": grids.steps, "yardstick": grids.yardstick,
+    "runs": grids.each_run,
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
     "search": races.search,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,

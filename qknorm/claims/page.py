@@ -13,6 +13,7 @@ is the page's own; a number in a block is typed once, in its record.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from qknorm.claims import printed
 from qknorm.claims.records import Book
@@ -57,6 +58,16 @@ def render(template: str, book: Book, where: str, problems: list[str]) -> str:
     return PLACE.sub(one, template)
 
 
+def read(path: Path) -> str:
+    """A page's text; a page the checkout lacks has no blocks (a repository in a test)."""
+    return path.read_text() if path.is_file() else ""
+
+
+def records_of(template: str) -> list[str]:
+    """The records a template places, in order of first use."""
+    return list(dict.fromkeys(m["id"] for m in PLACE.finditer(template)))
+
+
 def names(text: str) -> list[str]:
     """The blocks a page marks, in its order."""
     return [m["name"] for m in BLOCK.finditer(text)]
@@ -79,3 +90,25 @@ def differing(text: str, rendered: str) -> list[str]:
     """The blocks whose text differs between a page and its render."""
     new = {m["name"]: m["body"] for m in BLOCK.finditer(rendered)}
     return [m["name"] for m in BLOCK.finditer(text) if new.get(m["name"]) != m["body"]]
+
+
+# A number a page prints: a sign, digits (thousands commas), decimals, an exponent, a percent;
+# not inside a word, a path or a name (4df2bdc, cpu_w64, lr_width/clip1, 1e-3's exponent).
+NUMBER = re.compile(r"(?<![\w./\-−+])[+\-−]?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?(?![\w/])")
+_NOT_PROSE = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|<[^>\n]*>", re.S)
+
+
+def unrecorded(text: str, allow: list[str] = ()) -> list[tuple[int, str]]:
+    """(line, number) for each number of a page outside its claims blocks, its code (fenced or
+    inline), its link targets and comments, and outside every `allow` pattern (a reviewed
+    default, version or config value, matched on its line)."""
+    def blank(m: re.Match) -> str:  # keep the line numbers
+        return "\n" * m.group(0).count("\n")
+
+    prose = _NOT_PROSE.sub(blank, BLOCK.sub(blank, text))
+    out = []
+    for i, line in enumerate(prose.split("\n"), start=1):
+        for pattern in allow:
+            line = re.sub(pattern, " ", line)
+        out += [(i, m.group(0).rstrip(",")) for m in NUMBER.finditer(line)]
+    return out

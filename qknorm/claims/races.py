@@ -11,7 +11,9 @@ order of p settles over the evals; each through the code that made or reports th
            with its range over spans of steps
   search   a racing search's answer: every proposal against the incumbent the record names
            (which the study's ledger chose; the ledger is not committed), on the folds both ran,
-           Holm over the comparisons (qknorm.sweep.race.intensify.final, the sweeper's own)
+           Holm over the comparisons (qknorm.sweep.race.intensify.final, the sweeper's own at
+           this commit); the record's `rules` says so and how that differs from the rules the
+           search ran under (its summary.md)
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def ranking(record: Record, runs: Runs) -> Rows:
 
 def search(record: Record, runs: Runs) -> Rows:
     frame = runs.runs(setting(record, "source"), record)
+    setting(record, "rules")  # which rules it is read under: a page block says it with the answer
     metric, named = setting(record, "metric"), str(setting(record, "incumbent"))
     test = replicate_test(frame, record)
     keys = sorted(frame["norm.p"].unique())

@@ -12,5 +12,5 @@ looks reads from a results.csv (recorded_folds, shared with scripts/race_replay.
 is imported at package import: each module pulls in only what it needs.
 """
 
-__all__ = ["fold_power", "landscapes", "power", "profile_step", "race_level_error_rates",
+__all__ = ["fold_power", "grid_runs", "landscapes", "power", "profile_step", "race_level_error_rates",
            "recorded_folds", "replay_table", "rung_error_rates", "search_replay"]

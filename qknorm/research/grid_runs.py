@@ -4,8 +4,9 @@
 for in-fold stopping: p -> its runs in fold order, each {fold, value, steps, core_s, curve:
 {step: val_loss}}. `judge` is the grid's own answer, the yardstick of a replayed search: the
 best p (lowest mean over folds), each other p's mean paired difference to it, and the p the grid
-shows worse than it (the replicate test of qknorm.multitest, two-sided, Holm over the
-comparisons with the best, at alpha).
+shows worse than it (the replicate test of qknorm.multitest, one-sided, H1: behind the best,
+Holm over the comparisons with the best, at alpha): the race's, the search's and
+worse_on_grid's test of "worse" (docs/report.md, issue 56).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qknorm.errors import UserError
@@ -60,6 +61,7 @@ class GridAnswer:
     best: float
     delta: dict[float, float]  # p -> mean paired difference to the best (>= 0 up to ties)
     worse: frozenset[float]  # shown worse than the best (Holm)
+    holm: dict[float, float] = field(default_factory=dict)  # p -> its Holm-adjusted one-sided p
 
 
 def judge(grid: dict[float, list[dict]], test: ReplicateTest | None = None,
@@ -72,8 +74,7 @@ def judge(grid: dict[float, list[dict]], test: ReplicateTest | None = None,
     others = [p for p in grid if p != best]
     diffs = {p: [a["value"] - b["value"] for a, b in zip(grid[p], grid[best], strict=True)]
              for p in others}
-    adjusted = holm([test.p_two_sided(diffs[p]) for p in others])
-    worse = frozenset(p for p, q in zip(others, adjusted, strict=True)
-                      if q <= alpha and statistics.fmean(diffs[p]) > 0)
+    adjusted = holm([test.p_greater(diffs[p]) for p in others])  # H1: p is behind the best
+    worse = frozenset(p for p, q in zip(others, adjusted, strict=True) if q <= alpha)
     return GridAnswer(best, {p: statistics.fmean(d) for p, d in diffs.items()} | {best: 0.0},
-                      worse)
+                      worse, dict(zip(others, adjusted, strict=True)))
