@@ -16,10 +16,9 @@ from scipy import stats
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T
 from qknorm.research import race_sims
-from qknorm.sweep.race import driver, readback, settings
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.search import propose
-from qknorm.sweep.race.verdicts import INCUMBENT, PARKED, RACING
+from qknorm.sweep import raceplan, readback
+from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver
+from qknorm.sweep.racing import propose
 from qknorm.sweep.space import Param, SearchSpace
 from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
 
@@ -90,12 +89,12 @@ def test_an_initial_point_the_space_cannot_propose_is_dropped_with_one_line(capl
     dist = FloatDistribution(1.0, 8.0)
     space = SearchSpace((Param("norm.p", "norm.p", dist, None),), ())
     with caplog.at_level(logging.WARNING):
-        got = settings._initial([math.inf, 1.0, 2.0, 1.0], space, "tpe")
+        got = raceplan._initial([math.inf, 1.0, 2.0, 1.0], space, "tpe")
     assert got == ({"norm.p": 1.0}, {"norm.p": 2.0})  # in order, the repeat once
     assert caplog.messages == ["hydra.sweeper.race.initial=[inf, 1.0, 2.0, 1.0]: norm.p=inf "
                                "is outside norm.p's range [1.0, 8.0]: dropped"]
     with pytest.raises(UserError, match="a race runs every point of its grid"):
-        settings._initial([2.0], space, None)
+        raceplan._initial([2.0], space, None)
 
 
 def test_an_incumbent_stopped_at_a_rung_gives_way_instead_of_hanging_the_search():
@@ -269,6 +268,6 @@ def test_an_initial_point_that_is_no_value_of_the_searched_key_is_refused(values
     (issue 54): a value of the wrong type is a mistake to name, not a point to skip."""
     space = SearchSpace((Param("norm.p", "norm.p", FloatDistribution(1.0, 8.0), None),), ())
     with pytest.raises(UserError) as e:
-        settings._initial([2.0, *values], space, "tpe")
+        raceplan._initial([2.0, *values], space, "tpe")
     for needle in needles:
         assert needle in str(e.value), (needle, str(e.value))

@@ -15,10 +15,20 @@ import statistics
 import pytest
 from scipy import stats
 
-from qknorm.sweep.race import driver, intensify, readback
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.settings import RaceConf
-from qknorm.sweep.race.verdicts import INCUMBENT, LEVEL, PARKED, RACING, STOPPED, WORSE
+from qknorm.sweep import readback
+from qknorm.sweep.race import (
+    INCUMBENT,
+    LEVEL,
+    PARKED,
+    RACING,
+    STOPPED,
+    WORSE,
+    Proposal,
+    RaceConf,
+    Rules,
+    driver,
+    intensify,
+)
 from tests.helpers import REPO
 from tests.helpers.holm import holm_by_hand
 from tests.helpers.race import refused

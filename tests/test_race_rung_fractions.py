@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from qknorm.errors import UserError
-from qknorm.sweep.race.rungs import Dropped, resolve_rungs
-from qknorm.sweep.race.settings import step_margins
+from qknorm.sweep.race import Dropped, resolve_rungs, step_margins
 from tests.helpers.race import race_plan, refused
 
 

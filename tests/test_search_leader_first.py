@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 
 from qknorm.multitest import PAIRED_T
-from qknorm.sweep.race import driver, intensify
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.verdicts import INCUMBENT, RACING
+from qknorm.sweep.race import INCUMBENT, RACING, Proposal, Rules, driver, intensify
 
 RULES = Rules(n_blocks=5, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 

@@ -12,7 +12,7 @@ stopped run costs the steps up to its rung.
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives),
 after the preset's initial design (race.initial's p that the grid ran; search_replay drops the
 others with a line, as the live sweeper does), through the live sweeper's own
-race.search.propose: a fresh in-memory study told every proposal's fold-adjusted value
+racing.propose: a fresh in-memory study told every proposal's fold-adjusted value
 (driver.told), its sampler seeded by (seed, proposal number).
 """
 

@@ -22,9 +22,9 @@ from qknorm.errors import UserError
 from qknorm.multitest import choose
 from qknorm.sweep import slurm, specs
 from qknorm.sweep.question import question
-from qknorm.sweep.race.readback import kind
-from qknorm.sweep.race.rungs import resolve_rungs
-from qknorm.sweep.race.settings import RaceSpec, plan_race, race_conf
+from qknorm.sweep.race import RaceSpec, race_conf, resolve_rungs
+from qknorm.sweep.raceplan import plan_race
+from qknorm.sweep.readback import kind
 from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
@@ -127,7 +127,7 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        """The kind of study it makes (race.readback.kind): plain, race or search."""
+        """The kind of study it makes (readback.kind): plain, race or search."""
         return kind(None if self.race is None else self.race.settings())
 
 

@@ -1,6 +1,6 @@
 """The racing engine: what a race or a racing search does next, as pure functions of what its
-runs recorded. One driver for every caller: the live schedules (qknorm/sweep/race/schedule.py,
-search.py) read the ledger from the study and launch what a step asks for; the replays
+runs recorded. One driver for every caller: the live schedules (qknorm/sweep/racing.py) read
+the ledger from the study and launch what a step asks for; the replays
 (qknorm/research/race_sims.py) read it from recorded grids; the tests from tables.
 
 A step answers, from the ledger alone: the runs to launch now (candidate or proposal, block),
