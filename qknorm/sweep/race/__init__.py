@@ -18,8 +18,10 @@ the modules `driver`, `looks`, `intensify` and `verdicts` as namespaces (their n
 driver.answer, looks.answer), and the names below. The rooms:
 
   settings   hydra.sweeper.race typed (RaceConf) and checked as far as no search space is
-             needed (checked_race -> RaceSpec; the plan adds the candidates)
-  rungs      the rungs checked and resolved to eval steps (resolve_rungs; the replays too)
+             needed (checked_race -> RaceSpec; the plan adds the candidates); the looks'
+             test chosen from the replicate keys (replicate_test)
+  rungs      the rungs checked and resolved to eval steps (resolve_rungs; the replays too),
+             one resolution for every candidate's run length (judged_at)
   verdicts   the words said of a candidate (dropped, level, worse, best, incumbent, ...)
   looks      the race's rules: a look's tests (Holm, TOST), the replay, the rung stop, the order
   intensify  the racing search's rules: a challenger against the incumbent, the final answer
@@ -30,13 +32,14 @@ from qknorm.sweep.race import driver, intensify, looks, verdicts
 from qknorm.sweep.race.driver import RaceLedger, RaceStep, RaceVerdict, SearchStep
 from qknorm.sweep.race.intensify import Judgement, Proposal, Rules, Search
 from qknorm.sweep.race.looks import Look, Race, paired_t_greater, standing, stop_at_rung
-from qknorm.sweep.race.rungs import Dropped, checked_rungs, resolve_rungs
+from qknorm.sweep.race.rungs import Dropped, checked_rungs, judged_at, resolve_rungs
 from qknorm.sweep.race.settings import (
     SEARCH_SAMPLERS,
     RaceConf,
     RaceSpec,
     checked_race,
     race_conf,
+    replicate_test,
     step_margins,
 )
 from qknorm.sweep.race.verdicts import (
@@ -59,8 +62,9 @@ __all__ = [
     "RaceLedger", "RaceStep", "RaceVerdict", "SearchStep",
     "Judgement", "Proposal", "Rules", "Search",
     "Look", "Race", "paired_t_greater", "standing", "stop_at_rung",
-    "Dropped", "checked_rungs", "resolve_rungs",
-    "SEARCH_SAMPLERS", "RaceConf", "RaceSpec", "checked_race", "race_conf", "step_margins",
+    "Dropped", "checked_rungs", "judged_at", "resolve_rungs",
+    "SEARCH_SAMPLERS", "RaceConf", "RaceSpec", "checked_race", "race_conf", "replicate_test",
+    "step_margins",
     "BEST", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "NOT_STARTED", "PARKED", "RACING",
     "STOPPED", "SURVIVED", "UNDECIDED", "WORSE",
 ]

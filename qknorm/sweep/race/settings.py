@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qknorm.errors import UserError, did_you_mean, first_line
-from qknorm.multitest import PAIRED_T, ReplicateTest
+from qknorm.multitest import PAIRED_T, ReplicateTest, choose
 from qknorm.sweep.race.rungs import checked_rungs, resolve_rungs
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,28 @@ def _one_or_each(margins: Sequence[float], margin: Any) -> tuple[float, tuple[fl
     if margins:
         return float(margins[0]), ()
     return (float(margin) if isinstance(margin, (int, float)) else RaceConf.margin), ()
+
+
+def replicate_test(option: str, replicates: Mapping[str, Sequence[Any]],
+                   n_folds: Callable[[], Any]) -> ReplicateTest:
+    """The looks' test (multitest.choose): corrected over data.fold with the fold layout's
+    n_test/n_train (data.n_folds, which `n_folds` reads from the race's job config, asked only
+    when needed), paired over seeds. A race over folds and seeds at once has no one test (seeds
+    within a fold are not independent of each other the way folds are): race over one of
+    them."""
+    folds = "data.fold" in replicates and len(set(map(str, replicates["data.fold"]))) > 1
+    others = [k for k, v in replicates.items() if k != "data.fold" and len(v) > 1]
+    where = "hydra.sweeper.race.test"
+    if folds and others and option != "paired":
+        raise UserError(f"{where}={option}: the race's replicates vary data.fold and "
+                        f"{', '.join(others)}; race over data.fold alone (the corrected test "
+                        "over folds), or set race.test=paired to treat every combination "
+                        "as independent")
+    layout = n_folds() if folds and option != "paired" else None
+    try:
+        return choose(option, folds, layout if isinstance(layout, int) else None, where)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def step_margins(race: Mapping[str, Any], max_iters: int, eval_interval: int) -> dict[int, float]:
