@@ -17,7 +17,7 @@ from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T
 from qknorm.research import race_sims
 from qknorm.sweep import raceplan, readback
-from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver
+from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver, looks
 from qknorm.sweep.racing import propose
 from qknorm.sweep.space import Param, SearchSpace
 from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
@@ -271,3 +271,16 @@ def test_an_initial_point_that_is_no_value_of_the_searched_key_is_refused(values
         raceplan._initial([2.0, *values], space, "tpe")
     for needle in needles:
         assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_a_looks_verdict_drops_takes_out_level_or_keeps_and_the_baseline_stays_level():
+    """A look by the race's own rule (looks.look): b is 1.0 behind the leader a on every fold
+    and drops; base is 0.001 behind with a tight interval and c 0.5 behind on a wide one. With
+    δ 0.01 base's interval lies inside ±δ: the baseline never leaves, so it is level and stays
+    in the race (alive); c is neither (interval wider than δ, not significant on 3 noisy folds)."""
+    values = {"a": [1.0, 2.0, 3.0], "b": [2.0, 3.0, 4.0], "base": [1.001, 2.0011, 3.0009],
+              "c": [1.1, 3.2, 3.2]}
+    lk = looks.look(values, 0.05, baseline="base", equivalence=0.01)
+    assert lk.leader == "a" and lk.dropped == ("b",) and "base" not in lk.level
+    assert {c: driver.look_verdict(lk, c, "base", 0.01) for c in ("b", "base", "c")} == {
+        "b": "dropped", "base": "level", "c": "stays"}

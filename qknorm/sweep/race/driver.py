@@ -190,3 +190,17 @@ def race_verdict(race: looks.Race, c: Hashable, rules: Rules, stopped: bool = Fa
                         None if test is None else test.p_adjusted, low, high, rules.alpha,
                         rules.equivalence, alone=len(race.alive) == 1)
     return RaceVerdict(outcome, lk, test, word)
+
+
+def look_verdict(look: looks.Look, c: Hashable, baseline: Hashable | None,
+                 equivalence: float | None) -> str:
+    """What a look did with candidate c: DROPPED (significantly worse than its leader, Holm),
+    LEVEL (taken out level with it within ±δ; the baseline, which never leaves, is level when
+    its interval lies inside ±δ, and stays), else STAYS. The claims' record of a race's looks
+    and scripts/race_replay.py say it; the race's own outcome is race_verdict's."""
+    if c in look.dropped:
+        return verdicts.DROPPED
+    if c in look.level or (c == baseline and c in look.tests
+                           and looks.is_level(look.tests[c], equivalence)):
+        return verdicts.LEVEL
+    return verdicts.STAYS
