@@ -36,8 +36,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RaceConf:
-    # Every candidate (grid point) runs the first min_replicates replicates; after each further
-    # one, those significantly worse than the leader leave (one-sided t, Holm).
+    # One key, two roles (docs/race.md, docs/search.md; the driver's Rules.min_blocks): in a race
+    # over a grid, every candidate (grid point) runs the first min_replicates replicates; after
+    # each further one, those significantly worse than the leader leave (one-sided t, Holm). In
+    # a racing search, the replicates a challenger must run (and the incumbent have) to take
+    # over.
     min_replicates: int = 3
     alpha: float = 0.05
     # The candidate never dropped, e.g. 2.0 (a p), or {norm: lp, norm.p: 2.0}; null: none.
