@@ -105,14 +105,14 @@ def test_an_incumbent_stopped_at_a_rung_gives_way_instead_of_hanging_the_search(
     inc = Proposal("p1", {0: 2.06}, stopped=True, live=False, steps=2500, run=2000)
     ahead = Proposal("p1.6", {0: 1.85, 1: 1.82}, steps=4000, run=2000)
     one = Proposal("p1.9", {0: 1.86}, steps=2000, run=2000)
-    step = driver.search_step([inc, ahead, one], RULES, 26667, 0.8, 2, 20)
+    step = driver.search_turn([inc, ahead, one], RULES, 26667, 0.8, 2, 20)
     assert step.search.incumbent == 1 and step.search.judged[0].outcome == "stopped"
     assert step.search.judged[2].outcome == PARKED  # 0.01 behind the new incumbent on fold 0
     assert step.propose and not step.over  # so the search goes on proposing
-    step = driver.search_step([inc, one], RULES, 26667, 0.8, 1, 20)  # one slot: no proposal
+    step = driver.search_turn([inc, one], RULES, 26667, 0.8, 1, 20)  # one slot: no proposal
     assert step.search.incumbent == 0 and step.runs == [(1, 1)]  # fold 1, for a takeover
     two = Proposal("p1.9", {0: 1.86, 1: 1.90}, steps=4000, run=2000)
-    assert driver.search_step([inc, two], RULES, 26667, 0.8, 2, 20).search.incumbent == 1
+    assert driver.search_turn([inc, two], RULES, 26667, 0.8, 2, 20).search.incumbent == 1
 
 
 def test_a_budget_fits_whole_runs_only():
@@ -122,29 +122,29 @@ def test_a_budget_fits_whole_runs_only():
     assert driver.fits(two, 2999) == 0 and driver.fits(two, 2000) == 0
     assert driver.fits([Proposal("a", {}, steps=300)], 1000) is None  # no run known yet
     # Over once no run fits, whatever is still racing.
-    step = driver.search_step([done("a", [1.0]), Proposal("b", {0: 0.95}, steps=1000,
+    step = driver.search_turn([done("a", [1.0]), Proposal("b", {0: 0.95}, steps=1000,
                                                           run=1000)],
                               RULES, 2999, 1.0, 1, 10)
     assert step.over and step.runs == []
     live = [Proposal("a", {0: 1.0}, steps=1000, run=1000),
             Proposal("b", {0: 0.95}, steps=1000, run=1000)]
-    step = driver.search_step(live, RULES, 3000, 1.0, 1, 10)
+    step = driver.search_turn(live, RULES, 3000, 1.0, 1, 10)
     assert not step.over and step.runs == [(0, 1)]  # of the two the lead asks for, one fits
 
 
 def test_a_step_proposes_while_a_slot_is_free_and_then_runs_the_incumbent_first():
     inc = Proposal("a", {0: 1.0}, live=True, steps=1000, run=1000)
-    step = driver.search_step([inc], RULES, None, 0.8, 1, 5)
+    step = driver.search_turn([inc], RULES, None, 0.8, 1, 5)
     assert step.propose and step.runs == []  # no challenger races: make one
     lead = Proposal("b", {0: 0.97}, steps=1000, run=1000)  # 0.03 ahead: >= δ/2, runs on
-    step = driver.search_step([inc, lead], RULES, None, 0.8, 1, 5)
+    step = driver.search_turn([inc, lead], RULES, None, 0.8, 1, 5)
     assert not step.propose and step.runs == [(0, 1), (1, 1)]  # the incumbent's first
     # Two slots: a launch holds the two runs already, so it launches them; three: a free slot
     # and one challenger racing, so a new proposal first, its first block in the launch.
-    assert not driver.search_step([inc, lead], RULES, None, 0.8, 2, 5).propose
-    assert driver.search_step([inc, lead], RULES, None, 0.8, 3, 5).propose
+    assert not driver.search_turn([inc, lead], RULES, None, 0.8, 2, 5).propose
+    assert driver.search_turn([inc, lead], RULES, None, 0.8, 3, 5).propose
     # No room left: it confirms, and ends once nothing is needed.
-    step = driver.search_step([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
+    step = driver.search_turn([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
                               None, 0.8, 1, 0)
     assert step.over and not step.exploring
 
@@ -152,11 +152,11 @@ def test_a_step_proposes_while_a_slot_is_free_and_then_runs_the_incumbent_first(
 def test_the_exploration_share_of_the_budget_ends_the_proposals():
     inc = Proposal("a", {0: 1.0}, steps=1000, run=1000)
     parked = Proposal("b", {0: 1.01}, steps=1000, run=1000)
-    assert driver.search_step([inc, parked], RULES, 10_000, 0.3, 1, 5).exploring  # 2000 < 3000
-    step = driver.search_step([inc, parked], RULES, 10_000, 0.2, 1, 5)  # 2000 >= 2000
+    assert driver.search_turn([inc, parked], RULES, 10_000, 0.3, 1, 5).exploring  # 2000 < 3000
+    step = driver.search_turn([inc, parked], RULES, 10_000, 0.2, 1, 5)  # 2000 >= 2000
     assert not step.exploring and not step.propose
     assert step.search.judged[1].outcome == RACING and step.runs == [(0, 1), (1, 1)]
-    assert driver.search_step([inc, parked], RULES, 10_000, 0.3, 1, 5).search.judged[
+    assert driver.search_turn([inc, parked], RULES, 10_000, 0.3, 1, 5).search.judged[
         1].outcome == PARKED
 
 
@@ -175,7 +175,7 @@ def test_a_proposal_stopped_at_a_rung_is_told_to_the_sampler_from_the_study():
             user_attrs={RACE_RUNS_ATTR: r}))
     _, props = readback.ledger(study.trials, settings)
     assert props[1].stopped and props[1].rung_delta == 0.3 and props[1].steps == 50
-    search = driver.search_step(props, readback.rules(settings), None, 1.0, 1, 0).search
+    search = driver.search_turn(props, readback.rules(settings), None, 1.0, 1, 0).search
     assert driver.told(props, search) == pytest.approx([1.2, 1.5])  # mean(1.0, 1.4) + 0.3
 
 
@@ -195,14 +195,14 @@ def test_a_race_runs_a_block_a_launch_best_first_with_rungs():
     values = {1: {0: 1.2, 1: 1.0}, 2: {0: 1.0, 1: 0.9}, 3: {0: 1.1}}
     ledger = driver.RaceLedger([1, 2, 3], values, {1, 2, 3})
     rules = Rules(n_blocks=4, min_blocks=3, alpha=0.05)
-    step = driver.race_step(ledger, rules, None, None, rungs=True)
+    step = driver.race_turn(ledger, rules, None, None, rungs=True)
     # The look needs blocks 0-2; block 1 first (3 lacks it), then block 2 next launch. Best
     # first by the mean over blocks every one ran (block 0): 2 (1.0), 3 (1.1), 1 (1.2).
     assert step.runs == [(3, 1)]
     ledger = driver.RaceLedger([1, 2, 3], {**values, 3: {0: 1.1, 1: 1.0}}, {1, 2, 3})
-    assert driver.race_step(ledger, rules, None, None, rungs=True).runs == [(2, 2), (3, 2),
+    assert driver.race_turn(ledger, rules, None, None, rungs=True).runs == [(2, 2), (3, 2),
                                                                               (1, 2)]
-    assert driver.race_step(ledger, rules, None, None, rungs=False).runs == [(2, 2), (3, 2),
+    assert driver.race_turn(ledger, rules, None, None, rungs=False).runs == [(2, 2), (3, 2),
                                                                                (1, 2)]
 
 
@@ -254,7 +254,7 @@ def test_confirming_a_cut_launch_keeps_the_incumbent_and_the_closest_challenger(
                                                                          ("c", 1.005)))
     # 3000 spent of 5000: two runs fit; no room for proposals, so it confirms: the incumbent's
     # fold 1, then c (0.005 behind) before b (0.015 behind).
-    step = driver.search_step([inc, far, close], RULES, 5000, 0.8, 1, 0)
+    step = driver.search_turn([inc, far, close], RULES, 5000, 0.8, 1, 0)
     assert not step.exploring and step.runs == [(0, 1), (2, 1)]
 
 

@@ -212,7 +212,7 @@ def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
     assert readback.stopped_block(stopped.user_attrs) == F[0]
     assert readback.block_values(stopped.user_attrs, spec.blocks, spec.sign) == {}
     # fold 1 launches p=2 first: it led fold 0
-    assert racing.step(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
+    assert racing.turn(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
     assert racing.stop_attr(spec, stopped, F[0], 1) == {
         "outcome": "stopped", "n": 1, "after": F[0], "step": 10, "leader": "norm.p=2.0",
         "delta": 0.25, "p": None, "p_adjusted": None}

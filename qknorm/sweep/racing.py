@@ -57,10 +57,10 @@ from qknorm.sweep.race import (
     Proposal,
     Race,
     RaceSpec,
-    RaceStep,
+    RaceTurn,
     Rules,
     Search,
-    SearchStep,
+    SearchTurn,
     driver,
 )
 from qknorm.sweep.schedule import room
@@ -108,8 +108,8 @@ def current_trials(trials: list[FrozenTrial], space: SearchSpace) -> dict[Hashab
     return {space.candidate(t): t for t in readback.counted(trials) if t.params}
 
 
-def step(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> RaceStep:
-    """The race replayed from the study (driver.race_step): looks so far, who is in, and the
+def turn(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> RaceTurn:
+    """The race replayed from the study (driver.race_turn): looks so far, who is in, and the
     runs the next look needs, in launch order."""
     current = current_trials(trials, space)
     values = {c: readback.block_values(t.user_attrs, race.blocks, race.sign)
@@ -122,12 +122,12 @@ def step(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> RaceS
     ledger = driver.RaceLedger(race.candidates, values, live,
                                readback.steps_spent(current.values()),
                                readback.run_steps(current.values()))
-    return driver.race_step(ledger, rules(race), race.baseline, race.budget_steps,
+    return driver.race_turn(ledger, rules(race), race.baseline, race.budget_steps,
                             bool(race.rungs))
 
 
 def state(trials: list[FrozenTrial], race: RaceSpec, space: SearchSpace) -> Race:
-    return step(trials, race, space).race
+    return turn(trials, race, space).race
 
 
 def outcome_attr(race: RaceSpec, result: Race, c: Hashable, n_run: int,
@@ -325,7 +325,7 @@ class RaceSchedule(RacingSchedule):
                  heartbeat: Heartbeat):
         super().__init__(plan, launcher, objectives, n_jobs, heartbeat)
         self.race = Race()
-        self.step = RaceStep(self.race, [])
+        self.turn = RaceTurn(self.race, [])
 
     @staticmethod
     def log_plan(plan: Plan) -> None:
@@ -346,8 +346,8 @@ class RaceSchedule(RacingSchedule):
         the rest COMPLETE with their mean over the blocks they ran. Each gets user attr
         RACE_OUTCOME_ATTR: the outcome and the look that decided it (the report's table)."""
         trials = study.get_trials(deepcopy=False)
-        self.step = step(trials, self.spec, self.plan.space)
-        self.race = self.step.race
+        self.turn = turn(trials, self.spec, self.plan.space)
+        self.race = self.turn.race
         dropped, level = self.race.dropped(), self.race.level()
         self._forget_stale(trials)
         for trial in list(self.mine.values()):
@@ -371,11 +371,11 @@ class RaceSchedule(RacingSchedule):
         return not self.mine and not self.next_jobs(study) and self.wants(study) <= 0
 
     def next_jobs(self, study: optuna.Study) -> list[Job]:
-        """The runs of the driver's step that are my candidates', in its launch order (block by
+        """The runs of the driver's turn that are my candidates', in its launch order (block by
         block, best first; with rungs one block a launch), leaving out blocks already in the
         study."""
         mine = {self.plan.space.candidate(t): t for t in self.mine.values()}
-        return [(mine[c], self.plan.combinations[b]) for c, b in self.step.runs
+        return [(mine[c], self.plan.combinations[b]) for c, b in self.turn.runs
                 if c in mine and self._missing(mine[c], b)]
 
     def wants(self, study: optuna.Study) -> int:
@@ -435,7 +435,7 @@ class RaceSchedule(RacingSchedule):
 
 
 class RaceSearchSchedule(RacingSchedule):
-    """A trial per proposal; a proposal runs the blocks the driver's step asks for, one at a
+    """A trial per proposal; a proposal runs the blocks the driver's turn asks for, one at a
     time; it is told once its race is decided (PRUNED: worse, level, undecided, stopped). At
     the end the incumbent is told COMPLETE with its mean over its blocks, and the proposals
     still open (racing, parked) PRUNED: the answer (driver.answer) says what they are."""
@@ -446,7 +446,7 @@ class RaceSearchSchedule(RacingSchedule):
         self.settings = plan.race.settings()
         self.trials: list[FrozenTrial] = []  # the proposals' trials, in proposal order
         self.props: list[Proposal] = []
-        self.step = SearchStep(Search(), [], False, False, True)
+        self.turn = SearchTurn(Search(), [], False, False, True)
         self.waiting = False  # a killed sweeper's retries wait to be asked
         self.exhausted = False  # the sampler proposed only repeats (a small categorical space)
 
@@ -471,14 +471,14 @@ class RaceSearchSchedule(RacingSchedule):
         return readback.search_lines(study)
 
     def _replay(self, study: optuna.Study) -> list[FrozenTrial]:
-        """The search's next step (qknorm/sweep/race/driver.py), from the study: once per pass of
+        """The search's next turn (qknorm/sweep/race/driver.py), from the study: once per pass of
         the loop (settle)."""
         everything = study.get_trials(deepcopy=False)
         self.trials, self.props = readback.ledger(everything, self.settings,
                                                   self.spec.sign)
         self.waiting = any(t.state == TrialState.WAITING for t in everything)
         # Read once: nothing is asked before the next pass, which reads the study again.
-        self.step = driver.search_step(
+        self.turn = driver.search_turn(
             self.props, readback.rules(self.settings), self.spec.budget_steps,
             self.spec.explore, self.n_jobs, room(study, self.plan, everything), self.exhausted)
         return everything
@@ -487,12 +487,12 @@ class RaceSearchSchedule(RacingSchedule):
         everything = self._replay(study)
         self._forget_stale(everything)
         index = {t.number: i for i, t in enumerate(self.trials)}
-        done = driver.closed(self.step)
+        done = driver.closed(self.turn)
         for trial in list(self.mine.values()):
             i = index.get(trial.number)
             if i not in done:
                 continue
-            judged = self.step.search.judged[i]
+            judged = self.turn.search.judged[i]
             self._keep_outcome(trial, self._outcome(i, judged))
             jobs = self._completed(trial)
             dirs = [*trial.user_attrs.get(JOB_DIRS_ATTR, {}).values()]
@@ -502,7 +502,7 @@ class RaceSearchSchedule(RacingSchedule):
                 launcher.tell_out(study, trial, jobs, dirs, self.objectives)
             log.info("trial %d [%s]: %s", trial.number, _shown(trial), _words(judged))
             self._forget(trial)
-        return self.step.over and not self.mine and not self.waiting  # killed sweepers' too
+        return self.turn.over and not self.mine and not self.waiting  # killed sweepers' too
 
     def _failed_outcome(self, study: optuna.Study, trial: optuna.Trial,
                         jobs: list[JobResult]) -> dict[str, Any]:
@@ -512,16 +512,16 @@ class RaceSearchSchedule(RacingSchedule):
         return _shown(trial)
 
     def _outcome(self, i: int, j: Judgement) -> dict[str, Any]:
-        inc = j.against if j.against is not None else self.step.search.incumbent
+        inc = j.against if j.against is not None else self.turn.search.incumbent
         return {"outcome": j.outcome, "n": j.n,
                 "incumbent": None if inc is None else _label(self.plan, self.trials[inc]),
                 "delta": j.delta, "p": j.p, "low": j.low, "high": j.high}
 
     def next_jobs(self, study: optuna.Study) -> list[Job]:
-        """The runs of the driver's step that are my proposals' (the incumbent's first; none
+        """The runs of the driver's turn that are my proposals' (the incumbent's first; none
         while it makes a new proposal, whose first block joins the next launch)."""
         jobs = []
-        for i, b in self.step.runs:
+        for i, b in self.turn.runs:
             trial = self.mine.get(self.trials[i].number)
             if trial is not None and self._missing(trial, b):
                 jobs.append((trial, self.plan.combinations[b]))
@@ -529,10 +529,10 @@ class RaceSearchSchedule(RacingSchedule):
 
     def wants(self, study: optuna.Study) -> int:
         """A retry of a killed sweeper's proposal, else one new proposal (enqueued here, asked
-        for by the loop) when the driver's step makes one."""
+        for by the loop) when the driver's turn makes one."""
         if self.waiting:  # asked by the loop (Optuna's ask takes waiting trials first)
             return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        if not self.step.propose:
+        if not self.turn.propose:
             return 0
         params = self._propose(study)
         if params is None:  # the sampler proposes only candidates already raced: none is left
@@ -542,7 +542,7 @@ class RaceSearchSchedule(RacingSchedule):
         return 1
 
     def _propose(self, study: optuna.Study) -> dict[str, Any] | None:
-        told = [(t.params, v) for t, v in zip(self.trials, driver.told(self.props, self.step.search),
+        told = [(t.params, v) for t, v in zip(self.trials, driver.told(self.props, self.turn.search),
                                               strict=True)]
         spec = self.plan.sampler_spec
         return propose(proposal_sampler(spec), told, self.plan.space.distributions, self.spec.initial)

@@ -29,7 +29,7 @@ driver.answer, looks.answer), and the names below. The rooms:
 """
 
 from qknorm.sweep.race import driver, intensify, looks, verdicts
-from qknorm.sweep.race.driver import RaceLedger, RaceStep, RaceVerdict, SearchStep
+from qknorm.sweep.race.driver import RaceLedger, RaceTurn, RaceVerdict, SearchTurn
 from qknorm.sweep.race.intensify import Judgement, Proposal, Rules, Search
 from qknorm.sweep.race.looks import Look, Race, paired_t_greater, standing, stop_at_rung
 from qknorm.sweep.race.rungs import Dropped, checked_rungs, judged_at, resolve_rungs
@@ -62,7 +62,7 @@ from qknorm.sweep.race.verdicts import (
 
 __all__ = [
     "driver", "intensify", "looks", "verdicts",
-    "RaceLedger", "RaceStep", "RaceVerdict", "SearchStep",
+    "RaceLedger", "RaceTurn", "RaceVerdict", "SearchTurn",
     "Judgement", "Proposal", "Rules", "Search",
     "Look", "Race", "paired_t_greater", "standing", "stop_at_rung",
     "Dropped", "checked_rungs", "judged_at", "resolve_rungs",
