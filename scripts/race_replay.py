@@ -17,7 +17,7 @@ from qknorm.errors import run_main
 from qknorm.report import format_p
 from qknorm.research.recorded_folds import completed_by_fold, replicate_test
 from qknorm.research.search_replay import preset
-from qknorm.sweep.race import looks
+from qknorm.sweep.race import LEVEL, STAYS, driver, looks
 
 
 def main() -> None:
@@ -47,9 +47,9 @@ def main() -> None:
     for lk in r.looks:
         print(f"look at {lk.n} folds: leader p = {format_p(lk.leader)}")
         for c, t in lk.tests.items():
-            what = ("dropped" if c in lk.dropped else "level" if c in lk.level
-                    else "stays (the baseline; level)" if c == baseline and
-                    looks.is_level(t, delta) else "stays")
+            what = driver.look_verdict(lk, c, baseline, delta)
+            if what == LEVEL and c == baseline:  # never taken out: it stays in the race
+                what = f"{STAYS} (the baseline; {LEVEL})"
             interval = (f", 90% [{t.low:+.4f}, {t.high:+.4f}]" if t.low is not None else "")
             print(f"  p = {format_p(c)}: Δ {t.delta:+.4f}, one-sided p {t.p:.3g}, Holm "
                   f"{t.p_adjusted:.3g}{interval}: {what}")

@@ -15,10 +15,10 @@ import pytest
 from qknorm.errors import UserError
 from qknorm.research import continuous, search_replay
 from qknorm.rundir import COMPLETED
+from qknorm.sweep import racing
 from qknorm.sweep.launcher import JobResult
-from qknorm.sweep.race import schedule
-from qknorm.sweep.race.search import RaceSearchSchedule
-from qknorm.sweep.race.settings import RaceSpec
+from qknorm.sweep.race import RaceSpec
+from qknorm.sweep.racing import RaceSearchSchedule
 from qknorm.sweep.space import parse_space, replicate_combinations
 from qknorm.sweep.sweep import OptunaSweep
 from tests.helpers import REPO
@@ -221,7 +221,7 @@ def test_the_replay_proposes_what_the_live_sweeper_proposes(seed):
     preset = {"sampler": sampler, "n_jobs": 2, "n_trials": 24,
               "race": {"explore": 0.8, "initial": [math.inf, 1.0]}}
     sim = continuous.racing(Logged(shape, land.noise, seed), 16 * STEPS, preset,
-                            schedule.rules(spec), {})
+                            racing.rules(spec), {})
     assert len(live) >= 6  # past the initial design and into TPE's own proposals
     assert sim["proposed"] == live
     assert replayed == launcher.ran

@@ -22,7 +22,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from qknorm.sweep.race import readback
+from qknorm.sweep import readback
 from tests.helpers.cli import run_cli
 from tests.helpers.race import RACE, SEARCH, TASK, check_table
 

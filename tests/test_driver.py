@@ -16,10 +16,9 @@ from scipy import stats
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T
 from qknorm.research import race_sims
-from qknorm.sweep.race import driver, readback, settings
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.search import propose
-from qknorm.sweep.race.verdicts import INCUMBENT, PARKED, RACING
+from qknorm.sweep import raceplan, readback
+from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver, looks
+from qknorm.sweep.racing import propose
 from qknorm.sweep.space import Param, SearchSpace
 from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
 
@@ -90,12 +89,12 @@ def test_an_initial_point_the_space_cannot_propose_is_dropped_with_one_line(capl
     dist = FloatDistribution(1.0, 8.0)
     space = SearchSpace((Param("norm.p", "norm.p", dist, None),), ())
     with caplog.at_level(logging.WARNING):
-        got = settings._initial([math.inf, 1.0, 2.0, 1.0], space, "tpe")
+        got = raceplan._initial([math.inf, 1.0, 2.0, 1.0], space, "tpe")
     assert got == ({"norm.p": 1.0}, {"norm.p": 2.0})  # in order, the repeat once
     assert caplog.messages == ["hydra.sweeper.race.initial=[inf, 1.0, 2.0, 1.0]: norm.p=inf "
                                "is outside norm.p's range [1.0, 8.0]: dropped"]
     with pytest.raises(UserError, match="a race runs every point of its grid"):
-        settings._initial([2.0], space, None)
+        raceplan._initial([2.0], space, None)
 
 
 def test_an_incumbent_stopped_at_a_rung_gives_way_instead_of_hanging_the_search():
@@ -106,14 +105,14 @@ def test_an_incumbent_stopped_at_a_rung_gives_way_instead_of_hanging_the_search(
     inc = Proposal("p1", {0: 2.06}, stopped=True, live=False, steps=2500, run=2000)
     ahead = Proposal("p1.6", {0: 1.85, 1: 1.82}, steps=4000, run=2000)
     one = Proposal("p1.9", {0: 1.86}, steps=2000, run=2000)
-    step = driver.search_step([inc, ahead, one], RULES, 26667, 0.8, 2, 20)
+    step = driver.search_turn([inc, ahead, one], RULES, 26667, 0.8, 2, 20)
     assert step.search.incumbent == 1 and step.search.judged[0].outcome == "stopped"
     assert step.search.judged[2].outcome == PARKED  # 0.01 behind the new incumbent on fold 0
     assert step.propose and not step.over  # so the search goes on proposing
-    step = driver.search_step([inc, one], RULES, 26667, 0.8, 1, 20)  # one slot: no proposal
+    step = driver.search_turn([inc, one], RULES, 26667, 0.8, 1, 20)  # one slot: no proposal
     assert step.search.incumbent == 0 and step.runs == [(1, 1)]  # fold 1, for a takeover
     two = Proposal("p1.9", {0: 1.86, 1: 1.90}, steps=4000, run=2000)
-    assert driver.search_step([inc, two], RULES, 26667, 0.8, 2, 20).search.incumbent == 1
+    assert driver.search_turn([inc, two], RULES, 26667, 0.8, 2, 20).search.incumbent == 1
 
 
 def test_a_budget_fits_whole_runs_only():
@@ -123,29 +122,29 @@ def test_a_budget_fits_whole_runs_only():
     assert driver.fits(two, 2999) == 0 and driver.fits(two, 2000) == 0
     assert driver.fits([Proposal("a", {}, steps=300)], 1000) is None  # no run known yet
     # Over once no run fits, whatever is still racing.
-    step = driver.search_step([done("a", [1.0]), Proposal("b", {0: 0.95}, steps=1000,
+    step = driver.search_turn([done("a", [1.0]), Proposal("b", {0: 0.95}, steps=1000,
                                                           run=1000)],
                               RULES, 2999, 1.0, 1, 10)
     assert step.over and step.runs == []
     live = [Proposal("a", {0: 1.0}, steps=1000, run=1000),
             Proposal("b", {0: 0.95}, steps=1000, run=1000)]
-    step = driver.search_step(live, RULES, 3000, 1.0, 1, 10)
+    step = driver.search_turn(live, RULES, 3000, 1.0, 1, 10)
     assert not step.over and step.runs == [(0, 1)]  # of the two the lead asks for, one fits
 
 
 def test_a_step_proposes_while_a_slot_is_free_and_then_runs_the_incumbent_first():
     inc = Proposal("a", {0: 1.0}, live=True, steps=1000, run=1000)
-    step = driver.search_step([inc], RULES, None, 0.8, 1, 5)
+    step = driver.search_turn([inc], RULES, None, 0.8, 1, 5)
     assert step.propose and step.runs == []  # no challenger races: make one
     lead = Proposal("b", {0: 0.97}, steps=1000, run=1000)  # 0.03 ahead: >= δ/2, runs on
-    step = driver.search_step([inc, lead], RULES, None, 0.8, 1, 5)
+    step = driver.search_turn([inc, lead], RULES, None, 0.8, 1, 5)
     assert not step.propose and step.runs == [(0, 1), (1, 1)]  # the incumbent's first
     # Two slots: a launch holds the two runs already, so it launches them; three: a free slot
     # and one challenger racing, so a new proposal first, its first block in the launch.
-    assert not driver.search_step([inc, lead], RULES, None, 0.8, 2, 5).propose
-    assert driver.search_step([inc, lead], RULES, None, 0.8, 3, 5).propose
+    assert not driver.search_turn([inc, lead], RULES, None, 0.8, 2, 5).propose
+    assert driver.search_turn([inc, lead], RULES, None, 0.8, 3, 5).propose
     # No room left: it confirms, and ends once nothing is needed.
-    step = driver.search_step([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
+    step = driver.search_turn([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
                               None, 0.8, 1, 0)
     assert step.over and not step.exploring
 
@@ -153,11 +152,11 @@ def test_a_step_proposes_while_a_slot_is_free_and_then_runs_the_incumbent_first(
 def test_the_exploration_share_of_the_budget_ends_the_proposals():
     inc = Proposal("a", {0: 1.0}, steps=1000, run=1000)
     parked = Proposal("b", {0: 1.01}, steps=1000, run=1000)
-    assert driver.search_step([inc, parked], RULES, 10_000, 0.3, 1, 5).exploring  # 2000 < 3000
-    step = driver.search_step([inc, parked], RULES, 10_000, 0.2, 1, 5)  # 2000 >= 2000
+    assert driver.search_turn([inc, parked], RULES, 10_000, 0.3, 1, 5).exploring  # 2000 < 3000
+    step = driver.search_turn([inc, parked], RULES, 10_000, 0.2, 1, 5)  # 2000 >= 2000
     assert not step.exploring and not step.propose
     assert step.search.judged[1].outcome == RACING and step.runs == [(0, 1), (1, 1)]
-    assert driver.search_step([inc, parked], RULES, 10_000, 0.3, 1, 5).search.judged[
+    assert driver.search_turn([inc, parked], RULES, 10_000, 0.3, 1, 5).search.judged[
         1].outcome == PARKED
 
 
@@ -176,7 +175,7 @@ def test_a_proposal_stopped_at_a_rung_is_told_to_the_sampler_from_the_study():
             user_attrs={RACE_RUNS_ATTR: r}))
     _, props = readback.ledger(study.trials, settings)
     assert props[1].stopped and props[1].rung_delta == 0.3 and props[1].steps == 50
-    search = driver.search_step(props, readback.rules(settings), None, 1.0, 1, 0).search
+    search = driver.search_turn(props, readback.rules(settings), None, 1.0, 1, 0).search
     assert driver.told(props, search) == pytest.approx([1.2, 1.5])  # mean(1.0, 1.4) + 0.3
 
 
@@ -196,14 +195,14 @@ def test_a_race_runs_a_block_a_launch_best_first_with_rungs():
     values = {1: {0: 1.2, 1: 1.0}, 2: {0: 1.0, 1: 0.9}, 3: {0: 1.1}}
     ledger = driver.RaceLedger([1, 2, 3], values, {1, 2, 3})
     rules = Rules(n_blocks=4, min_blocks=3, alpha=0.05)
-    step = driver.race_step(ledger, rules, None, None, rungs=True)
+    step = driver.race_turn(ledger, rules, None, None, rungs=True)
     # The look needs blocks 0-2; block 1 first (3 lacks it), then block 2 next launch. Best
     # first by the mean over blocks every one ran (block 0): 2 (1.0), 3 (1.1), 1 (1.2).
     assert step.runs == [(3, 1)]
     ledger = driver.RaceLedger([1, 2, 3], {**values, 3: {0: 1.1, 1: 1.0}}, {1, 2, 3})
-    assert driver.race_step(ledger, rules, None, None, rungs=True).runs == [(2, 2), (3, 2),
+    assert driver.race_turn(ledger, rules, None, None, rungs=True).runs == [(2, 2), (3, 2),
                                                                               (1, 2)]
-    assert driver.race_step(ledger, rules, None, None, rungs=False).runs == [(2, 2), (3, 2),
+    assert driver.race_turn(ledger, rules, None, None, rungs=False).runs == [(2, 2), (3, 2),
                                                                                (1, 2)]
 
 
@@ -255,7 +254,7 @@ def test_confirming_a_cut_launch_keeps_the_incumbent_and_the_closest_challenger(
                                                                          ("c", 1.005)))
     # 3000 spent of 5000: two runs fit; no room for proposals, so it confirms: the incumbent's
     # fold 1, then c (0.005 behind) before b (0.015 behind).
-    step = driver.search_step([inc, far, close], RULES, 5000, 0.8, 1, 0)
+    step = driver.search_turn([inc, far, close], RULES, 5000, 0.8, 1, 0)
     assert not step.exploring and step.runs == [(0, 1), (2, 1)]
 
 
@@ -269,6 +268,19 @@ def test_an_initial_point_that_is_no_value_of_the_searched_key_is_refused(values
     (issue 54): a value of the wrong type is a mistake to name, not a point to skip."""
     space = SearchSpace((Param("norm.p", "norm.p", FloatDistribution(1.0, 8.0), None),), ())
     with pytest.raises(UserError) as e:
-        settings._initial([2.0, *values], space, "tpe")
+        raceplan._initial([2.0, *values], space, "tpe")
     for needle in needles:
         assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_a_looks_verdict_drops_takes_out_level_or_keeps_and_the_baseline_stays_level():
+    """A look by the race's own rule (looks.look): b is 1.0 behind the leader a on every fold
+    and drops; base is 0.001 behind with a tight interval and c 0.5 behind on a wide one. With
+    δ 0.01 base's interval lies inside ±δ: the baseline never leaves, so it is level and stays
+    in the race (alive); c is neither (interval wider than δ, not significant on 3 noisy folds)."""
+    values = {"a": [1.0, 2.0, 3.0], "b": [2.0, 3.0, 4.0], "base": [1.001, 2.0011, 3.0009],
+              "c": [1.1, 3.2, 3.2]}
+    lk = looks.look(values, 0.05, baseline="base", equivalence=0.01)
+    assert lk.leader == "a" and lk.dropped == ("b",) and "base" not in lk.level
+    assert {c: driver.look_verdict(lk, c, "base", 0.01) for c in ("b", "base", "c")} == {
+        "b": "dropped", "base": "level", "c": "stays"}

@@ -23,8 +23,8 @@ SOURCES = ("qknorm", "scripts", "hydra_plugins")
 # The wings: packages whose __init__ names (__all__) what the rest may use.
 WINGS = ("sweep", "report", "tracking", "bench", "research")
 # The run: training needs none of the sweep wing (a run is trained the same with or without it).
-RUN = ("qknorm/train.py", "qknorm/model.py", "qknorm/nn.py", "qknorm/norms.py", "qknorm/data.py",
-       "qknorm/tokenizer.py", "qknorm/arch.py", "qknorm/angpt.py")
+RUN = ("qknorm/train.py", "qknorm/pace.py", "qknorm/model.py", "qknorm/nn.py", "qknorm/norms.py",
+       "qknorm/data.py", "qknorm/tokenizer.py", "qknorm/arch.py", "qknorm/angpt.py")
 
 
 def source_files() -> list[Path]:
@@ -169,7 +169,8 @@ LAYERS = [
     ("qknorm.effective", "qknorm.rundir", "qknorm.norms", "qknorm.tokenizer", "qknorm.data"),
     ("qknorm.model", "qknorm.angpt", "qknorm.arch", "qknorm.diagnostics", "qknorm.tracking",
      "qknorm.memory", "qknorm.overrides"),
-    ("qknorm.train", "qknorm.sample"),  # the run
+    ("qknorm.train", "qknorm.sample", "qknorm.pace"),  # the run
+    ("qknorm.sweep.race",),  # the race's pure rules: below the rest of the sweep wing
     ("qknorm.sweep",),
     ("qknorm.report", "qknorm.status", "qknorm.cli", "hydra_plugins"),
     ("qknorm.bench",),
@@ -178,7 +179,7 @@ LAYERS = [
 ]
 # Imports that run up a layer today, each with the change that takes it away. An entry whose
 # import is gone fails too: strike it.
-KNOWN_UP = {("qknorm.sweep.cost", "qknorm.bench.steps"): "issue 55: sweep/cost.py moves off bench"}
+KNOWN_UP: dict[tuple[str, str], str] = {}
 
 
 def layer_of(module: str) -> int | None:
@@ -225,6 +226,40 @@ def test_no_import_runs_up_a_layer():
     assert not bad, "imports that run up a layer:\n" + "\n".join(bad)
     stale = set(KNOWN_UP) - {(h, t) for h, t, _ in up}
     assert not stale, f"KNOWN_UP names imports that no longer run up: {sorted(stale)}; strike them"
+
+
+RACE = "qknorm.sweep.race"
+
+
+def test_the_race_imports_nothing_of_the_sweep_wing_outside_it():
+    """qknorm/sweep/race/ is the race's pure rules: no Optuna, and nothing of qknorm.sweep but
+    its own modules (the schedules that adapt it to a study import it, never the reverse)."""
+    bad = []
+    for path in sorted((REPO / "qknorm/sweep/race").rglob("*.py")):
+        for module, name, line in imports(path):
+            target = f"{module}.{name}" if name and is_module(f"{module}.{name}") else module
+            if module.split(".")[0] == "optuna" or (
+                    (target + ".").startswith("qknorm.sweep.")
+                    and not (target + ".").startswith(RACE + ".")):
+                bad.append(f"{where(path, line)}: {target}")
+    assert not bad, "the race imports outside its layer:\n" + "\n".join(bad)
+
+
+def test_the_race_is_used_through_its_face():
+    """From outside qknorm/sweep/race/: `from qknorm.sweep.race import X` with X in its __all__
+    (a name, or one of the modules it names as a namespace), as Optuna's users write
+    `optuna.pruners.MedianPruner`; no module of it imported by path."""
+    offered = set(importlib.import_module(RACE).__all__)
+    bad = []
+    for path in [*source_files(), *sorted((REPO / "tests").rglob("*.py"))]:
+        if module_name(path).startswith(RACE):
+            continue
+        for module, name, line in imports(path):
+            if module == RACE and name in offered:
+                continue
+            if (module + ".").startswith(RACE + "."):
+                bad.append(f"{where(path, line)}: {module}{'.' + name if name else ''}")
+    assert not bad, "imports past qknorm/sweep/race/__init__.py:\n" + "\n".join(bad)
 
 
 def test_no_import_circle():

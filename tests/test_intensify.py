@@ -10,9 +10,7 @@ import pytest
 from scipy import stats
 
 from qknorm.multitest import PAIRED_T
-from qknorm.sweep.race import intensify
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.verdicts import INCUMBENT, PARKED, RACING
+from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, intensify
 from tests.helpers.holm import holm_by_hand
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)

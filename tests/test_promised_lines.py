@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
-from qknorm.sweep.race import readback
+from qknorm.sweep import readback
 from tests.helpers import REPO
 from tests.helpers.studies import DONE_BLOCK, finished_study, frozen, new_study, run, trial
 

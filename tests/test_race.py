@@ -18,7 +18,8 @@ from scipy import stats
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report.summary import race_section
-from qknorm.sweep.race import looks, readback, schedule
+from qknorm.sweep import racing, readback
+from qknorm.sweep.race import looks
 from tests.helpers import REPO
 from tests.helpers.config import compose_hydra_config
 from tests.helpers.race import RACE, TASK, calls, plan, two_sweepers
@@ -184,19 +185,19 @@ def test_bad_race_settings_are_one_line_naming_the_value_and_the_fix(spec, kw, m
 def test_a_study_holds_one_race_and_a_rerun_must_race_it_the_same_way():
     spec = plan({"min_replicates": 3, "alpha": 0.05, "baseline": 2})
     study = optuna.create_study()
-    schedule.check_study(study, spec, "s")  # new and empty: fine
-    schedule.record_settings(study, spec)
+    racing.check_study(study, spec, "s")  # new and empty: fine
+    racing.record_settings(study, spec)
     assert study.user_attrs["race"]["baseline"] == "norm.p=2.0"
-    schedule.check_study(study, spec, "s")  # the same race: resumes
+    racing.check_study(study, spec, "s")  # the same race: resumes
     with pytest.raises(UserError, match=r"^study 's' was raced with alpha=0.05, not 0.1; rerun "
                                          "with its settings or use another hydra"):
-        schedule.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
+        racing.check_study(study, plan({"alpha": 0.1, "baseline": 2}), "s")
     with pytest.raises(UserError, match=r"^study 's' was raced with budget_steps=None, not 900"):
-        schedule.check_study(study, plan({"baseline": 2, "budget_steps": 900}), "s")
+        racing.check_study(study, plan({"baseline": 2, "budget_steps": 900}), "s")
     grid = optuna.create_study()
     grid.tell(grid.ask(), 1.0)
     with pytest.raises(UserError, match="holds a sweep that was not a race"):
-        schedule.check_study(grid, spec, "g")
+        racing.check_study(grid, spec, "g")
     assert grid.user_attrs == {}  # checked, not touched
 
 

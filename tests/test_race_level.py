@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.errors import UserError
-from qknorm.sweep.race import looks, readback
+from qknorm.sweep import readback
+from qknorm.sweep.race import looks
 from tests.helpers import REPO
 from tests.helpers.race import RACE, TASK, calls, race_plan, refused, two_sweepers
 from tests.helpers.studies import age_heartbeats, frozen, run, study_of
@@ -130,7 +131,7 @@ def test_bad_equivalence_is_one_line_naming_the_value_and_the_fix(value, message
 
 
 def test_equivalence_is_part_of_the_race_a_study_holds():
-    from qknorm.sweep.race import schedule
+    from qknorm.sweep import racing
 
     off, on = race_plan(), race_plan(equivalence=0.02)
     assert (off.equivalence, on.equivalence) == (None, 0.02)
@@ -138,14 +139,14 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
     study = optuna.create_study()
     study.set_user_attr("race", {k: v for k, v in off.settings().items()
                                  if k != "equivalence"})  # raced before the key existed
-    schedule.check_study(study, off, "s")
+    racing.check_study(study, off, "s")
     with pytest.raises(UserError, match=r"^study 's' was raced with equivalence=None, not "
                                          r"0.02; rerun with its settings"):
-        schedule.check_study(study, on, "s")
+        racing.check_study(study, on, "s")
 
 
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
-    from qknorm.sweep.race import schedule
+    from qknorm.sweep import racing
     from qknorm.sweep.space import parse_space
 
     spec = race_plan(equivalence=0.03, baseline=None)
@@ -154,24 +155,24 @@ def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     # p=1 leads; p=2 is a, b of VALUES shifted (level); p=inf a noisy one (undecided)
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(2)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = schedule.state(trials, spec, space)
+    r = racing.state(trials, spec, space)
     # two blocks: b - a = 0.01, 0: interval 0.005 ± t(0.95, 1) * sd / sqrt 2: too wide
     assert r.looks[0].level == () and r.need == 3
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(3)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = schedule.state(trials, spec, space)
+    r = racing.state(trials, spec, space)
     assert [lk.n for lk in r.looks] == [2, 3] and r.over  # 3 blocks: the last look
     assert r.level() == {(2.0,): r.looks[1]}
     half = t90(2) * 0.01 / math.sqrt(3)
-    assert schedule.outcome_attr(spec, r, (2.0,), 3) == {
+    assert racing.outcome_attr(spec, r, (2.0,), 3) == {
         "outcome": "level", "n": 3, "after": folds[2], "look": 3, "leader": "norm.p=1.0",
         "delta": pytest.approx(0.01), "p": pytest.approx(r.looks[1].tests[(2.0,)].p),
         "p_adjusted": pytest.approx(r.looks[1].tests[(2.0,)].p_adjusted),
         "low": pytest.approx(0.01 - half), "high": pytest.approx(0.01 + half),
         "answer": "level"}
-    assert schedule.outcome_attr(spec, r, (math.inf,), 3)["answer"] == "undecided"
-    assert schedule.outcome_attr(spec, r, (1.0,), 3)["answer"] == "best"
-    assert "low" not in schedule.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
+    assert racing.outcome_attr(spec, r, (math.inf,), 3)["answer"] == "undecided"
+    assert racing.outcome_attr(spec, r, (1.0,), 3)["answer"] == "best"
+    assert "low" not in racing.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
 
 
 # -- a real race through the command line --------------------------------------------------------

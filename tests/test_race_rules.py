@@ -15,10 +15,20 @@ import statistics
 import pytest
 from scipy import stats
 
-from qknorm.sweep.race import driver, intensify, readback
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.settings import RaceConf
-from qknorm.sweep.race.verdicts import INCUMBENT, LEVEL, PARKED, RACING, STOPPED, WORSE
+from qknorm.sweep import readback
+from qknorm.sweep.race import (
+    INCUMBENT,
+    LEVEL,
+    PARKED,
+    RACING,
+    STOPPED,
+    WORSE,
+    Proposal,
+    RaceConf,
+    Rules,
+    driver,
+    intensify,
+)
 from tests.helpers import REPO
 from tests.helpers.holm import holm_by_hand
 from tests.helpers.race import refused
@@ -34,7 +44,7 @@ def drive(table: dict, rules: Rules, stops=(), budget=None, slots=1, explore=0.8
     answer (driver.answer)."""
     keys, props, launches = list(table), [], []
     for _ in range(200):
-        step = driver.search_step(props, rules, budget, explore, slots, len(keys) - len(props))
+        step = driver.search_turn(props, rules, budget, explore, slots, len(keys) - len(props))
         props = [dataclasses.replace(p, live=False) if i in driver.closed(step) else p
                  for i, p in enumerate(props)]
         if step.over:
@@ -209,10 +219,10 @@ def test_a_launch_cut_by_the_budget_keeps_the_runs_in_launch_order():
     rules = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02)
     props = [Proposal("a", {0: 1.0, 1: 1.1}, steps=300, run=RUN),  # 400 spent in all
              Proposal("b", {0: 0.97}, steps=100, run=RUN), Proposal("c", {})]
-    step = driver.search_step(props, rules, 500, 1.0, 2, 5)
+    step = driver.search_turn(props, rules, 500, 1.0, 2, 5)
     assert step.runs == [(2, 0)] and not step.over
-    assert driver.search_step(props, rules, 600, 1.0, 2, 5).runs == [(2, 0), (1, 1)]
-    assert driver.search_step(props, rules, 400, 1.0, 2, 5).over
+    assert driver.search_turn(props, rules, 600, 1.0, 2, 5).runs == [(2, 0), (1, 1)]
+    assert driver.search_turn(props, rules, 400, 1.0, 2, 5).over
     # Spent to the step by runs stopped at a rung (no whole run known): none fits, not "unknown".
     assert driver.fits([Proposal("s", {}, stopped=True, live=False, steps=400)], 400) == 0
 

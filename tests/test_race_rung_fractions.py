@@ -4,11 +4,13 @@ nonsense, the replays' rungs, and the overrides as a user types them."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from qknorm.errors import UserError
-from qknorm.sweep.race.rungs import Dropped, resolve_rungs
-from qknorm.sweep.race.settings import step_margins
+from qknorm.multitest import PAIRED_T
+from qknorm.sweep.race import Dropped, judged_at, replicate_test, resolve_rungs, step_margins
 from tests.helpers.race import race_plan, refused
 
 
@@ -108,3 +110,31 @@ def test_the_overrides_as_typed_race_with_the_resolved_rungs_and_say_what_was_dr
             "dropped rung 0.5 (step 0: before the first eval); no rung is left: the race runs "
             "without in-fold stopping") in out
     assert "QKNORM_RUNGS" not in out
+
+
+def test_judged_at_gives_every_candidate_one_resolution_or_says_which_lengths_differ(caplog):
+    """0.25 of 100 steps, evals every 10 -> step 20 (floor 25/10 * 10); of 200 -> 50: two
+    run lengths, two resolutions, refused in one line naming both. One length: its steps, and
+    the dropped rung (0.05 of 100 -> step 0) in the log line."""
+    with pytest.raises(UserError, match=r"different steps .*100, 10, 200, 10"):
+        judged_at([0.25], 0.05, [(100, 10), (200, 10)])
+    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.race.rungs"):
+        assert judged_at([0.05, 0.25], 0.05, [(100, 10), (100, 10)]) == ((20,), (0.05,))
+    assert "dropped rung 0.05 (step 0: before the first eval)" in caplog.text
+    with pytest.raises(UserError, match="needs train.max_iters and train.eval_interval > 0"):
+        judged_at([0.25], 0.05, [(None, 10)])
+
+
+def test_replicate_test_reads_the_fold_layout_only_when_folds_vary():
+    """Seeds alone: the paired t, data.n_folds never read; folds: corrected with the layout's
+    n_test/n_train = 1/(k-1) (Nadeau and Bengio's ratio, k=5: 0.25); folds and seeds at once:
+    refused unless paired."""
+    def unread():
+        raise AssertionError("data.n_folds read for a race over seeds")
+
+    assert replicate_test("auto", {"seed": [0, 1, 2]}, unread) == PAIRED_T
+    corrected = replicate_test("auto", {"data.fold": [0, 1, 2]}, lambda: 5)
+    assert (corrected.name, corrected.ratio) == ("corrected", pytest.approx(1 / 4))
+    with pytest.raises(UserError, match="vary data.fold and seed"):
+        replicate_test("auto", {"data.fold": [0, 1], "seed": [0, 1]}, lambda: 5)
+    assert replicate_test("paired", {"data.fold": [0, 1], "seed": [0, 1]}, unread) == PAIRED_T

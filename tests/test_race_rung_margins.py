@@ -8,7 +8,7 @@ import pytest
 
 from qknorm.config import Config, OptunaTrialConfig, RaceRungsConfig, validate
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep.race import schedule
+from qknorm.sweep import racing
 from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.helpers.race import race_plan, refused
 from tests.helpers.studies import BLOCK, attrs, job_hook, rung_study
@@ -40,11 +40,11 @@ def test_a_margin_list_gives_each_rung_its_margin_and_a_number_keeps_the_one_mar
 def test_a_study_raced_with_the_one_margin_refuses_per_rung_margins():
     listed, each = race_plan(rungs=[500, 1000]), race_plan(rungs=[500, 1000], margin=[0.1, 0.05])
     study = optuna.create_study()
-    schedule.record_settings(study, listed)
-    schedule.check_study(study, race_plan(rungs=[500, 1000], margin=[0.05, 0.05]), "s")  # the same
+    racing.record_settings(study, listed)
+    racing.check_study(study, race_plan(rungs=[500, 1000], margin=[0.05, 0.05]), "s")  # the same
     with pytest.raises(UserError, match=r"^study 's' was raced with margin=0.05, not \[0.1, "
                                          r"0.05\]; rerun with its settings"):
-        schedule.check_study(study, each, "s")
+        racing.check_study(study, each, "s")
 
 
 @pytest.mark.parametrize("options, message", [

@@ -14,7 +14,8 @@ import pytest
 from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
 from qknorm.errors import RunPruned
 from qknorm.report.summary import race_section
-from qknorm.sweep.race import looks, readback
+from qknorm.sweep import readback
+from qknorm.sweep.race import looks
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
@@ -178,7 +179,7 @@ def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
     from qknorm.errors import UserError
-    from qknorm.sweep.race import schedule
+    from qknorm.sweep import racing
 
     off, on = race_plan(), race_plan(rungs=[500, 1000], margin=0.05)
     assert (off.rungs, on.rungs, on.margin) == ((), (500, 1000), 0.05)
@@ -187,10 +188,10 @@ def test_rungs_are_part_of_the_race_a_study_holds():
     study = optuna.create_study()
     study.set_user_attr("race", {k: v for k, v in off.settings().items()
                                  if k not in ("rungs", "margin")})  # raced before rungs existed
-    schedule.check_study(study, off, "s")  # the same race
+    racing.check_study(study, off, "s")  # the same race
     with pytest.raises(UserError, match=r"^study 's' was raced with rungs=None, not \[500, "
                                          r"1000\]; rerun with its settings"):
-        schedule.check_study(study, on, "s")
+        racing.check_study(study, on, "s")
 
 
 STOP = {"stopped_at": 10, "val_loss": 3.3, "best": "norm.p=2.0", "delta": 0.25}
@@ -198,26 +199,26 @@ F = [f"data.fold={f}" for f in range(3)]
 
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
-    from qknorm.sweep.race import schedule
+    from qknorm.sweep import racing
     from qknorm.sweep.space import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
     stopped = frozen(math.inf, {F[0]: run(None, steps=10, core_s=1.0, **STOP)})
     trials = [frozen(1.0, {F[0]: run(2.0)}), frozen(2.0, {F[0]: run(1.9)}), stopped]
-    r = schedule.state(trials, spec, space)
+    r = racing.state(trials, spec, space)
     # p=inf is out (not live, lacks fold 0): the race waits only for p=1 and p=2's fold 1.
     assert r.alive == [(1.0,), (2.0,)] and r.gone == {(math.inf,): 2} and r.need == 2
     assert readback.stopped_block(stopped.user_attrs) == F[0]
     assert readback.block_values(stopped.user_attrs, spec.blocks, spec.sign) == {}
     # fold 1 launches p=2 first: it led fold 0
-    assert schedule.step(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
-    assert schedule.stop_attr(spec, stopped, F[0], 1) == {
+    assert racing.turn(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
+    assert racing.stop_attr(spec, stopped, F[0], 1) == {
         "outcome": "stopped", "n": 1, "after": F[0], "step": 10, "leader": "norm.p=2.0",
         "delta": 0.25, "p": None, "p_adjusted": None}
     trials[0] = frozen(1.0, {F[0]: run(2.0), F[1]: run(2.1)})
     trials[1] = frozen(2.0, {F[0]: run(1.9), F[1]: run(1.95)})
-    look = schedule.state(trials, spec, space).looks[0]
+    look = racing.state(trials, spec, space).looks[0]
     assert look.n == 2 and set(look.tests) == {(1.0,)}  # p=inf not tested: it is out
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 
 from qknorm.multitest import PAIRED_T
-from qknorm.sweep.race import driver, intensify
-from qknorm.sweep.race.intensify import Proposal, Rules
-from qknorm.sweep.race.verdicts import INCUMBENT, RACING
+from qknorm.sweep.race import INCUMBENT, RACING, Proposal, Rules, driver, intensify
 
 RULES = Rules(n_blocks=5, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 
@@ -30,7 +28,7 @@ def test_a_leader_with_fewer_blocks_runs_before_the_incumbents_next():
     assert search.judged[1].outcome == RACING
     assert search.judged[1].delta == pytest.approx(0.985 - 1.00)
     assert search.needs == {1: 1}
-    step = driver.search_step(props, RULES, budget=400, explore=0.8, slots=2, room=0)
+    step = driver.search_turn(props, RULES, budget=400, explore=0.8, slots=2, room=0)
     assert step.runs == [(1, 1)] and not step.over
 
 
@@ -49,5 +47,5 @@ def test_a_challenger_behind_does_not_hold_the_incumbent_back():
     props = ledger({0: 1.005})
     search = intensify.replay(props, RULES, confirm=True)
     assert search.needs == {0: 2, 1: 1}
-    step = driver.search_step(props, RULES, budget=400, explore=0.8, slots=2, room=0)
+    step = driver.search_turn(props, RULES, budget=400, explore=0.8, slots=2, room=0)
     assert step.runs == [(0, 2)]  # one run fits: the incumbent's

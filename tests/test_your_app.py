@@ -27,7 +27,7 @@ from qknorm.errors import UserError
 from qknorm.report.results import collect
 from qknorm.sweep import identity, status_lines, trial
 from qknorm.sweep.launcher import returned_fields
-from qknorm.sweep.race.readback import answer, settings_of
+from qknorm.sweep.readback import answer, settings_of
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from tests.helpers import REPO
 from tests.helpers.cli import ok, run_cli

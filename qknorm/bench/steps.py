@@ -23,6 +23,7 @@ import torch
 from qknorm.config import ARCHS, ATTENTIONS, CONF_DIR  # model.arch; model.attention (auto: not in names)
 from qknorm.errors import UserError, first_line
 from qknorm.nn import LpQKNorm, lp_norm_scaled, lp_normalize
+from qknorm.pace import time_steps
 
 # name -> (Hydra overrides, force the general Lp path). l2 is Lp at p=2 with its fast path (the
 # square root of a sum of squares); lp_p2_general is the same maths through max-scaling and pow,
@@ -154,25 +155,6 @@ def build_run(variant: Variant, model: str, extra: list[str], splits_cache: dict
     if general:
         use_general_path(run.raw_model)
     return run
-
-
-def time_steps(run, n: int) -> tuple[float, float]:
-    """Run n training steps at the mid-schedule LR; (wall, CPU) seconds per step (one sync, at
-    the end). CPU time is this process's, all its threads: on one thread it is the step's own
-    work, which waiting for a core on a shared host does not inflate."""
-    from qknorm.train import lr_at, train_step
-
-    t = run.cfg.train
-    lr = lr_at(t.max_iters // 2, run.cfg.optimizer, t.max_iters)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(n):
-        for group in run.optimizer.param_groups:
-            group["lr"] = lr
-        x, y = (b.to(run.device, non_blocking=True)
-                for b in run.splits.train.sample(t.batch_size, run.batch_rng))
-        loss = train_step(run, x, y)
-    loss.item()  # wait for the device once, after the n steps
-    return (time.perf_counter() - start) / n, (time.process_time() - cpu_start) / n
 
 
 def bench_steps(variant_list: list[Variant], model: str = "cpu", extra: list[str] = (),

@@ -31,6 +31,7 @@ from qknorm.errors import UserError
 from qknorm.multitest import holm
 from qknorm.report import stats
 from qknorm.research import grid_runs
+from qknorm.sweep.race import BETTER, LEVEL_WITHIN, WORSE
 
 
 def _runs(runs: Runs, record: Record, part: dict | None = None) -> pd.DataFrame:
@@ -86,9 +87,9 @@ def deltas(record: Record, runs: Runs) -> Rows:
 
 
 def _strength(verdict: str, r, equivalence: float) -> str:
-    if verdict == stats.LEVEL:
+    if verdict == LEVEL_WITHIN:
         return strength.of_level(r["tost_low"], r["tost_high"], equivalence)
-    if verdict in (stats.WORSE, stats.BETTER):
+    if verdict in (WORSE, BETTER):
         return strength.of_difference(r["delta_ci_low"], r["delta_ci_high"], equivalence)
     return ""
 

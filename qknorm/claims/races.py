@@ -27,9 +27,7 @@ from qknorm.errors import UserError
 from qknorm.report import stats
 from qknorm.research import recorded_folds
 from qknorm.rundir import COMPLETED
-from qknorm.sweep.race import intensify, looks
-
-DROPPED, LEVEL, STAYS = "dropped", "level", "stays"
+from qknorm.sweep.race import DROPPED, LEVEL, driver, intensify, looks
 
 
 def race(record: Record, runs: Runs) -> Rows:
@@ -47,9 +45,7 @@ def race(record: Record, runs: Runs) -> Rows:
     for lk in r.looks:
         rows[f"look{lk.n}"] = {"leader": row_key(lk.leader)}
         for c, t in lk.tests.items():
-            # the baseline is never taken out: inside ±δ it is level and stays (race_replay's words)
-            level = c in lk.level or (c == base and looks.is_level(t, delta))
-            did = DROPPED if c in lk.dropped else LEVEL if level else STAYS
+            did = driver.look_verdict(lk, c, base, delta)  # the baseline level: stays, LEVEL
             how = strength.of_call(did, t.low, t.high, delta, (LEVEL,), (DROPPED,))
             rows[f"{lk.n}:{row_key(c)}"] = {
                 "delta": t.delta, "p": t.p, "holm": t.p_adjusted, "low": t.low, "high": t.high,

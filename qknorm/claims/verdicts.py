@@ -26,8 +26,9 @@ from collections.abc import Sequence
 
 from qknorm.claims import strength
 from qknorm.multitest import ReplicateTest, holm, no_spread, within
+from qknorm.sweep.race import LEVEL
 
-MORE, LESS, LEVEL, NOT_SHOWN = "more", "less", "level", "not shown"
+MORE, LESS, NOT_SHOWN = "more", "less", "not shown"
 WORDS = (MORE, LESS, LEVEL, NOT_SHOWN)
 
 

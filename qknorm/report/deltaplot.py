@@ -15,13 +15,14 @@ from matplotlib.figure import Figure
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.canvas import MEAN_COLOR, OTHER_KIND_COLORS, legend, new_figure, series
 from qknorm.report.paxis import PAxis, format_p
-from qknorm.report.stats import BETTER, LEVEL, UNDECIDED, WORSE, pairing
+from qknorm.report.stats import pairing
+from qknorm.sweep.race import BETTER, LEVEL_WITHIN, UNDECIDED, WORSE
 
 ALPHA = 0.05  # delta_vs_p fills the marker of a comparison whose Holm-adjusted p is below
 HOLM_GID = "holm"  # delta_vs_p: the filled markers (Holm p < ALPHA); tests find them
 # With verdicts: each verdict's markers (gid = the verdict's first word; tests find them).
 VERDICT_STYLE = {WORSE: ("^", "tab:red"), BETTER: ("v", "tab:green"),
-                 LEVEL: ("s", "0.45"), UNDECIDED: ("o", None)}
+                 LEVEL_WITHIN: ("s", "0.45"), UNDECIDED: ("o", None)}
 BAND_GID = "equivalence"  # the ±δ band
 
 

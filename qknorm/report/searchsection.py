@@ -1,5 +1,5 @@
 """summary.md's section for a racing search (search=p_tpe): its answer (the rows of
-qknorm.sweep.race.readback.answer, the same the sweeper's last line and qknorm.status give), and
+qknorm.sweep.readback.answer, the same the sweeper's last line and qknorm.status give), and
 where a quadratic fit of the proposals' fold-adjusted values in log p puts the minimiser.
 
 The fit: each proposal that completed a fold has a fold-adjusted value (the best's mean plus its
@@ -21,7 +21,8 @@ import numpy as np
 from qknorm.cells import num
 from qknorm.report import paxis, stats
 from qknorm.report.tables import markdown_table, pval
-from qknorm.sweep.race import readback, verdicts
+from qknorm.sweep import readback
+from qknorm.sweep.race import verdicts
 
 
 def fit_points(rows: list[dict]) -> list[tuple[float, float]]:

@@ -29,13 +29,13 @@ from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest, holm
 # in qknorm.report.baseline and qknorm.report.paxis.
 from qknorm.report.paxis import format_p
 from qknorm.rundir import COMPLETED, INCOMPLETE, REPLICATE_KEYS, STATUSES
+from qknorm.sweep.race import BETTER, LEVEL_WITHIN, UNDECIDED, WORSE
 
 CONFIDENCE = 0.95
 PAIR_KEYS = list(REPLICATE_KEYS)  # a replicate under the plain paired t: (seed, data.fold)
 FOLD_KEYS = ["data.fold"]  # a replicate under the corrected t: a fold, its seeds averaged
 # The equivalence verdict: TOST at 5%, i.e. the 90% t-interval of the replicate test inside ±δ.
 TOST_ALPHA = 0.05
-WORSE, BETTER, LEVEL, UNDECIDED = "worse", "better", "level within ±δ", "undecided"
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:
@@ -170,13 +170,14 @@ def tost_interval(d, test: ReplicateTest = PAIRED_T) -> tuple[float, float]:
 
 
 def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: float) -> str:
-    """One comparison's answer (lower is better): LEVEL where its 90% interval lies inside ±δ
+    """One comparison's answer (lower is better; the words are the race's,
+    qknorm/sweep/race/verdicts.py): LEVEL_WITHIN where its 90% interval lies inside ±δ
     (TOST at 5%, not corrected over the table's comparisons; first, as in a race: a difference
     surely smaller than δ is one the user called negligible, significant or not), else WORSE or
     BETTER where its Holm-adjusted t p < 0.05 (the delta table's family), else
     UNDECIDED."""
     if multitest.within(low, high, equivalence):
-        return LEVEL
+        return LEVEL_WITHIN
     if not pd.isna(holm_p) and holm_p < 1 - CONFIDENCE:
         return WORSE if delta > 0 else BETTER
     return UNDECIDED

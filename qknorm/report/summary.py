@@ -14,7 +14,8 @@ from qknorm.report import lrsection, paxis, readings, results, searchsection, st
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, pval
 from qknorm.report.timing import TIMING
-from qknorm.sweep.race import readback, verdicts
+from qknorm.sweep import readback
+from qknorm.sweep.race import verdicts
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 

@@ -24,8 +24,8 @@ and those sum to 0 over the folds: the true mean of x over the folds is base + f
 Three searches, each until `budget` training steps (runs of the grid's 2000 steps):
 - `racing`: search=p_tpe (conf/search/p_tpe.yaml): its FloatDistribution over 1/norm.p, its
   initial design (race.initial as 1/p), its TPE sampler seeded per ask as the live sweeper does
-  (search._seed), its race rules and rungs, its n_jobs, stepped by the product's own driver
-  through race_sims.search_loop.
+  (qknorm.sweep.racing.proposal_sampler), its race rules and rungs, its n_jobs, stepped by the
+  product's own driver through race_sims.search_loop.
 - `tpe`: search=p_tpe_plain's settings: TPE (its options) over 1/norm.p, each trial two folds
   (0 and 1 of the grid: the preset's replicates are folds 8, 9 of another layout), its value
   their mean, val loss reported at each eval step (the first fold to reach a step reports it,
@@ -58,7 +58,7 @@ import optuna
 
 from qknorm.errors import UserError
 from qknorm.research import grid_runs, landscapes, race_sims
-from qknorm.sweep import build_pruner, build_sampler
+from qknorm.sweep import build_pruner, build_sampler, proposal_sampler
 from qknorm.sweep.race import intensify
 
 NOISES = {"qknorm": "docs/results/paper_gpu/qknorm", "calibrated": "docs/results/paper_gpu/calibrated"}
@@ -206,9 +206,7 @@ def racing(land: Landscape, budget: float, preset: dict, rules: intensify.Rules,
 
 def sampler_maker(spec: dict) -> Callable[[int], optuna.samplers.BaseSampler]:
     """The live sweeper's sampler for its n-th proposal (RaceSearchSchedule._propose)."""
-    from qknorm.sweep.race.search import _seed
-
-    return lambda n: build_sampler({**spec, "seed": _seed(spec, n)}, None)
+    return proposal_sampler(spec)
 
 
 def plain_tpe(land: Landscape, budget: float, preset: dict, folds: tuple[int, ...] = (0, 1)

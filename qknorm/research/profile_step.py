@@ -22,6 +22,7 @@ from pathlib import Path
 from qknorm import rundir
 from qknorm.bench import steps as bench
 from qknorm.errors import run_main
+from qknorm.pace import time_steps
 
 # Ancestors (record_function scopes / autograd nodes) that claim every op below them.
 SCOPES = (("Optimizer.", "optimizer"), ("clip_grad_norm_", "clip"),
@@ -76,7 +77,7 @@ def profile_variant(variant: bench.Variant, model: str, overrides: list[str], wa
     from torch.profiler import ProfilerActivity, profile, record_function
 
     run = bench.build_run(variant, model, overrides, {})
-    bench.time_steps(run, warmup)
+    time_steps(run, warmup)
     clip = torch.nn.utils.clip_grad_norm_
 
     def labelled_clip(*args, **kw):  # clipping has no profiler scope of its own
@@ -86,7 +87,7 @@ def profile_variant(variant: bench.Variant, model: str, overrides: list[str], wa
     torch.nn.utils.clip_grad_norm_ = labelled_clip
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            bench.time_steps(run, steps)
+            time_steps(run, steps)
     finally:
         torch.nn.utils.clip_grad_norm_ = clip
     by_cat, by_op = Counter(), Counter()

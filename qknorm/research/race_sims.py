@@ -1,10 +1,10 @@
 """The race and the racing search replayed on a grid's recorded runs: the sweeper's own driver
-(qknorm.sweep.race.driver) steps them, and each run it asks for is looked up in the grid instead
+(qknorm.sweep.race.driver) takes their turns, and each run it asks for is looked up in the grid instead
 of trained.
 
 The runs are deterministic (seed, fold and p fix them), so this is what a sweeper would have
 spent and said at the grid's commit, with the basic launcher (a launch's runs one after
-another, in the step's order). In-fold stopping at the rungs (race.looks.stop_at_rung, the rule
+another, in the turn's order). In-fold stopping at the rungs (race.looks.stop_at_rung, the rule
 the jobs apply) judges a run at each rung against the runs of the same fold that ran before it
 (the race's baseline is never judged; the search judges every run, the incumbent's too); a
 stopped run costs the steps up to its rung.
@@ -12,7 +12,7 @@ stopped run costs the steps up to its rung.
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives),
 after the preset's initial design (race.initial's p that the grid ran; search_replay drops the
 others with a line, as the live sweeper does), through the live sweeper's own
-race.search.propose: a fresh in-memory study told every proposal's fold-adjusted value
+racing.propose: a fresh in-memory study told every proposal's fold-adjusted value
 (driver.told), its sampler seeded by (seed, proposal number).
 """
 
@@ -59,7 +59,7 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
     spent, ran, whole = {"steps": 0, "core_s": 0.0, "runs": 0}, {}, 0
     while True:
         ledger = driver.RaceLedger(cands, values, set(cands) - stopped, spent["steps"], whole)
-        step = driver.race_step(ledger, rules, baseline, budget, bool(rungs))
+        step = driver.race_turn(ledger, rules, baseline, budget, bool(rungs))
         if not step.runs:
             break
         for p, b in step.runs:
@@ -107,14 +107,14 @@ def search_loop(make: Callable[[int], optuna.samplers.BaseSampler], name: str,
                 rules: intensify.Rules, explore: float, initial: tuple = (), slots: int = 1,
                 max_proposals: int = MAX_PROPOSALS) -> tuple[list[intensify.Proposal], float]:
     """The racing search's loop, one parameter `name` over `dist`, as the live sweeper steps
-    it (search.RaceSearchSchedule): driver.search_step, a proposal (search.propose, its
-    sampler made by `make(n)` for the n-th ask) when the step makes one, else the step's runs
-    one after another (`run(key, block, ran)`: as _run), until the step says it is over.
+    it (racing.RaceSearchSchedule): driver.search_turn, a proposal (racing.propose, its
+    sampler made by `make(n)` for the n-th ask) when the turn makes one, else the turn's runs
+    one after another (`run(key, block, ran)`: as _run), until the turn says it is over.
     Returns the proposals (key: the parameter's value) and the core-seconds spent."""
     props: list[intensify.Proposal] = []
     core_s, ran, exhausted = 0.0, {}, False
     while True:
-        step = driver.search_step(props, rules, budget, explore, slots,
+        step = driver.search_turn(props, rules, budget, explore, slots,
                                   max_proposals - len(props), exhausted)
         for i in driver.closed(step):  # told: runs no more, as the sweeper's trial
             props[i] = dataclasses.replace(props[i], live=False)

@@ -42,8 +42,7 @@ from qknorm.errors import UserError, run_main
 from qknorm.multitest import holm
 from qknorm.report import format_p, results
 from qknorm.research import race_sims, recorded_folds
-from qknorm.sweep.race.intensify import Rules
-from qknorm.sweep.race.looks import paired_t_greater, standing, stop_at_rung
+from qknorm.sweep.race import Rules, paired_t_greater, standing, stop_at_rung
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
 MARGINS = (0.01, 0.02, 0.05, 0.1, 0.2)

@@ -51,7 +51,7 @@ from qknorm.config import CONF_DIR
 from qknorm.multitest import for_folds
 from qknorm.research import grid_runs, race_sims
 from qknorm.sweep import step_margins
-from qknorm.sweep.race.intensify import Rules
+from qknorm.sweep.race import Rules
 
 SEARCHES = {  # name -> (sampler, pruner); the presets' settings (conf/search/p_tpe.yaml)
     "tpe": (lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=6), None),

@@ -7,12 +7,15 @@ _MODULES; tests/test_faces.py fails an import past it); the modules below are th
   study       the study's record: every attribute name, replicate labels, counting, retries
   specs       samplers, pruners and storages from plain specs
   space       Hydra's sweep grammar -> Optuna distributions
-  plan        every check, before a study is touched (race.settings: the race's)
+  plan        every check, before a study is touched (raceplan: the race's)
   launcher    a trial's jobs: overrides, run dirs, outcomes, tell
   schedule    the Schedule protocol and the plain schedule (every replicate of every trial)
   race/       the race and the racing search (a sampler's proposals raced against an
-              incumbent): their settings, verdicts, pure rules, driver, schedules and what
-              a study of them reads back (race/__init__.py has its own map)
+              incumbent): their settings, verdicts, pure rules and driver, a layer below the
+              rest of the wing (race/__init__.py has its own map)
+  raceplan    the race's settings completed against the search space (plan_race)
+  racing      the racing schedules: RaceSchedule, RaceSearchSchedule and their base
+  readback/   a race or a search read back from its study (kinds, ledger, tables, words)
   sweep       OptunaSweep: one loop over a schedule, picked by the kind of study
   trial       the job-side API of any task: trial.report(step, value) -> stop now
   identity    a job's trial handed over in its environment (the sweeper sets, the job reads)
@@ -37,22 +40,24 @@ _FACE = {
     "build_sampler": "qknorm.sweep.specs",
     "build_pruner": "qknorm.sweep.specs",
     "read_study": "qknorm.sweep.specs",
-    "elimination": "qknorm.sweep.race.readback",
-    "propose": "qknorm.sweep.race.search",
+    "elimination": "qknorm.sweep.readback",
+    "propose": "qknorm.sweep.racing",
+    "proposal_sampler": "qknorm.sweep.racing",
     "status_lines": "qknorm.sweep.progress",
     "stopped_sweep": "qknorm.sweep.progress",
     "task_config": "qknorm.sweep.plan",  # a job's config as qknorm.train's Config, or None
     "trial_run_dirs": "qknorm.sweep.study",  # the run dirs a study's trials name (the report's)
     # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
-    "resolve_rungs": "qknorm.sweep.race.rungs",
-    "step_margins": "qknorm.sweep.race.settings",
+    "resolve_rungs": "qknorm.sweep.race",
+    "step_margins": "qknorm.sweep.race",
 }
 # Modules the rest may import whole: trial (the job-side API, any task's), identity (what the
-# sweeper hands a job), cost (the plan line, the basic sweeper's too), and the race
-# package (qknorm.sweep.race.<module>), whose driver, rules (looks, intensify) and verdicts are
-# pure functions and words of recorded values, which the report, the status and the research
-# tools' replays use.
-_MODULES = ["race", "trial", "identity", "cost"]
+# sweeper hands a job), cost (the plan line, the basic sweeper's too), the race package
+# (through its own face, qknorm/sweep/race/__init__.py), whose driver, rules (looks,
+# intensify) and verdicts are pure functions and words of recorded values, which the report,
+# the status and the research tools' replays use, and readback (a race or a search read back
+# from its study: the report's tables, the status lines).
+_MODULES = ["race", "readback", "trial", "identity", "cost"]
 __all__ = sorted([*_FACE, *_MODULES])
 
 

@@ -116,7 +116,7 @@ def measure(cfg: Config) -> Pace:
     as the loop runs them, on the job's device and threads (restored afterwards)."""
     import torch
 
-    from qknorm.bench.steps import time_steps
+    from qknorm.pace import time_steps
     from qknorm.train import estimate_loss, setup
 
     threads = torch.get_num_threads()

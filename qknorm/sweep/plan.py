@@ -19,12 +19,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from qknorm.config import P_KINDS, Config, to_config
 from qknorm.effective import flatten, task_tree
 from qknorm.errors import UserError
-from qknorm.multitest import choose
 from qknorm.sweep import slurm, specs
 from qknorm.sweep.question import question
-from qknorm.sweep.race.readback import kind
-from qknorm.sweep.race.rungs import resolve_rungs
-from qknorm.sweep.race.settings import RaceSpec, plan_race, race_conf
+from qknorm.sweep.race import RaceSpec, judged_at, race_conf, replicate_test
+from qknorm.sweep.raceplan import plan_race
+from qknorm.sweep.readback import kind
 from qknorm.sweep.space import (
     SearchSpace,
     cli_replicates,
@@ -127,7 +126,7 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        """The kind of study it makes (race.readback.kind): plain, race or search."""
+        """The kind of study it makes (readback.kind): plain, race or search."""
         return kind(None if self.race is None else self.race.settings())
 
 
@@ -280,62 +279,29 @@ class Planner:
 
     def _resolve_rungs(self, race: RaceSpec, space: SearchSpace, base: list[str],
                        combo: list[str]) -> RaceSpec:
-        """The race judged at eval steps of its runs (race.rungs.resolve_rungs): compose each
-        candidate's job (the grid may set train.*), read train.max_iters and
-        train.eval_interval, resolve the rungs against them; the rungs that do not fit are
-        dropped, in one log line."""
+        """The race judged at eval steps of its runs (race.judged_at): compose each
+        candidate's job (the grid may set train.*) and read its train.max_iters and
+        train.eval_interval."""
         names = [p.name for p in space.params]
         ends = [tuple(p.grid[i] if p.grid else (p.distribution.low, p.distribution.high)[i]
                       for p in space.params) for i in (0, -1)]
         candidates = race.candidates or ends  # a search's candidates: the space's two ends
-        resolved = {}
+        lengths = []
         for c in candidates:
             cfg = self._compose([*base, *space.overrides(dict(zip(names, c, strict=True))),
                                  *combo], "hydra.sweeper.race.rungs", "check the params")
-            length = (OmegaConf.select(cfg, "train.max_iters"),
-                      OmegaConf.select(cfg, "train.eval_interval"))
-            if not all(isinstance(n, int) and n > 0 for n in length):
-                raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
-                                "train.eval_interval > 0 in the task's config (qknorm.train's); "
-                                "set rungs: null")
-            resolved[length] = resolve_rungs(list(race.rungs), list(race.margins) or race.margin,
-                                             *length)
-        if len({(steps, margins) for steps, margins, _ in resolved.values()}) > 1:
-            raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)} gives the candidates "
-                            "different steps (their train.max_iters, train.eval_interval: "
-                            f"{', '.join(f'{n}, {e}' for n, e in resolved)}); give one run "
-                            "length to every candidate, or whole steps that fit every one")
-        (max_iters, every), (steps, margins, dropped) = next(iter(resolved.items()))
-        if dropped:
-            log.warning("hydra.sweeper.race.rungs=%s at train.max_iters=%d (an eval every %d "
-                        "steps): dropped rung %s; %s", list(race.rungs), max_iters, every,
-                        ", ".join(map(str, dropped)),
-                        f"the runs are judged at step {', '.join(map(str, steps))}" if steps
-                        else "no rung is left: the race runs without in-fold stopping")
-        return race.with_rungs(steps, margins)
+            lengths.append((OmegaConf.select(cfg, "train.max_iters"),
+                            OmegaConf.select(cfg, "train.eval_interval")))
+        return race.with_rungs(*judged_at(list(race.rungs), list(race.margins) or race.margin,
+                                          lengths))
 
     def _race_test(self, option: str, replicates: dict[str, list[Any]], base: list[str],
                    combo: list[str]):
-        """The looks' test (multitest.choose): corrected over data.fold with the fold layout's
-        n_test/n_train (the job's data.n_folds), paired over seeds. A race over folds and
-        seeds at once has no one test (seeds within a fold are not independent of each other
-        the way folds are): race over one of them."""
-        folds = "data.fold" in replicates and len(set(map(str, replicates["data.fold"]))) > 1
-        others = [k for k, v in replicates.items() if k != "data.fold" and len(v) > 1]
+        """The looks' test (race.replicate_test), with data.n_folds from the race's job."""
         where = "hydra.sweeper.race.test"
-        if folds and others and option != "paired":
-            raise UserError(f"{where}={option}: the race's replicates vary data.fold and "
-                            f"{', '.join(others)}; race over data.fold alone (the corrected test "
-                            "over folds), or set race.test=paired to treat every combination "
-                            "as independent")
-        n_folds = None
-        if folds and option != "paired":
-            cfg = self._compose([*base, *combo], where, "the race's jobs need data.n_folds")
-            n_folds = OmegaConf.select(cfg, "data.n_folds")
-        try:
-            return choose(option, folds, n_folds if isinstance(n_folds, int) else None, where)
-        except ValueError as e:
-            raise UserError(str(e)) from None
+        return replicate_test(option, replicates, lambda: OmegaConf.select(
+            self._compose([*base, *combo], where, "the race's jobs need data.n_folds"),
+            "data.n_folds"))
 
     def _compose_values(self, base: list[str], where: str, key: str, values: list[Any],
                         keep: bool = False) -> None:

@@ -56,7 +56,8 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from qknorm.rundir import COMPLETED, FAILED, FINAL_FILE, PRUNED, read_final
-from qknorm.sweep.race import readback, verdicts
+from qknorm.sweep import readback
+from qknorm.sweep.race import verdicts
 from qknorm.sweep.study import (
     DUPLICATE_ATTR,
     HEARTBEAT_ATTR,

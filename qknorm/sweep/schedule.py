@@ -4,8 +4,8 @@ The loop (qknorm/sweep/sweep.py) asks a schedule, each pass, what to do; a sched
 the study and its own trials, tells the trials it is done with, and never calls back into the
 loop (Optuna's pruners and study/_optimize.py are the pattern). Three schedules exist:
 EveryReplicate here (each trial runs every replicate, then is told), RaceSchedule
-(qknorm/sweep/race/schedule.py: a trial per candidate, run a look at a time) and
-RaceSearchSchedule (qknorm/sweep/race/search.py: a trial per proposal, raced against the
+(qknorm/sweep/racing.py: a trial per candidate, run a look at a time) and
+RaceSearchSchedule (qknorm/sweep/racing.py: a trial per proposal, raced against the
 incumbent). Each also answers, for its kind of study, what the sweep does before and after the
 loop (prepare_study, log_plan, final_lines): the loop never asks which one it runs.
 """
@@ -25,7 +25,7 @@ from qknorm.rundir import COMPLETED, PRUNED
 from qknorm.sweep import launcher, slurm
 from qknorm.sweep.launcher import Job, JobResult, Launcher
 from qknorm.sweep.plan import Plan
-from qknorm.sweep.race.readback import search_lines
+from qknorm.sweep.readback import search_lines
 from qknorm.sweep.study import (
     CONFIG_KEY_ATTR,
     COUNTED,

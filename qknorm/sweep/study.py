@@ -54,7 +54,7 @@ N_TRIALS_ATTR = "n_trials"  # the total its latest sweeper was given (the status
 SWEEPER_ATTR = "sweeper"
 QUESTION_ATTR = "config"  # the config its runs share, less searched and replicate keys (question.py)
 # study: the race's settings, which a rerun must match; a racing search's name its sampler
-# (`search`); none for a plain sweep. The study's kind: race.readback.kind reads it.
+# (`search`); none for a plain sweep. The study's kind: readback.kind reads it.
 RACE_SETTINGS_ATTR = "race"
 RACE_OUTCOME_ATTR = "race"  # trial: how its race ended and the look that decided it
 RACE_CANDIDATE_ATTR = "race_candidate"  # trial: the candidate as overrides, norm.p=2.0

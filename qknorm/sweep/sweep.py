@@ -4,8 +4,8 @@ Everything the user can get wrong is checked first (plan.py), before the study i
 touched. Then each pass of the loop asks the schedule what to do: tell the trials it is done
 with, launch the jobs it wants run (through any Hydra launcher), or ask Optuna for new trials.
 The schedule is picked from SCHEDULES by the kind of study the plan makes: the plain sweep
-(schedule.EveryReplicate), the race (race.schedule.RaceSchedule) or the racing search
-(race.search.RaceSearchSchedule). It also answers for what differs between them before and
+(schedule.EveryReplicate), the race (racing.RaceSchedule) or the racing search
+(racing.RaceSearchSchedule). It also answers for what differs between them before and
 after the loop (its checks of the study, its plan's log lines, its last lines); the loop calls
 down into it, and it never calls back up.
 """
@@ -30,9 +30,8 @@ from qknorm.sweep import cost, outputs, question, specs
 from qknorm.sweep.launcher import Launcher
 from qknorm.sweep.plan import Plan, Planner, Settings
 from qknorm.sweep.progress import status_lines
-from qknorm.sweep.race.readback import PLAIN, RACE, SEARCH
-from qknorm.sweep.race.schedule import RaceSchedule
-from qknorm.sweep.race.search import RaceSearchSchedule
+from qknorm.sweep.racing import RaceSchedule, RaceSearchSchedule
+from qknorm.sweep.readback import PLAIN, RACE, SEARCH
 from qknorm.sweep.schedule import EveryReplicate, Schedule
 from qknorm.sweep.study import (
     PARAMS_ATTR,
@@ -51,7 +50,7 @@ from qknorm.sweep.study import (
 
 log = logging.getLogger(__name__)
 
-# The schedule of each kind of study (plan.kind, race.readback.kind).
+# The schedule of each kind of study (plan.kind, readback.kind).
 SCHEDULES: dict[str, type[Schedule]] = {
     PLAIN: EveryReplicate, RACE: RaceSchedule, SEARCH: RaceSearchSchedule}
 

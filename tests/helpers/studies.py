@@ -15,8 +15,7 @@ import sqlalchemy
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from qknorm.sweep import read_study
-from qknorm.sweep.race import readback
+from qknorm.sweep import read_study, readback
 from qknorm.sweep.study import (
     HEARTBEAT_ATTR,
     PARAMS_ATTR,

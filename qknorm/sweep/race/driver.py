@@ -1,18 +1,19 @@
 """The racing engine: what a race or a racing search does next, as pure functions of what its
-runs recorded. One driver for every caller: the live schedules (qknorm/sweep/race/schedule.py,
-search.py) read the ledger from the study and launch what a step asks for; the replays
+runs recorded. One driver for every caller: the live schedules (qknorm/sweep/racing.py) read
+the ledger from the study and launch what a turn asks for; the replays
 (qknorm/research/race_sims.py) read it from recorded grids; the tests from tables.
 
-A step answers, from the ledger alone: the runs to launch now (candidate or proposal, block),
+A turn (RaceTurn, SearchTurn: one move of the driver, not a training step) answers, from
+the ledger alone: the runs to launch now (candidate or proposal, block),
 in launch order; for a search, whether to make a new proposal first; and whether it is over.
 Nothing here reads a study, launches a run or asks a sampler: the caller does, then records
-what it got and asks for the next step (Optuna's pruners are the pattern: a rule answers from
+what it got and asks for the next turn (Optuna's pruners are the pattern: a rule answers from
 the values, the loop acts).
 
 The budget (budget_steps), one rule for the race and the search: no run launches that would
 take the runs past it. It is spent by whole runs (a run stopped at a rung: to its rung); a run's
 length is the longest completed run's steps so far (fits), and before any run has completed,
-when its length is not known, a launch holds one run, to learn it. A step launches the runs
+when its length is not known, a launch holds one run, to learn it. A turn launches the runs
 that fit, in its launch order (a search: the incumbent's first, _first; a race: best first),
 and the search or race is over once none fits (a race ends where it stands, its last look
 made). So either ends within its budget, except a first run longer than the whole budget.
@@ -58,7 +59,7 @@ def _within(runs: list, n_fit: int | None, budget: int | None) -> list:
 
 
 @dataclass(frozen=True)
-class SearchStep:
+class SearchTurn:
     search: Search  # the decisions so far
     runs: list[tuple[int, int]]  # (proposal index, block) to launch now, in launch order
     propose: bool  # make one new proposal first (its first block joins the next launch)
@@ -75,9 +76,9 @@ def exploring(props: Sequence[Proposal], budget: int | None, explore: float, roo
             and (budget is None or spent(props) < explore * budget))
 
 
-def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, explore: float,
-                slots: int, room: int, exhausted: bool = False) -> SearchStep:
-    """The racing search's next step. `slots`: proposals racing at once (n_jobs); `room`:
+def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, explore: float,
+                slots: int, room: int, exhausted: bool = False) -> SearchTurn:
+    """The racing search's next turn. `slots`: proposals racing at once (n_jobs); `room`:
     proposals it may still make (n_trials less those made); `exhausted`: its sampler proposed
     only repeats. A new proposal is made while fewer than `slots` challengers race and the
     launch has a free slot for its first block; blocks run the incumbent's first."""
@@ -87,19 +88,19 @@ def search_step(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     racing = sum(j.outcome == verdicts.RACING for j in search.judged.values())
     runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
     if n_fit == 0:
-        return SearchStep(search, [], False, True, False)
+        return SearchTurn(search, [], False, True, False)
     if going and racing < slots and len(runs) < slots:
-        return SearchStep(search, [], True, False, going)
+        return SearchTurn(search, [], True, False, going)
     runs = _within(runs, n_fit, budget)
-    return SearchStep(search, runs, False, not search.needs and not going, going)
+    return SearchTurn(search, runs, False, not search.needs and not going, going)
 
 
 OUT = (verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.STOPPED,
        verdicts.FAILED)  # decided: its trial is told and runs no more
 
 
-def closed(step: SearchStep) -> set[int]:
-    """The proposals a step is done with: decided, or every one once the search is over (the
+def closed(step: SearchTurn) -> set[int]:
+    """The proposals a turn is done with: decided, or every one once the search is over (the
     incumbent is told COMPLETE, the others PRUNED; intensify.final answers for them)."""
     return {i for i, j in step.search.judged.items() if step.over or j.outcome in OUT}
 
@@ -140,14 +141,14 @@ class RaceLedger:
 
 
 @dataclass(frozen=True)
-class RaceStep:
+class RaceTurn:
     race: looks.Race
     runs: list[tuple[Hashable, int]]  # (candidate, block) to launch now, in launch order
 
 
-def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
-              budget: int | None, rungs: bool) -> RaceStep:
-    """The race's next step: the looks so far, and the blocks the next look needs, block by
+def race_turn(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
+              budget: int | None, rungs: bool) -> RaceTurn:
+    """The race's next turn: the looks so far, and the blocks the next look needs, block by
     block, best candidate first within a block (looks.standing), so that a run is judged
     at its rungs against the leader's. With rungs, one block a launch: a candidate stopped
     there runs no other. The budget (the module's rule): the runs that fit, best first; once
@@ -157,13 +158,13 @@ def race_step(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
                         rules.min_blocks, rules.alpha, baseline, n_fit == 0, rules.equivalence,
                         rules.test)
     if race.over:
-        return RaceStep(race, [])
+        return RaceTurn(race, [])
     order = looks.standing(ledger.values, race.alive, baseline)
     runs = [(c, b) for b in range(race.need) for c in order
             if c in ledger.live and b not in ledger.values.get(c, {})]
     if rungs and runs:
         runs = [(c, b) for c, b in runs if b == runs[0][1]]
-    return RaceStep(race, _within(runs, n_fit, budget))
+    return RaceTurn(race, _within(runs, n_fit, budget))
 
 
 @dataclass(frozen=True)
@@ -190,3 +191,17 @@ def race_verdict(race: looks.Race, c: Hashable, rules: Rules, stopped: bool = Fa
                         None if test is None else test.p_adjusted, low, high, rules.alpha,
                         rules.equivalence, alone=len(race.alive) == 1)
     return RaceVerdict(outcome, lk, test, word)
+
+
+def look_verdict(look: looks.Look, c: Hashable, baseline: Hashable | None,
+                 equivalence: float | None) -> str:
+    """What a look did with candidate c: DROPPED (significantly worse than its leader, Holm),
+    LEVEL (taken out level with it within ±δ; the baseline, which never leaves, is level when
+    its interval lies inside ±δ, and stays), else STAYS. The claims' record of a race's looks
+    and scripts/race_replay.py say it; the race's own outcome is race_verdict's."""
+    if c in look.dropped:
+        return verdicts.DROPPED
+    if c in look.level or (c == baseline and c in look.tests
+                           and looks.is_level(look.tests[c], equivalence)):
+        return verdicts.LEVEL
+    return verdicts.STAYS

@@ -107,6 +107,8 @@ class Search:
 @dataclass(frozen=True)
 class Rules:
     n_blocks: int
+    # hydra.sweeper.race.min_replicates: in a race, the blocks every candidate runs before the
+    # first look; in a racing search, the blocks a takeover needs (at least)
     min_blocks: int
     alpha: float
     equivalence: float | None = None

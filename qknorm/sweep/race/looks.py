@@ -35,9 +35,9 @@ candidates of the look). What it does not: every further look is another chance 
 which favours it when candidates are level. docs/race.md has the measured rates.
 
 Everything here is a pure function of the values. The sweeper replays the race from the values
-recorded in the study (qknorm/sweep/race/schedule.py, through qknorm/sweep/race/driver.py), so
+recorded in the study (qknorm/sweep/racing.py, through qknorm/sweep/race/driver.py), so
 a resumed sweep, or a second sweeper on the same study, reaches the same decisions; the report
-reads the decisions back (qknorm/sweep/race/readback.py). The words of the decisions are
+reads the decisions back (qknorm/sweep/readback/). The words of the decisions are
 qknorm/sweep/race/verdicts.py's.
 """
 

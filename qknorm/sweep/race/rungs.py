@@ -1,15 +1,20 @@
 """A race's rungs (hydra.sweeper.race.rungs and .margin): where a run is judged inside its
 replicate, checked as written (fractions of train.max_iters, or whole steps) and resolved to
-the eval steps of runs of a given length. Pure (no Hydra, no Optuna): the plan
-(qknorm/sweep/race/settings.py) and the research replays (qknorm/research) call it.
+the eval steps of runs of a given length. Pure (no Hydra, no Optuna): the settings
+(qknorm/sweep/race/settings.py), the plan (qknorm/sweep/plan.py, with the run lengths of the
+candidates' composed jobs) and the research replays (qknorm/research) call it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from qknorm.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 def _is_margin(m: Any) -> bool:
@@ -104,3 +109,30 @@ def resolve_rungs(rungs: Any, margin: Any, max_iters: int, eval_interval: int
             steps.append(step)
             kept.append(m)
     return tuple(steps), tuple(kept), dropped
+
+
+def judged_at(rungs: Any, margin: Any, lengths: Iterable[tuple[Any, Any]]
+              ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The steps and margins every candidate's runs are judged at, from each one's run length
+    (train.max_iters, train.eval_interval, as its job's config has them): one resolution for
+    all, else UserError; the rungs that do not fit are dropped, in one log line."""
+    resolved = {}
+    for length in lengths:
+        if not all(isinstance(n, int) and n > 0 for n in length):
+            raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
+                            "train.eval_interval > 0 in the task's config (qknorm.train's); "
+                            "set rungs: null")
+        resolved[tuple(length)] = resolve_rungs(rungs, margin, *length)
+    if len({(steps, margins) for steps, margins, _ in resolved.values()}) > 1:
+        raise UserError(f"hydra.sweeper.race.rungs={list(rungs)} gives the candidates "
+                        "different steps (their train.max_iters, train.eval_interval: "
+                        f"{', '.join(f'{n}, {e}' for n, e in resolved)}); give one run "
+                        "length to every candidate, or whole steps that fit every one")
+    (max_iters, every), (steps, margins, dropped) = next(iter(resolved.items()))
+    if dropped:
+        log.warning("hydra.sweeper.race.rungs=%s at train.max_iters=%d (an eval every %d "
+                    "steps): dropped rung %s; %s", list(rungs), max_iters, every,
+                    ", ".join(map(str, dropped)),
+                    f"the runs are judged at step {', '.join(map(str, steps))}" if steps
+                    else "no rung is left: the race runs without in-fold stopping")
+    return steps, margins

@@ -18,10 +18,9 @@ and their resolution to eval steps are qknorm/sweep/race/rungs.py's.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -29,17 +28,19 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from qknorm.errors import UserError, did_you_mean, first_line
-from qknorm.multitest import PAIRED_T, ReplicateTest
+from qknorm.multitest import PAIRED_T, ReplicateTest, choose
 from qknorm.sweep.race.rungs import checked_rungs, resolve_rungs
-from qknorm.sweep.space import OutsideSpace, SearchSpace, format_value
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class RaceConf:
-    # Every candidate (grid point) runs the first min_replicates replicates; after each further
-    # one, those significantly worse than the leader leave (one-sided t, Holm).
+    # One key, two roles (docs/race.md, docs/search.md; the driver's Rules.min_blocks): in a race
+    # over a grid, every candidate (grid point) runs the first min_replicates replicates; after
+    # each further one, those significantly worse than the leader leave (one-sided t, Holm). In
+    # a racing search, the replicates a challenger must run (and the incumbent have) to take
+    # over.
     min_replicates: int = 3
     alpha: float = 0.05
     # The candidate never dropped, e.g. 2.0 (a p), or {norm: lp, norm.p: 2.0}; null: none.
@@ -143,7 +144,7 @@ class RaceSpec:
     # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
     # it from the replicate keys and the fold layout, hydra.sweeper.race.test overrides).
     test: ReplicateTest = PAIRED_T
-    # A racing search (qknorm/sweep/race/search.py): the sampler that proposes the candidates
+    # A racing search (qknorm/sweep/racing.py): the sampler that proposes the candidates
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
     explore: float = 0.8  # a search's share of budget_steps for new proposals (RaceConf)
@@ -190,13 +191,13 @@ class RaceSpec:
                 "margins": tuple(self.margins) if judged else ()}
 
 
-def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
-              directions: list[str], objectives: list[str], sampler: str, pruner: str,
-              n_trials: int | None) -> RaceSpec | None:
-    """The race, every value checked (UserError names the value and the fix; keys and types
-    were checked by Hydra against RaceConf); None: off (race: null)."""
-    if conf is None:
-        return None
+def checked_race(conf: RaceConf, blocks: list[str], directions: list[str],
+                 objectives: list[str], sampler: str, pruner: str, n_trials: int | None,
+                 grid_size: int) -> RaceSpec:
+    """The race's values that need no search space, checked (UserError names the value and the
+    fix; keys and types were checked by Hydra against RaceConf), as a RaceSpec with no
+    candidates yet: the plan (qknorm/sweep/raceplan.py) adds the grid's candidates, their
+    labels, the baseline and a search's initial design, which read the search space."""
     search = None if sampler == "grid" else sampler
     if search is not None and sampler not in SEARCH_SAMPLERS:
         raise UserError(f"hydra.sweeper.race with sampler.name={sampler}: a race needs the grid "
@@ -211,13 +212,9 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
     if search is not None and n_trials is None:
         raise UserError("hydra.sweeper.n_trials=null: a search that races its proposals needs "
                         "a number of proposals, e.g. n_trials: 24")
-    if search is not None and conf.baseline is not None:
-        raise UserError(f"hydra.sweeper.race.baseline={format_value(conf.baseline)}: a search "
-                        "races its proposals against its incumbent, not a baseline; set "
-                        "baseline: null")
-    if search is None and n_trials is not None and n_trials != space.grid_size:
+    if search is None and n_trials is not None and n_trials != grid_size:
         raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
-                        f"n_trials: null (the grid's {space.grid_size} points)")
+                        f"n_trials: null (the grid's {grid_size} points)")
     minimum, alpha = conf.min_replicates, conf.alpha
     if minimum < 2:
         raise UserError(f"hydra.sweeper.race.min_replicates={minimum} must be >= 2 (a paired "
@@ -231,54 +228,11 @@ def plan_race(conf: RaceConf | None, space: SearchSpace, blocks: list[str],
         raise UserError(f"hydra.sweeper.race.min_replicates={minimum} but the replicates give "
                         f"{len(blocks)} ({', '.join(blocks)}); list at least {minimum} or lower "
                         "min_replicates")
-    candidates = ([] if search else
-                  [tuple(c) for c in itertools.product(*(p.grid for p in space.params))])
-    labels = {c: _candidate_label(space, c) for c in candidates}
-    baseline = _baseline(conf.baseline, space, candidates)
     rungs, margin, margins = _rungs(conf.rungs, conf.margin, directions[0])
-    return RaceSpec(minimum, float(alpha), baseline, tuple(candidates), labels, tuple(blocks),
+    return RaceSpec(minimum, float(alpha), None, (), {}, tuple(blocks),
                     1.0 if directions[0] == "minimize" else -1.0, rungs, margin,
                     _budget(conf.budget_steps), _equivalence(conf.equivalence), margins,
-                    search=search, explore=_explore(conf.explore),
-                    initial=_initial(conf.initial, space, search))
-
-
-def _initial(values: list[Any] | None, space: SearchSpace,
-             search: str | None) -> tuple[dict[str, Any], ...]:
-    """race.initial as trial params (SearchSpace.params_of). A point the space cannot propose
-    (a preset's p = inf under norm.p=interval(1, 8)) is dropped with one log line, as a rung
-    that does not fit is: the search starts from the next point, or from its sampler. A point
-    that is no value of the searched keys ([abc], a bare number for two keys) is refused."""
-    if not values:
-        return ()
-    if search is None:
-        raise UserError(f"{_written(values)}: a race runs every point of its grid; initial is "
-                        "a search's first proposals (sampler tpe, gp or random), or set it null")
-    keys, out = [p.key for p in space.params], []
-    for value in values:
-        try:
-            if not isinstance(value, dict) and len(keys) > 1:
-                raise ValueError(f"{format_value(value)} is ambiguous, the search varies "
-                                 f"{', '.join(keys)}; give each, e.g. {{{keys[0]}: ...}}")
-            params = space.params_of(value if isinstance(value, dict) else {keys[0]: value})
-        except OutsideSpace as e:
-            log.warning("%s: %s: dropped", _written(values), e)
-            continue
-        except (TypeError, ValueError) as e:
-            example = (f", e.g. {_written([space.params[0].examples()[0]])}"
-                       if len(keys) == 1 else "")
-            raise UserError(f"{_written(values)}: {first_line(e)}; give values of the searched "
-                            f"keys ({', '.join(keys)}){example}") from None
-        if params not in out:
-            out.append(params)
-    return tuple(out)
-
-
-def _written(values: list[Any]) -> str:
-    """race.initial as an override writes it: [inf, 1.0], [{norm.p: 2.0, model: cpu}]."""
-    return "hydra.sweeper.race.initial=[" + ", ".join(
-        "{" + ", ".join(f"{k}: {format_value(x)}" for k, x in v.items()) + "}"
-        if isinstance(v, dict) else format_value(v) for v in values) + "]"
+                    search=search, explore=_explore(conf.explore))
 
 
 def _explore(value: float) -> float:
@@ -331,45 +285,31 @@ def _one_or_each(margins: Sequence[float], margin: Any) -> tuple[float, tuple[fl
     return (float(margin) if isinstance(margin, (int, float)) else RaceConf.margin), ()
 
 
+def replicate_test(option: str, replicates: Mapping[str, Sequence[Any]],
+                   n_folds: Callable[[], Any]) -> ReplicateTest:
+    """The looks' test (multitest.choose): corrected over data.fold with the fold layout's
+    n_test/n_train (data.n_folds, which `n_folds` reads from the race's job config, asked only
+    when needed), paired over seeds. A race over folds and seeds at once has no one test (seeds
+    within a fold are not independent of each other the way folds are): race over one of
+    them."""
+    folds = "data.fold" in replicates and len(set(map(str, replicates["data.fold"]))) > 1
+    others = [k for k, v in replicates.items() if k != "data.fold" and len(v) > 1]
+    where = "hydra.sweeper.race.test"
+    if folds and others and option != "paired":
+        raise UserError(f"{where}={option}: the race's replicates vary data.fold and "
+                        f"{', '.join(others)}; race over data.fold alone (the corrected test "
+                        "over folds), or set race.test=paired to treat every combination "
+                        "as independent")
+    layout = n_folds() if folds and option != "paired" else None
+    try:
+        return choose(option, folds, layout if isinstance(layout, int) else None, where)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 def step_margins(race: Mapping[str, Any], max_iters: int, eval_interval: int) -> dict[int, float]:
     """A race's settings as a preset writes them (conf/search/*.yaml's hydra.sweeper.race) ->
     {step: margin} for runs of max_iters steps (resolve_rungs; the dropped rungs left out)."""
     steps, margins, _ = resolve_rungs(race.get("rungs"), race.get("margin", RaceConf.margin),
                                       max_iters, eval_interval)
     return dict(zip(steps, margins, strict=True))
-
-
-def _candidate_label(space: SearchSpace, candidate: Sequence[Any]) -> str:
-    values = space.values(dict(zip((p.name for p in space.params), candidate, strict=True)))
-    return " ".join(f"{k}={format_value(v)}" for k, v in values.items())
-
-
-def _same(a: Any, b: Any) -> bool:
-    """A baseline as written (2, 2.0, 'inf') against a config value (2.0, inf)."""
-    try:
-        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a) == str(b)
-
-
-def _baseline(value: Any, space: SearchSpace, candidates: list[tuple]) -> Hashable | None:
-    if value is None:
-        return None
-    keys = [p.key for p in space.params]
-    if not isinstance(value, dict):
-        if len(keys) > 1:
-            raise UserError(f"hydra.sweeper.race.baseline={format_value(value)} is ambiguous: "
-                            f"the candidates vary {', '.join(keys)}; give each, e.g. baseline: "
-                            f"{{{', '.join(f'{k}: ...' for k in keys)}}}")
-        value = {keys[0]: value}
-    names = [p.name for p in space.params]
-    for c in candidates:
-        config = space.values(dict(zip(names, c, strict=True)))
-        if set(value) == set(config) and all(_same(value[k], config[k]) for k in config):
-            return c
-    shown = ", ".join(f"{k}={format_value(v)}" for k, v in value.items())
-    choices = "; ".join(" ".join(f"{k}={format_value(v)}" for k, v in
-                                 space.values(dict(zip(names, c, strict=True))).items())
-                        for c in candidates)
-    raise UserError(f"hydra.sweeper.race.baseline={shown} is not among the candidates "
-                    f"({choices}); pick one of them, or null for none")

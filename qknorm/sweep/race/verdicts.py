@@ -1,5 +1,7 @@
 """The words a race and a racing search say of a candidate, one vocabulary for both: its trial's
-record (the trial user attr `race`), the console's last line, qknorm.status and the report.
+record (the trial user attr `race`), the console's last line, qknorm.status and the report;
+the one place each verdict word is defined (the report's paired comparisons and the claims
+records say these words too).
 
 How it left, or stands (the trial's outcome):
   DROPPED   a race's look found it significantly worse than the leader (Holm)
@@ -12,11 +14,19 @@ How it left, or stands (the trial's outcome):
   INCUMBENT the racing search's best of the moment
   PARKED    a search's challenger behind by less than δ while it explores, confirmed later
 
+What a look did with a candidate (driver.look_verdict: the claims' record of a race's looks,
+scripts/race_replay.py): DROPPED, LEVEL, or
+  STAYS     in the race after the look
+
 The answer (what the race says of it at the end):
   BEST      the leader of the last look, or the search's incumbent
   WORSE     dropped, or shown behind (Holm p <= alpha, not level)
   LEVEL     level within ±δ
   UNDECIDED stopped at a rung (untested), or any other survivor
+
+The report's paired comparison of two arms (qknorm.report.stats.verdict) answers WORSE,
+UNDECIDED, LEVEL_WITHIN (LEVEL written with its margin, as its table prints it) or
+  BETTER    shown better (a race never says it: it asks one way, behind the leader or not)
 """
 
 from __future__ import annotations
@@ -27,6 +37,9 @@ RACING, NOT_STARTED = "racing", "not started"
 INCUMBENT = "incumbent"
 PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
 WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
+STAYS = "stays"  # neither dropped nor taken out level at a look
+BETTER = "better"  # the report's comparison of two arms, the other way from WORSE
+LEVEL_WITHIN = f"{LEVEL} within ±δ"  # LEVEL as the report's Δ table prints it
 
 # The answer an outcome gives by itself (every other outcome is its own answer; a race's
 # survivor is answered by its last look: looks.answer). Stopped at a rung: undecided, since the

@@ -1,0 +1,43 @@
+"""A race or a racing search read back from its study alone (the racing schedules,
+qknorm/sweep/racing.py, write it): what the sweeper prints at its end, qknorm.status shows any
+time and the report tabulates. The rules it replays are the race layer's (qknorm/sweep/race/);
+this package reads a study. By concern:
+
+  kinds   a study's kind (plain, race, search) and its race settings, as the driver's rules
+  ledger  the trials a race counts, their block results and steps, a search's proposals
+  tables  the race's elimination table, the search's answer (one row per proposal)
+  words   the same in words: the console's line, the search's answer, a proposal's name
+"""
+
+from qknorm.sweep.readback.kinds import PLAIN, RACE, SEARCH, kind, rules, settings_of, settings_test
+from qknorm.sweep.readback.ledger import (
+    block_values,
+    completed,
+    counted,
+    ledger,
+    proposals,
+    race_trials,
+    run_steps,
+    steps_spent,
+    stopped_block,
+)
+from qknorm.sweep.readback.tables import Elimination, answer, elimination, elimination_of
+from qknorm.sweep.readback.words import (
+    answer_lines,
+    budget_words,
+    p_of,
+    search_lines,
+    share,
+    short,
+    stop_place,
+    summary_line,
+)
+
+__all__ = [
+    "PLAIN", "RACE", "SEARCH", "kind", "rules", "settings_of", "settings_test",
+    "block_values", "completed", "counted", "ledger", "proposals", "race_trials", "run_steps",
+    "steps_spent", "stopped_block",
+    "Elimination", "answer", "elimination", "elimination_of",
+    "answer_lines", "budget_words", "p_of", "search_lines", "share", "short", "stop_place",
+    "summary_line",
+]
