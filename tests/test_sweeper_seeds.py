@@ -144,7 +144,8 @@ def test_a_sweeper_that_waits_for_another_says_so_once(caplog, monkeypatch):
     sweep.settings = SimpleNamespace(study_name="s", heartbeat_interval=1, max_failure_rate=1.0)
     monkeypatch.setattr("qknorm.sweep.sweep.time.sleep", lambda s: None)
     with caplog.at_level(logging.INFO, logger="qknorm.sweep.sweep"):
-        assert sweep._run(study, SimpleNamespace(n_trials=4, job=object())  # job: qknorm.train's, Waits(), None, Beats()) is None
+        plan = SimpleNamespace(n_trials=4, job=object())  # job: qknorm.train's (its plan is timed)
+        assert sweep._run(study, plan, Waits(), None, Beats()) is None
     assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.sweep"] == [
         "waiting: another sweeper of study s runs what comes next "
         "(1 trial(s) running); this one goes on when they end"]
