@@ -125,6 +125,8 @@ def test_means_record_on_hand_made_runs(book):
     assert got["2"]["low"] == pytest.approx(1.85 - half)
     assert got["2"]["high"] == pytest.approx(1.85 + half)
     assert got["1"]["mean"] == pytest.approx(1.97)
+    assert got["all"]["lowest"] == "2"  # means 1.85 (p = 2), 1.87 (p = 4), 1.97 (p = 1)
+    assert (got["all"]["min"], got["all"]["max"]) == pytest.approx((1.85, 1.97))
 
 
 DELTAS = (f"source: grid\n    metric: best_val_loss\n    baseline: 2\n    {TEST}\n"
@@ -144,6 +146,8 @@ def test_deltas_record_on_hand_made_runs(book):
     assert (one["verdict"], four["verdict"]) == ("worse", "undecided")  # 2 p1 = 0.032, p4 = 0.12
     assert (one["strength"], four["strength"]) == ("clear", "")
     assert (four["below"], four["above"]) == (0, 3)
+    assert got["all"]["compared"] == 2 and got["all"]["largest"] == pytest.approx(0.12)
+    assert got["all"]["tally"] == "1 worse, 1 undecided"  # counted from the calls above
 
 
 def test_paired_and_spread_records_pair_two_sources_by_fold(book):

@@ -1,11 +1,14 @@
 """Records over the groups of one or two sweeps (a grid of p on folds): each computed by the
 report's own functions, as summary.md and scripts/paper_table.py compute it.
 
-  means    per p: n, mean, std and the 95% interval of the metric (stats.group_summary)
+  means    per p: n, mean, std and the 95% interval of the metric (stats.group_summary); row
+           all: the p of the lowest mean, the means' min and max
   deltas   per p: Δ vs the baseline p (stats.paired_vs_baseline): Δ, 95% interval, t p, Holm p
            over the table, the 90% interval, the verdict at δ and its strength; pairs below and
-           above 0
-  paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b
+           above 0; row all: the calls counted over the table (`tally`, "6 worse, 1
+           undecided"), so a page says "every" or "none" only as a count, and the largest |Δ|
+  paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b;
+           with `equivalence` its verdict and call (one comparison: its t p is its Holm p)
   spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
            difference of the means (the same protocol run twice: on two devices, or commits)
   steps    the training steps a sweep spent, against the full grid's, and its distinct p
@@ -45,7 +48,10 @@ def means(record: Record, runs: Runs) -> Rows:
     frame = _runs(runs, record)
     metric = setting(record, "metric")
     table = stats.group_summary(frame, [metric], test=replicate_test(frame, record))
-    return {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
+    lowest = table.loc[table[f"{metric}_mean"].idxmin(), "norm.p"]
+    spread = {"lowest": row_key(lowest), "min": table[f"{metric}_mean"].min(),
+              "max": table[f"{metric}_mean"].max()}
+    return {"all": spread} | {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
                                    "std": r[f"{metric}_std"], "low": r[f"{metric}_ci_low"],
                                    "high": r[f"{metric}_ci_high"]}
             for _, r in table.iterrows()}
@@ -82,7 +88,17 @@ def deltas(record: Record, runs: Runs) -> Rows:
             "tost_low": r["tost_low"], "tost_high": r["tost_high"], "verdict": r["verdict"],
             "strength": how, "call": strength.worded(r["verdict"], how),
             "room": strength.room(r["tost_low"], r["tost_high"], equivalence), **_signs(x - b)}
+    rows["all"] = {"compared": len(rows), "tally": tally(r["call"] for r in rows.values()),
+                   "largest": max((abs(r["delta"]) for r in rows.values()), default=math.nan)}
     return rows
+
+
+def tally(calls) -> str:
+    """Calls counted, most first (ties in the order first seen): "6 worse, 1 undecided"."""
+    counts: dict[str, int] = {}
+    for c in calls:
+        counts[c] = counts.get(c, 0) + 1
+    return ", ".join(f"{n} {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _strength(verdict: str, r, equivalence: float) -> str:
@@ -108,6 +124,10 @@ def paired(record: Record, runs: Runs) -> Rows:
         if equivalence is not None:  # one comparison: its own p is its Holm p
             row["verdict"] = stats.verdict(t.t_pvalue, t.mean, t.tost_low, t.tost_high,
                                            float(equivalence))
+            how = _strength(row["verdict"], {"tost_low": t.tost_low, "tost_high": t.tost_high,
+                                             "delta_ci_low": t.ci_low,
+                                             "delta_ci_high": t.ci_high}, float(equivalence))
+            row["call"] = strength.worded(row["verdict"], how)
         rows[row_key(p)] = row
     return rows
 
