@@ -165,6 +165,21 @@ def test_paired_and_spread_records_pair_two_sources_by_fold(book):
     assert spread["all"]["n"] == 3  # only p = 2 ran on both
 
 
+def test_agreement_record_counts_the_calls_two_records_share(book):
+    """The grid read at δ = 0.02 and at δ = 0.05: p = 1 is worse under both (Holm p 0.032, its
+    90% interval +0.12 ± 0.045 past either δ); p = 4's 90% interval, +0.02 ± 0.022, lies inside
+    ±0.05 but not ±0.02: level against undecided."""
+    wide = DELTAS.replace("equivalence: 0.02", "equivalence: 0.05")
+    (book.results / "records" / "r.yaml").write_text(
+        f"records:\n  a:\n    kind: deltas\n    {DELTAS}\n  b:\n    kind: deltas\n    {wide}\n"
+        "  both:\n    kind: agreement\n    a: a\n    b: b\n")
+    book = records.load(book.results.parents[1])
+    got = kinds.compute(book.records["both"], Runs(book))
+    assert got["1"] == {"a": "worse", "b": "worse"}
+    assert got["4"] == {"a": "undecided", "b": "level within ±δ"}
+    assert got["all"] == {"compared": 2, "agree": 1, "differ": "4"}
+
+
 def test_race_record_replays_the_looks(book):
     spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    min_replicates: 3\n"
             "    alpha: 0.05\n    baseline: 2\n    equivalence: 0.02")
