@@ -222,7 +222,7 @@ def test_check_names_the_record_and_both_values(book):
     spec = f"source: grid\n    metric: best_val_loss\n    {TEST}"
     rec = record(book, "means", spec + '\n    rows: {"2": {mean: "1.8500", n: 3}, "7": {n: 1}}')
     assert check.record(rec, Runs(book)) == [
-        "r [7]: the runs give no such row (they give 1, 2, 4)"]
+        "r [7]: the runs give no such row (they give 1, 2, 4, all)"]
     rec = record(book, "means", spec + '\n    rows: {"2": {mean: "1.8501"}}')
     assert check.record(rec, Runs(book)) == [
         "r [2] mean: the record says 1.8501, the runs give 1.85 (r.yaml)"]

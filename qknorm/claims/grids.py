@@ -51,10 +51,11 @@ def means(record: Record, runs: Runs) -> Rows:
     lowest = table.loc[table[f"{metric}_mean"].idxmin(), "norm.p"]
     spread = {"lowest": row_key(lowest), "min": table[f"{metric}_mean"].min(),
               "max": table[f"{metric}_mean"].max()}
-    return {"all": spread} | {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
+    rows = {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
                                    "std": r[f"{metric}_std"], "low": r[f"{metric}_ci_low"],
                                    "high": r[f"{metric}_ci_high"]}
             for _, r in table.iterrows()}
+    return rows | {"all": spread}
 
 
 def _signs(d) -> dict[str, int]:
