@@ -158,6 +158,9 @@ def test_paired_and_spread_records_pair_two_sources_by_fold(book):
     assert got["t_p"] == pytest.approx(two_sided_p(-0.01 / (0.02 * math.sqrt(C))))
     assert got["high"] == pytest.approx(-0.01 + T975_2 * 0.02 * math.sqrt(C))
     assert (got["below"], got["above"]) == (2, 1)
+    worded = kinds.compute(record(book, "paired", spec + "\n    equivalence: 0.02"), Runs(book))
+    assert worded["2"]["holm"] == pytest.approx(got["t_p"])  # one p: Holm over 1 is its p
+    assert worded["2"]["call"] == "undecided"  # 90%: −0.01 ± 0.045, p 0.58
     spread = kinds.compute(record(book, "spread", "a: {source: grid}\n    b: {source: other}\n"
                                   "    metric: best_val_loss"), Runs(book))
     assert spread["2"]["max_abs"] == pytest.approx(0.03)

@@ -8,7 +8,7 @@ report's own functions, as summary.md and scripts/paper_table.py compute it.
            above 0; row all: the calls counted over the table (`tally`, "6 worse, 1
            undecided"), so a page says "every" or "none" only as a count, and the largest |Δ|
   paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b;
-           with `equivalence` its verdict and call (one comparison: its t p is its Holm p)
+           with `equivalence` its Holm p over the p, its verdict and call (as deltas words them)
   spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
            difference of the means (the same protocol run twice: on two devices, or commits)
   steps    the training steps a sweep spent, against the full grid's, and its distinct p
@@ -116,20 +116,23 @@ def paired(record: Record, runs: Runs) -> Rows:
     metric, test = setting(record, "metric"), replicate_test(pd.concat([a, b]), record)
     equivalence = setting(record, "equivalence", None)
     a, b = stats.completed(a), stats.completed(b)
-    rows = {}
+    rows, tests = {}, {}
     for p in sorted(set(a["norm.p"]) & set(b["norm.p"])):
         x, y = _pairs(a[a["norm.p"] == p], b[b["norm.p"] == p], metric, test)
-        t = stats.paired_test(x, y, test)
-        row = {"n": t.n, "delta": t.mean, "low": t.ci_low, "high": t.ci_high, "t_p": t.t_pvalue,
-               "tost_low": t.tost_low, "tost_high": t.tost_high, **_signs(x - y)}
-        if equivalence is not None:  # one comparison: its own p is its Holm p
-            row["verdict"] = stats.verdict(t.t_pvalue, t.mean, t.tost_low, t.tost_high,
-                                           float(equivalence))
-            how = _strength(row["verdict"], {"tost_low": t.tost_low, "tost_high": t.tost_high,
-                                             "delta_ci_low": t.ci_low,
-                                             "delta_ci_high": t.ci_high}, float(equivalence))
-            row["call"] = strength.worded(row["verdict"], how)
-        rows[row_key(p)] = row
+        t = tests[row_key(p)] = stats.paired_test(x, y, test)
+        rows[row_key(p)] = {"n": t.n, "delta": t.mean, "low": t.ci_low, "high": t.ci_high,
+                            "t_p": t.t_pvalue, "tost_low": t.tost_low, "tost_high": t.tost_high,
+                            **_signs(x - y)}
+    if equivalence is not None:  # each p asked both ways, Holm over the p (the deltas table's)
+        for (key, t), adjusted in zip(tests.items(), holm([t.t_pvalue for t in tests.values()]),
+                                      strict=True):
+            verdict = stats.verdict(adjusted, t.mean, t.tost_low, t.tost_high,
+                                    float(equivalence))
+            how = _strength(verdict, {"tost_low": t.tost_low, "tost_high": t.tost_high,
+                                      "delta_ci_low": t.ci_low, "delta_ci_high": t.ci_high},
+                            float(equivalence))
+            rows[key].update({"holm": adjusted, "verdict": verdict,
+                              "call": strength.worded(verdict, how)})
     return rows
 
 
