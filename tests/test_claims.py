@@ -183,6 +183,18 @@ def test_agreement_record_counts_the_calls_two_records_share(book):
     assert got["all"] == {"compared": 2, "agree": 1, "differ": "4"}
 
 
+def test_best_and_heads_records_read_the_runs(book):
+    """The grid's lowest best_val_loss is p = 2's fold 0 (1.80), 9 runs; `heads` over the
+    columns named best_val*: one per run, so p = 2's three values 1.80, 1.85, 1.90."""
+    got = kinds.compute(record(book, "best", "source: grid\n    metric: best_val_loss\n    "
+                               "by: norm.p\n    reference: 4"), Runs(book))["all"]
+    assert got == {"value": 1.80, "at": 2.0, "runs": 9, "completed": 9, "ratio": 0.5}
+    got = kinds.compute(record(book, "heads", "source: grid\n    prefix: best_val"),
+                        Runs(book))["2"]
+    assert got["heads"] == 3 and (got["min"], got["max"]) == (1.80, 1.90)
+    assert got["mean"] == pytest.approx(1.85) and got["fold_max"] == 1.90
+
+
 def test_race_record_replays_the_looks(book):
     spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    min_replicates: 3\n"
             "    alpha: 0.05\n    baseline: 2\n    equivalence: 0.02")

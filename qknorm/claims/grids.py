@@ -14,6 +14,11 @@ report's own functions, as summary.md and scripts/paper_table.py compute it.
   steps    the training steps a sweep spent, against the full grid's, and its distinct p
   runs     each run of a sweep (row P/FOLD): its status, the steps it trained and its metric;
            with `incumbent` (a p) also its gap to the incumbent's run of the same fold
+  best     the completed run with the lowest metric (a search's answer): its value and its `by`
+           column (optimizer.lr), the runs and how many completed; with `reference` also by /
+           reference (row all)
+  heads    per p, a per-head column family (`prefix`: p_l0_h0, ...) over every head of every run:
+           how many, min, max, mean; and the range of the runs' own means (fold_min, fold_max)
   yardstick the grid's own answer as a replay scores a search against it (research.grid_runs.judge:
            one-sided t, H1: behind the best, Holm over the comparisons): per p its mean paired
            Δ to the best, its Holm p and whether it is worse, and the Holm p of the two-sided
@@ -192,4 +197,36 @@ def each_run(record: Record, runs: Runs) -> Rows:
             base = values.get((str(named), key[1]))
             rows[f"{key[0]}/{key[1]}"]["gap"] = (float(r[metric]) - base if base is not None
                                                   else math.nan)
+    return rows
+
+
+def best(record: Record, runs: Runs) -> Rows:
+    frame = _runs(runs, record)
+    metric, by = setting(record, "metric"), setting(record, "by")
+    done = stats.completed(frame)
+    if done.empty:
+        raise UserError(f"record {record.id}: no completed run to take the best of")
+    top = done.loc[done[metric].idxmin()]
+    row = {"value": float(top[metric]), "at": float(top[by]), "runs": len(frame),
+           "completed": len(done)}
+    reference = setting(record, "reference", None)
+    if reference is not None:
+        row["ratio"] = float(top[by]) / float(reference)
+    return {"all": row}
+
+
+def heads(record: Record, runs: Runs) -> Rows:
+    frame = stats.completed(_runs(runs, record))
+    prefix = str(setting(record, "prefix"))
+    columns = [c for c in frame.columns if c.startswith(prefix)]
+    if not columns:
+        raise UserError(f"record {record.id}: its runs have no column {prefix}*")
+    rows: Rows = {}
+    for p, group in frame.groupby("norm.p"):
+        values = group[columns].to_numpy(dtype=float)
+        own = np.nanmean(values, axis=1)  # each run's mean over its heads
+        rows[row_key(p)] = {"heads": int(np.isfinite(values).sum()),
+                            "min": float(np.nanmin(values)), "max": float(np.nanmax(values)),
+                            "mean": float(np.nanmean(values)), "fold_min": float(own.min()),
+                            "fold_max": float(own.max())}
     return rows

@@ -38,7 +38,7 @@ def agreement(record: Record, runs: Runs) -> Rows:
 KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "means": grids.means, "deltas": grids.deltas, "paired": grids.paired,
     "spread": grids.spread, "steps": grids.steps, "yardstick": grids.yardstick,
-    "runs": grids.each_run,
+    "runs": grids.each_run, "best": grids.best, "heads": grids.heads,
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
     "search": races.search, "agreement": agreement,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
