@@ -426,9 +426,13 @@ def test_arch_record_pairs_the_architectures_by_fold(book):
 
 def test_bench_record_reads_a_ratio_of_step_times(book):
     (book.results / "bench.json").write_text(
-        '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}}')
-    got = kinds.compute(record(book, "bench", "file: bench.json"), Runs(book))
+        '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}, '
+        '"variants": [{"name": "lp-bf16", "step_ms": {"median": 9000.0}}]}')
+    got = kinds.compute(record(book, "bench", "file: bench.json\n    steps: 4000\n    runs: 6"),
+                        Runs(book))
     assert got["angpt/gpt"]["percent"] == pytest.approx(42.0)
+    # 9 s a step: 4000 steps are 10 h, 6 runs 60 h = 2.5 days
+    assert got["lp-bf16"] == pytest.approx({"step_s": 9.0, "run_h": 10.0, "days": 2.5})
     with pytest.raises(UserError, match="is not a scripts/bench.py JSON with ratios"):
         kinds.compute(record(book, "bench", "file: nope.json"), Runs(book))
 
