@@ -43,6 +43,7 @@ def rows(values: dict[float, list[float]], status: dict | None = None) -> list[d
     return [{"norm.kind": "lp", "norm.p": p, "seed": 0, "data.fold": f, "data.n_folds": 5,
              "status": (status or {}).get((p, f), "completed"), "best_val_loss": v,
              "steps": 500 if (status or {}).get((p, f)) else 2000, "run_dir": f"p{p}_f{f}",
+             "wall_time_s": 100.0 + 10 * f + (1000 if (status or {}).get((p, f)) else 0),
              "git_sha": SHA}
             for p, vs in values.items() for f, v in enumerate(vs)]
 
@@ -224,6 +225,8 @@ def test_rungs_ranking_and_steps_records_read_the_race(book):
     spent = kinds.compute(record(book, "steps", "source: race\n    grid_folds: 5\n"
                                  "    grid_steps: 2000"), runs)["all"]
     assert (spent["steps"], spent["grid"]) == (9 * 2000 + 500, 4 * 5 * 2000)
+    # completed runs only (100, 110, 120 s by fold; the stopped run's 1100 s is not one)
+    assert (spent["wall_min"], spent["wall_median"], spent["wall_max"]) == (100, 110, 120)
     assert spent["percent"] == pytest.approx(46.25)
 
 

@@ -11,7 +11,8 @@ report's own functions, as summary.md and scripts/paper_table.py compute it.
            with `equivalence` its Holm p over the p, its verdict and call (as deltas words them)
   spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
            difference of the means (the same protocol run twice: on two devices, or commits)
-  steps    the training steps a sweep spent, against the full grid's, and its distinct p
+  steps    the training steps a sweep spent, against the full grid's, and its distinct p; the
+           wall time of a completed run (min, median, max: what the host gave, not a cost of p)
   runs     each run of a sweep (row P/FOLD): its status, the steps it trained and its metric;
            with `incumbent` (a p) also its gap to the incumbent's run of the same fold
   best     the completed run with the lowest metric (a search's answer): its value and its `by`
@@ -162,9 +163,12 @@ def steps(record: Record, runs: Runs) -> Rows:
     spent = int(frame["steps"].fillna(0).sum())
     grid = (frame["norm.p"].nunique() * int(setting(record, "grid_folds"))
             * int(setting(record, "grid_steps")))
+    wall = stats.completed(frame)["wall_time_s"].dropna() if "wall_time_s" in frame else []
     return {"all": {"runs": len(frame), "steps": spent, "grid": grid,
                     "percent": 100 * spent / grid if grid else math.nan,
-                    "proposals": int(frame["norm.p"].nunique())}}
+                    "proposals": int(frame["norm.p"].nunique()),
+                    **({"wall_min": float(wall.min()), "wall_median": float(wall.median()),
+                        "wall_max": float(wall.max())} if len(wall) else {})}}
 
 
 def yardstick(record: Record, runs: Runs) -> Rows:
