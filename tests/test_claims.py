@@ -43,6 +43,7 @@ def rows(values: dict[float, list[float]], status: dict | None = None) -> list[d
     return [{"norm.kind": "lp", "norm.p": p, "seed": 0, "data.fold": f, "data.n_folds": 5,
              "status": (status or {}).get((p, f), "completed"), "best_val_loss": v,
              "steps": 500 if (status or {}).get((p, f)) else 2000, "run_dir": f"p{p}_f{f}",
+             "wall_time_s": 100.0 + 10 * f + (1000 if (status or {}).get((p, f)) else 0),
              "git_sha": SHA}
             for p, vs in values.items() for f, v in enumerate(vs)]
 
@@ -125,6 +126,8 @@ def test_means_record_on_hand_made_runs(book):
     assert got["2"]["low"] == pytest.approx(1.85 - half)
     assert got["2"]["high"] == pytest.approx(1.85 + half)
     assert got["1"]["mean"] == pytest.approx(1.97)
+    assert got["all"]["lowest"] == "2"  # means 1.85 (p = 2), 1.87 (p = 4), 1.97 (p = 1)
+    assert (got["all"]["min"], got["all"]["max"]) == pytest.approx((1.85, 1.97))
 
 
 DELTAS = (f"source: grid\n    metric: best_val_loss\n    baseline: 2\n    {TEST}\n"
@@ -144,6 +147,8 @@ def test_deltas_record_on_hand_made_runs(book):
     assert (one["verdict"], four["verdict"]) == ("worse", "undecided")  # 2 p1 = 0.032, p4 = 0.12
     assert (one["strength"], four["strength"]) == ("clear", "")
     assert (four["below"], four["above"]) == (0, 3)
+    assert got["all"]["compared"] == 2 and got["all"]["largest"] == pytest.approx(0.12)
+    assert got["all"]["tally"] == "1 worse, 1 undecided"  # counted from the calls above
 
 
 def test_paired_and_spread_records_pair_two_sources_by_fold(book):
@@ -154,11 +159,41 @@ def test_paired_and_spread_records_pair_two_sources_by_fold(book):
     assert got["t_p"] == pytest.approx(two_sided_p(-0.01 / (0.02 * math.sqrt(C))))
     assert got["high"] == pytest.approx(-0.01 + T975_2 * 0.02 * math.sqrt(C))
     assert (got["below"], got["above"]) == (2, 1)
+    worded = kinds.compute(record(book, "paired", spec + "\n    equivalence: 0.02"), Runs(book))
+    assert worded["2"]["holm"] == pytest.approx(got["t_p"])  # one p: Holm over 1 is its p
+    assert worded["2"]["call"] == "undecided"  # 90%: −0.01 ± 0.045, p 0.58
     spread = kinds.compute(record(book, "spread", "a: {source: grid}\n    b: {source: other}\n"
                                   "    metric: best_val_loss"), Runs(book))
     assert spread["2"]["max_abs"] == pytest.approx(0.03)
     assert spread["2"]["mean_diff"] == pytest.approx(-0.01)
     assert spread["all"]["n"] == 3  # only p = 2 ran on both
+
+
+def test_agreement_record_counts_the_calls_two_records_share(book):
+    """The grid read at δ = 0.02 and at δ = 0.05: p = 1 is worse under both (Holm p 0.032, its
+    90% interval +0.12 ± 0.045 past either δ); p = 4's 90% interval, +0.02 ± 0.022, lies inside
+    ±0.05 but not ±0.02: level against undecided."""
+    wide = DELTAS.replace("equivalence: 0.02", "equivalence: 0.05")
+    (book.results / "records" / "r.yaml").write_text(
+        f"records:\n  a:\n    kind: deltas\n    {DELTAS}\n  b:\n    kind: deltas\n    {wide}\n"
+        "  both:\n    kind: agreement\n    a: a\n    b: b\n")
+    book = records.load(book.results.parents[1])
+    got = kinds.compute(book.records["both"], Runs(book))
+    assert got["1"] == {"a": "worse", "b": "worse"}
+    assert got["4"] == {"a": "undecided", "b": "level within ±δ"}
+    assert got["all"] == {"compared": 2, "agree": 1, "differ": "4"}
+
+
+def test_best_and_heads_records_read_the_runs(book):
+    """The grid's lowest best_val_loss is p = 2's fold 0 (1.80), 9 runs; `heads` over the
+    columns named best_val*: one per run, so p = 2's three values 1.80, 1.85, 1.90."""
+    got = kinds.compute(record(book, "best", "source: grid\n    metric: best_val_loss\n    "
+                               "by: norm.p\n    reference: 4"), Runs(book))["all"]
+    assert got == {"value": 1.80, "at": 2.0, "runs": 9, "completed": 9, "ratio": 0.5}
+    got = kinds.compute(record(book, "heads", "source: grid\n    prefix: best_val"),
+                        Runs(book))["2"]
+    assert got["heads"] == 3 and (got["min"], got["max"]) == (1.80, 1.90)
+    assert got["mean"] == pytest.approx(1.85) and got["fold_max"] == 1.90
 
 
 def test_race_record_replays_the_looks(book):
@@ -190,6 +225,8 @@ def test_rungs_ranking_and_steps_records_read_the_race(book):
     spent = kinds.compute(record(book, "steps", "source: race\n    grid_folds: 5\n"
                                  "    grid_steps: 2000"), runs)["all"]
     assert (spent["steps"], spent["grid"]) == (9 * 2000 + 500, 4 * 5 * 2000)
+    # completed runs only (100, 110, 120 s by fold; the stopped run's 1100 s is not one)
+    assert (spent["wall_min"], spent["wall_median"], spent["wall_max"]) == (100, 110, 120)
     assert spent["percent"] == pytest.approx(46.25)
 
 
@@ -203,7 +240,7 @@ def test_check_names_the_record_and_both_values(book):
     spec = f"source: grid\n    metric: best_val_loss\n    {TEST}"
     rec = record(book, "means", spec + '\n    rows: {"2": {mean: "1.8500", n: 3}, "7": {n: 1}}')
     assert check.record(rec, Runs(book)) == [
-        "r [7]: the runs give no such row (they give 1, 2, 4)"]
+        "r [7]: the runs give no such row (they give 1, 2, 4, all)"]
     rec = record(book, "means", spec + '\n    rows: {"2": {mean: "1.8501"}}')
     assert check.record(rec, Runs(book)) == [
         "r [2] mean: the record says 1.8501, the runs give 1.85 (r.yaml)"]
@@ -392,9 +429,13 @@ def test_arch_record_pairs_the_architectures_by_fold(book):
 
 def test_bench_record_reads_a_ratio_of_step_times(book):
     (book.results / "bench.json").write_text(
-        '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}}')
-    got = kinds.compute(record(book, "bench", "file: bench.json"), Runs(book))
+        '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}, '
+        '"variants": [{"name": "lp-bf16", "step_ms": {"median": 9000.0}}]}')
+    got = kinds.compute(record(book, "bench", "file: bench.json\n    steps: 4000\n    runs: 6"),
+                        Runs(book))
     assert got["angpt/gpt"]["percent"] == pytest.approx(42.0)
+    # 9 s a step: 4000 steps are 10 h, 6 runs 60 h = 2.5 days
+    assert got["lp-bf16"] == pytest.approx({"step_s": 9.0, "run_h": 10.0, "days": 2.5})
     with pytest.raises(UserError, match="is not a scripts/bench.py JSON with ratios"):
         kinds.compute(record(book, "bench", "file: nope.json"), Runs(book))
 
@@ -651,3 +692,23 @@ def test_a_new_number_outside_a_block_is_named_and_config_values_pass():
         f"{UNRECORDED.name}"]
     assert page.unrecorded("−0.5 and +1,250 steps, 12%", []) == [
         (1, "−0.5"), (1, "+1,250"), (1, "12%")]
+
+
+
+def test_a_typed_comparative_word_is_named_and_a_rendered_one_passes(book):
+    """In memory: the words a placeholder renders, or a backtick names, pass; a word a
+    template types itself fails the check, named by its block."""
+    assert page.typed_comparatives(
+        "p = 4 {{r 4 call}}: `level` means the 90% interval lies inside ±δ; "
+        "[a](docs/better.md)") == []
+    assert page.typed_comparatives("p = 4 is Worse and never level; lowered, shows") == [
+        "worse", "never", "level"]
+    (book.results / "records" / "r.yaml").write_text(
+        'records:\n  r: {kind: paper, rows: {"4": {delta: "-0.0476"}}}\n'
+        "blocks:\n  a: 'p = 4 is {{r 4 delta}}, better than p = 2'\n  b: 'p = 4: {{r 4 delta}}'\n")
+    (book.results.parents[1] / "README.md").write_text(
+        "<!-- claims:a -->\n<!-- /claims:a -->\n<!-- claims:b -->\n<!-- /claims:b -->\n")
+    problems = check.pages(records.load(book.results.parents[1]), book.results.parents[1])
+    typed = [p for p in problems if "types" in p]
+    assert typed == ["block a types better: a comparative word in a block is rendered from its "
+                     "record's test (a call, verdict or tally field), or reworded"]

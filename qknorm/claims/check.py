@@ -46,7 +46,8 @@ def record(rec: Record, runs: Runs) -> list[str]:
 
 
 def pages(book: Book, root: Path) -> list[str]:
-    """Each page's blocks against their render, and every template used once."""
+    """Each page's blocks against their render, every template used once, and no template
+    typing a comparative word of its own (page.typed_comparatives)."""
     problems: list[str] = []
     used: list[str] = []
     for rel in PAGES:
@@ -57,6 +58,10 @@ def pages(book: Book, root: Path) -> list[str]:
                      f"({', '.join(page.records_of(book.blocks.get(name, '')))}) give, its "
                      "words or its numbers; run `python -m qknorm.claims render`"
                      for name in page.differing(text, rendered)]
+    problems += [f"block {name} types {', '.join(words)}: a comparative word in a block is "
+                 "rendered from its record's test (a call, verdict or tally field), or reworded"
+                 for name, words in ((n, page.typed_comparatives(t)) for n, t in book.blocks.items())
+                 if words]
     problems += [f"block {name} is on no page; mark it with <!-- claims:{name} --> or "
                  "remove it" for name in book.blocks if name not in used]
     problems += [f"block {name} is marked {used.count(name)} times; mark it once"

@@ -1,16 +1,25 @@
 """Records over the groups of one or two sweeps (a grid of p on folds): each computed by the
 report's own functions, as summary.md and scripts/paper_table.py compute it.
 
-  means    per p: n, mean, std and the 95% interval of the metric (stats.group_summary)
+  means    per p: n, mean, std and the 95% interval of the metric (stats.group_summary); row
+           all: the p of the lowest mean, the means' min and max
   deltas   per p: Δ vs the baseline p (stats.paired_vs_baseline): Δ, 95% interval, t p, Holm p
            over the table, the 90% interval, the verdict at δ and its strength; pairs below and
-           above 0
-  paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b
+           above 0; row all: the calls counted over the table (`tally`, "6 worse, 1
+           undecided"), so a page says "every" or "none" only as a count, and the largest |Δ|
+  paired   per p, one metric of two sources paired by replicate (stats.paired_test): a − b;
+           with `equivalence` its Holm p over the p, its verdict and call (as deltas words them)
   spread   per p, two sources' runs of the same p and fold: the largest |a − b| and the
            difference of the means (the same protocol run twice: on two devices, or commits)
-  steps    the training steps a sweep spent, against the full grid's, and its distinct p
+  steps    the training steps a sweep spent, against the full grid's, and its distinct p; the
+           wall time of a completed run (min, median, max: what the host gave, not a cost of p)
   runs     each run of a sweep (row P/FOLD): its status, the steps it trained and its metric;
            with `incumbent` (a p) also its gap to the incumbent's run of the same fold
+  best     the completed run with the lowest metric (a search's answer): its value and its `by`
+           column (optimizer.lr), the runs and how many completed; with `reference` also by /
+           reference (row all)
+  heads    per p, a per-head column family (`prefix`: p_l0_h0, ...) over every head of every run:
+           how many, min, max, mean; and the range of the runs' own means (fold_min, fold_max)
   yardstick the grid's own answer as a replay scores a search against it (research.grid_runs.judge:
            one-sided t, H1: behind the best, Holm over the comparisons): per p its mean paired
            Δ to the best, its Holm p and whether it is worse, and the Holm p of the two-sided
@@ -46,10 +55,14 @@ def means(record: Record, runs: Runs) -> Rows:
     frame = _runs(runs, record)
     metric = setting(record, "metric")
     table = stats.group_summary(frame, [metric], test=replicate_test(frame, record))
-    return {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
+    lowest = table.loc[table[f"{metric}_mean"].idxmin(), "norm.p"]
+    spread = {"lowest": row_key(lowest), "min": table[f"{metric}_mean"].min(),
+              "max": table[f"{metric}_mean"].max()}
+    rows = {row_key(r["norm.p"]): {"n": int(r["n"]), "mean": r[f"{metric}_mean"],
                                    "std": r[f"{metric}_std"], "low": r[f"{metric}_ci_low"],
                                    "high": r[f"{metric}_ci_high"]}
             for _, r in table.iterrows()}
+    return rows | {"all": spread}
 
 
 def _signs(d) -> dict[str, int]:
@@ -83,7 +96,17 @@ def deltas(record: Record, runs: Runs) -> Rows:
             "tost_low": r["tost_low"], "tost_high": r["tost_high"], "verdict": r["verdict"],
             "strength": how, "call": strength.worded(r["verdict"], how),
             "room": strength.room(r["tost_low"], r["tost_high"], equivalence), **_signs(x - b)}
+    rows["all"] = {"compared": len(rows), "tally": tally(r["call"] for r in rows.values()),
+                   "largest": max((abs(r["delta"]) for r in rows.values()), default=math.nan)}
     return rows
+
+
+def tally(calls) -> str:
+    """Calls counted, most first (ties in the order first seen): "6 worse, 1 undecided"."""
+    counts: dict[str, int] = {}
+    for c in calls:
+        counts[c] = counts.get(c, 0) + 1
+    return ", ".join(f"{n} {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def _strength(verdict: str, r, equivalence: float) -> str:
@@ -100,16 +123,23 @@ def paired(record: Record, runs: Runs) -> Rows:
     metric, test = setting(record, "metric"), replicate_test(pd.concat([a, b]), record)
     equivalence = setting(record, "equivalence", None)
     a, b = stats.completed(a), stats.completed(b)
-    rows = {}
+    rows, tests = {}, {}
     for p in sorted(set(a["norm.p"]) & set(b["norm.p"])):
         x, y = _pairs(a[a["norm.p"] == p], b[b["norm.p"] == p], metric, test)
-        t = stats.paired_test(x, y, test)
-        row = {"n": t.n, "delta": t.mean, "low": t.ci_low, "high": t.ci_high, "t_p": t.t_pvalue,
-               "tost_low": t.tost_low, "tost_high": t.tost_high, **_signs(x - y)}
-        if equivalence is not None:  # one comparison: its own p is its Holm p
-            row["verdict"] = stats.verdict(t.t_pvalue, t.mean, t.tost_low, t.tost_high,
-                                           float(equivalence))
-        rows[row_key(p)] = row
+        t = tests[row_key(p)] = stats.paired_test(x, y, test)
+        rows[row_key(p)] = {"n": t.n, "delta": t.mean, "low": t.ci_low, "high": t.ci_high,
+                            "t_p": t.t_pvalue, "tost_low": t.tost_low, "tost_high": t.tost_high,
+                            **_signs(x - y)}
+    if equivalence is not None:  # each p asked both ways, Holm over the p (the deltas table's)
+        for (key, t), adjusted in zip(tests.items(), holm([t.t_pvalue for t in tests.values()]),
+                                      strict=True):
+            verdict = stats.verdict(adjusted, t.mean, t.tost_low, t.tost_high,
+                                    float(equivalence))
+            how = _strength(verdict, {"tost_low": t.tost_low, "tost_high": t.tost_high,
+                                      "delta_ci_low": t.ci_low, "delta_ci_high": t.ci_high},
+                            float(equivalence))
+            rows[key].update({"holm": adjusted, "verdict": verdict,
+                              "call": strength.worded(verdict, how)})
     return rows
 
 
@@ -134,9 +164,12 @@ def steps(record: Record, runs: Runs) -> Rows:
     spent = int(frame["steps"].fillna(0).sum())
     grid = (frame["norm.p"].nunique() * int(setting(record, "grid_folds"))
             * int(setting(record, "grid_steps")))
+    wall = stats.completed(frame)["wall_time_s"].dropna() if "wall_time_s" in frame else []
     return {"all": {"runs": len(frame), "steps": spent, "grid": grid,
                     "percent": 100 * spent / grid if grid else math.nan,
-                    "proposals": int(frame["norm.p"].nunique())}}
+                    "proposals": int(frame["norm.p"].nunique()),
+                    **({"wall_min": float(wall.min()), "wall_median": float(wall.median()),
+                        "wall_max": float(wall.max())} if len(wall) else {})}}
 
 
 def yardstick(record: Record, runs: Runs) -> Rows:
@@ -169,4 +202,36 @@ def each_run(record: Record, runs: Runs) -> Rows:
             base = values.get((str(named), key[1]))
             rows[f"{key[0]}/{key[1]}"]["gap"] = (float(r[metric]) - base if base is not None
                                                   else math.nan)
+    return rows
+
+
+def best(record: Record, runs: Runs) -> Rows:
+    frame = _runs(runs, record)
+    metric, by = setting(record, "metric"), setting(record, "by")
+    done = stats.completed(frame)
+    if done.empty:
+        raise UserError(f"record {record.id}: no completed run to take the best of")
+    top = done.loc[done[metric].idxmin()]
+    row = {"value": float(top[metric]), "at": float(top[by]), "runs": len(frame),
+           "completed": len(done)}
+    reference = setting(record, "reference", None)
+    if reference is not None:
+        row["ratio"] = float(top[by]) / float(reference)
+    return {"all": row}
+
+
+def heads(record: Record, runs: Runs) -> Rows:
+    frame = stats.completed(_runs(runs, record))
+    prefix = str(setting(record, "prefix"))
+    columns = [c for c in frame.columns if c.startswith(prefix)]
+    if not columns:
+        raise UserError(f"record {record.id}: its runs have no column {prefix}*")
+    rows: Rows = {}
+    for p, group in frame.groupby("norm.p"):
+        values = group[columns].to_numpy(dtype=float)
+        own = np.nanmean(values, axis=1)  # each run's mean over its heads
+        rows[row_key(p)] = {"heads": int(np.isfinite(values).sum()),
+                            "min": float(np.nanmin(values)), "max": float(np.nanmax(values)),
+                            "mean": float(np.nanmean(values)), "fold_min": float(own.min()),
+                            "fold_max": float(own.max())}
     return rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from qknorm.claims import grids, races, studies
-from qknorm.claims.inputs import Rows, Runs, row_key
+from qknorm.claims.inputs import Rows, Runs, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import paper
@@ -19,12 +19,28 @@ def paper_losses(record: Record, runs: Runs) -> Rows:
     return {row_key(p): {"loss": v, "delta": v - base} for p, v in paper.VAL_LOSS.items()}
 
 
+def agreement(record: Record, runs: Runs) -> Rows:
+    """Two records' calls row by row (two deltas records: a grid on two devices): per row
+    both calls; row all: the rows both have, how many calls agree, and the rows where they
+    differ ("-" for none), so a page says "every call holds" only as a count."""
+    a, b = (runs.book.records.get(str(setting(record, side))) for side in ("a", "b"))
+    if a is None or b is None:
+        raise UserError(f"record {record.id}: a and b must name records (a: ID, b: ID)")
+    ca, cb = compute(a, runs), compute(b, runs)
+    both = [r for r in ca if r in cb and "call" in ca[r] and "call" in cb[r]]
+    rows: Rows = {r: {"a": ca[r]["call"], "b": cb[r]["call"]} for r in both}
+    differ = [r for r in both if ca[r]["call"] != cb[r]["call"]]
+    rows["all"] = {"compared": len(both), "agree": len(both) - len(differ),
+                   "differ": ", ".join(differ) or "-"}
+    return rows
+
+
 KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "means": grids.means, "deltas": grids.deltas, "paired": grids.paired,
     "spread": grids.spread, "steps": grids.steps, "yardstick": grids.yardstick,
-    "runs": grids.each_run,
+    "runs": grids.each_run, "best": grids.best, "heads": grids.heads,
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
-    "search": races.search,
+    "search": races.search, "agreement": agreement,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
 }
 

@@ -98,6 +98,21 @@ NUMBER = re.compile(r"(?<![\w./\-−+])[+\-−]?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?
 _NOT_PROSE = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|<[^>\n]*>", re.S)
 
 
+# The comparative words (issue 56): inside a block each is rendered from a record's test (a
+# placeholder's value), never typed. A word in backticks names the word, as a definition does.
+COMPARATIVES = ("more", "less", "lower", "higher", "worse", "better", "level", "same", "never",
+                "every", "shown", "marginal", "undecided")
+_COMPARATIVE = re.compile(r"\b(?:" + "|".join(COMPARATIVES) + r")\b", re.I)
+_NAMED = re.compile(r"`[^`\n]*`|\]\([^)]*\)")
+
+
+def typed_comparatives(template: str) -> list[str]:
+    """The comparative words a block's template types itself, outside its placeholders and its
+    backticks (and link targets): each is a result the template states, not its record's test."""
+    text = _NAMED.sub(" ", PLACE.sub(" ", template))
+    return [m.group(0).lower() for m in _COMPARATIVE.finditer(text)]
+
+
 def unrecorded(text: str, allow: list[str] = ()) -> list[tuple[int, str]]:
     """(line, number) for each number of a page outside its claims blocks, its code (fenced or
     inline), its link targets and comments, and outside every `allow` pattern (a reviewed

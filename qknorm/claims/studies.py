@@ -16,7 +16,8 @@
          comparison.csv): per arm (row ARCH/P) the mean with its interval and the steps to the
          reference's loss; per p (row between/P) ARCH − reference arch; the interaction
   bench  a committed scripts/bench.py JSON: per ratio of step times (its name without spaces)
-         the median, quartiles and the percent it adds
+         the median, quartiles and the percent it adds; per variant (its name) the median step
+         in seconds, and with `steps` (and `runs`) the hours a run (the days a preset) would take
 """
 
 from __future__ import annotations
@@ -226,11 +227,22 @@ def arch(record: Record, runs: Runs) -> Rows:
 def bench(record: Record, runs: Runs) -> Rows:
     path = runs.book.results / setting(record, "file")
     try:
-        ratios = json.loads(path.read_text())["ratios"]
-    except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"record {record.id}: {path} is not a scripts/bench.py JSON with "
-                        f"ratios ({e})") from None
-    return {name.replace(" ", ""): {"median": r["median"], "q1": r["q1"], "q3": r["q3"],
-                                    "percent": 100 * (r["median"] - 1) if r["median"] else
-                                    math.nan}
-            for name, r in ratios.items()}
+        data = json.loads(path.read_text())
+        ratios = data.get("ratios", {})
+        variants = data.get("variants", [])
+    except (OSError, ValueError, AttributeError) as e:
+        raise UserError(f"record {record.id}: {path} is not a scripts/bench.py JSON with ratios or "
+                        f"variants ({e})") from None
+    rows: Rows = {name.replace(" ", ""): {"median": r["median"], "q1": r["q1"], "q3": r["q3"],
+                                          "percent": 100 * (r["median"] - 1) if r["median"] else
+                                          math.nan}
+                  for name, r in ratios.items()}
+    steps, n_runs = setting(record, "steps", None), setting(record, "runs", None)
+    for v in variants:  # a step's median time, and what a run (and a preset's runs) would take
+        step_s = v["step_ms"]["median"] / 1000
+        row = rows[v["name"]] = {"step_s": step_s}
+        if steps is not None:
+            row["run_h"] = step_s * int(steps) / 3600
+            if n_runs is not None:
+                row["days"] = row["run_h"] * int(n_runs) / 24
+    return rows
