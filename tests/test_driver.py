@@ -231,9 +231,8 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
         return None if x is None else {"norm.p": x}
 
     monkeypatch.setattr(race_sims, "propose", scripted)
-    monkeypatch.setattr(race_sims, "MAX_PROPOSALS", len(order))
     out = race_sims.race_search(grid, "random", 0, None, readback.rules(settings), {},
-                                explore=settings["explore"])
+                                explore=settings["explore"], max_proposals=len(order))
     assert ran == live_runs
     live = answers(cli.cwd)
     assert out["best_p"] == next(int(c[2:]) for c, a in live.items() if a == "best")

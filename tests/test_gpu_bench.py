@@ -32,6 +32,13 @@ def test_aggregate_counts_only_the_time_every_job_was_past_warm_up():
 
 
 @pytest.mark.slow
+def test_extra_overrides_take_the_place_of_the_runs_own_keys_and_groups():
+    """The command line refuses a group given twice: an extra model=tiny replaces model=paper."""
+    assert gpu_bench.with_extra(["model=paper", "dtype=bfloat16", "norm.p=2"],
+                                ["model=tiny", "++dtype=float32"]) == [
+        "norm.p=2", "model=tiny", "++dtype=float32"]
+
+
 def test_two_jobs_at_once_sum_their_steady_throughput(tmp_path):
     row = gpu_bench.run_config(gpu_bench.JobsConfig(2, False), ["2", "inf"], steps=20, interval=5,
                                work=tmp_path, extra=CPU_TINY)

@@ -79,6 +79,13 @@ def flops_per_token(run_dir: Path) -> float:
         config[f"model.{k}"] for k in ("n_layer", "n_embd", "block_size"))
 
 
+def with_extra(overrides: list[str], extra: list[str]) -> list[str]:
+    """`overrides` with `extra` in the place of those that set the same key or group (the
+    command line refuses a group given twice, e.g. model=paper then model=tiny)."""
+    keys = {e.split("=", 1)[0].lstrip("+") for e in extra}
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+") not in keys] + list(extra)
+
+
 def run_config(config: JobsConfig, ps: list[str], steps: int, interval: int, work: Path,
                extra: list[str]) -> dict[str, Any]:
     """Launch config.jobs runs at once (norm.p cycling through ps); their steady tokens/s."""
@@ -87,10 +94,11 @@ def run_config(config: JobsConfig, ps: list[str], steps: int, interval: int, wor
     procs = []
     for i in range(config.jobs):
         run_dir = work / f"{config.name}-p{'_'.join(ps)}" / f"job{i}"
-        cmd = [sys.executable, "-m", "qknorm.train", *PAPER_RUN, f"norm.p={ps[i % len(ps)]}",
-               f"compile={str(config.compile).lower()}", f"threads={threads}",
-               f"train.max_iters={steps}", f"train.eval_interval={interval}",
-               "train.eval_iters=5", f"hydra.run.dir={run_dir}", *extra]
+        ours = [*PAPER_RUN, f"norm.p={ps[i % len(ps)]}",
+                f"compile={str(config.compile).lower()}", f"threads={threads}",
+                f"train.max_iters={steps}", f"train.eval_interval={interval}",
+                "train.eval_iters=5", f"hydra.run.dir={run_dir}"]
+        cmd = [sys.executable, "-m", "qknorm.train", *with_extra(ours, extra)]
         procs.append((run_dir, subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.PIPE, text=True)))
     jobs = []

@@ -86,10 +86,12 @@ def sampler_factory(name: str, preset: Mapping) -> Callable[[int], optuna.sample
 
 def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
                 rules: intensify.Rules, rungs: Mapping[int, float], preset: Mapping | None = None,
-                explore: float = 1.0, initial: tuple[float, ...] = ()) -> dict:
+                explore: float = 1.0, initial: tuple[float, ...] = (),
+                max_proposals: int = MAX_PROPOSALS) -> dict:
     """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
     sampler's defaults; `explore`: the share of the budget it proposes in; `initial`: the first
-    p to propose, each one the grid ran): its answer (driver.answer) and its cost."""
+    p to propose, each one the grid ran; `max_proposals`: n_trials): its answer (driver.answer)
+    and its cost."""
     if not set(initial) <= set(grid):
         raise ValueError(f"initial p {sorted(set(initial) - set(grid))} not in the grid: drop "
                          "them first (search_replay._initial)")
@@ -97,7 +99,8 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
     props, core_s = search_loop(
         lambda n: make(seed * 100_000 + n), "norm.p",
         optuna.distributions.CategoricalDistribution(sorted(grid)),
-        lambda p, b, ran: _run(grid, p, b, ran, rungs), budget, rules, explore, initial)
+        lambda p, b, ran: _run(grid, p, b, ran, rungs), budget, rules, explore, initial,
+        max_proposals=max_proposals)
     return outcome(props, rules, core_s)
 
 
