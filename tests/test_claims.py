@@ -358,9 +358,9 @@ def test_lr_record_reads_the_sensitivity_of_each_norm(book):
     assert got["p=4@0.01"]["loss"] == pytest.approx(2.7)
 
 
-def test_lr_record_over_a_width_ladder_reads_each_width_against_its_own_qknorm(book):
-    """Two widths × QKNorm and no QK-norm × lr 0.001, 0.01 × seeds 0, 1, ℓ₀ = 4: rows
-    WIDTH/ARM with Δ against QKNorm of the same width, and WIDTH/ARM@LR."""
+def width_ladder(book, logit_max):
+    """Two widths × QKNorm and no QK-norm × lr 0.001, 0.01 × seeds 0, 1, ℓ₀ = 4, written as the
+    source `lw` (attn_logit_max: logit_max(kind, lr)); the book reloaded with it."""
     loss = {(64, "l2", 0): (2.0, 2.4), (64, "l2", 1): (2.1, 2.3),
             (64, "none", 0): (2.0, 2.8), (64, "none", 1): (2.2, 2.6),
             (256, "l2", 0): (1.9, 2.1), (256, "l2", 1): (1.8, 2.2),
@@ -373,14 +373,19 @@ def test_lr_record_over_a_width_ladder_reads_each_width_against_its_own_qknorm(b
                          "norm.kind": kind, "norm.p": 2.0 if kind == "l2" else math.nan,
                          "seed": seed, "data.fold": 9, "data.n_folds": 10,
                          "status": "completed", "val_loss": v, "best_val_loss": v,
-                         "attn_logit_max": 11.0 if kind == "l2" else 100 * lr, "run_dir": name,
-                         "git_sha": SHA})
+                         "attn_logit_max": logit_max(kind, lr), "run_dir": name, "git_sha": SHA})
             curves += [{"run_dir": name, "step": 0, "val_loss": 4.0},
                        {"run_dir": name, "step": 100, "val_loss": v}]
     write(book.results.parents[1], "lw", runs, curves)
     (book.results / "records" / "lw.yaml").write_text(
         "sources:\n  lw: {dir: lw, commit: abc1234, command: by hand, hardware: none}\n")
-    book = records.load(book.results.parents[1])
+    return records.load(book.results.parents[1])
+
+
+def test_lr_record_over_a_width_ladder_reads_each_width_against_its_own_qknorm(book):
+    """Two widths × QKNorm and no QK-norm × lr 0.001, 0.01 × seeds 0, 1, ℓ₀ = 4: rows
+    WIDTH/ARM with Δ against QKNorm of the same width, and WIDTH/ARM@LR."""
+    book = width_ladder(book, lambda kind, lr: 11.0 if kind == "l2" else 100 * lr)
     got = kinds.compute(record(book, "lr", "source: lw\n    test: paired"), Runs(book))
     # a seed's sensitivity: its mean over the 2 lr minus its lowest. 64: qknorm 0.2, 0.1;
     # none 0.4, 0.2 (Δ 0.2, 0.1). 256: qknorm 0.1, 0.2; none 0.7, 0.65 (Δ 0.6, 0.45)
@@ -562,25 +567,7 @@ def test_a_width_ladder_record_words_each_delta_and_contrast_by_the_rule(book):
     """The ladder of the test above with δ and α: each Δ is asked both ways (2 × the smaller
     one-sided p), Holm over its width's arms; a contrast (the gap at 256 against the gap at 64)
     likewise."""
-    loss = {(64, "l2", 0): (2.0, 2.4), (64, "l2", 1): (2.1, 2.3),
-            (64, "none", 0): (2.0, 2.8), (64, "none", 1): (2.2, 2.6),
-            (256, "l2", 0): (1.9, 2.1), (256, "l2", 1): (1.8, 2.2),
-            (256, "none", 0): (1.9, 3.3), (256, "none", 1): (1.8, 3.1)}
-    runs, curves = [], []
-    for (width, kind, seed), values in loss.items():
-        for lr, v in zip((0.001, 0.01), values):
-            name = f"w{width}_{kind}_s{seed}_lr{lr}"
-            runs.append({"model.n_embd": width, "model.n_head": width // 32, "optimizer.lr": lr,
-                         "norm.kind": kind, "norm.p": 2.0 if kind == "l2" else math.nan,
-                         "seed": seed, "data.fold": 9, "data.n_folds": 10,
-                         "status": "completed", "val_loss": v, "best_val_loss": v,
-                         "attn_logit_max": 1.0, "run_dir": name, "git_sha": SHA})
-            curves += [{"run_dir": name, "step": 0, "val_loss": 4.0},
-                       {"run_dir": name, "step": 100, "val_loss": v}]
-    write(book.results.parents[1], "lw", runs, curves)
-    (book.results / "records" / "lw.yaml").write_text(
-        "sources:\n  lw: {dir: lw, commit: abc1234, command: by hand, hardware: none}\n")
-    book = records.load(book.results.parents[1])
+    book = width_ladder(book, lambda kind, lr: 1.0)
     spec = ("source: lw\n    test: paired\n    equivalence: 0.02\n    alpha: 0.05\n"
             "    contrasts:\n      widen: {a: 256/none - 256/qknorm, b: 64/none - 64/qknorm}")
     got = kinds.compute(record(book, "lr", spec), Runs(book))
