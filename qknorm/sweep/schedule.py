@@ -30,13 +30,9 @@ from qknorm.sweep.study import (
     CONFIG_KEY_ATTR,
     COUNTED,
     DUPLICATE_ATTR,
-    ERROR_ATTR,
     JOB_DIRS_ATTR,
-    JOBS_ATTR,
-    MEAN_ATTR,
-    N_ATTR,
+    OUTCOME_ATTRS,
     STATUS_ATTR,
-    STD_ATTR,
     Heartbeat,
     Tally,
     block_label,
@@ -194,7 +190,7 @@ class EveryReplicate:
         original = study.get_trials(deepcopy=False)[number]
         # A repeat waits (running) on its original's jobs: it may be failed as stale meanwhile.
         with launcher.unless_failed_elsewhere(trial):
-            for key in (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR):
+            for key in OUTCOME_ATTRS:
                 if key in original.user_attrs:
                     trial.set_user_attr(key, original.user_attrs[key])
             trial.set_user_attr(DUPLICATE_ATTR, number)

@@ -33,6 +33,8 @@ JOBS_ATTR = "jobs"  # the run dirs of the trial's jobs, in replicate order
 N_ATTR = "n"  # replicates the trial's value is the mean of
 MEAN_ATTR, STD_ATTR = "mean", "std"  # over the replicates (sample std, n - 1)
 ERROR_ATTR = "error"  # why a failed trial failed
+# Its outcome as the sweeper told it: what a repeat of it is told too
+OUTCOME_ATTRS = (STATUS_ATTR, JOBS_ATTR, N_ATTR, MEAN_ATTR, STD_ATTR, ERROR_ATTR)
 # Trial, set when the sweeper asks it:
 PARAMS_ATTR = "params"  # config key -> value the jobs got (norm.p: inf)
 PRUNER_ATTR = "pruner"  # the pruner spec its jobs rebuild
