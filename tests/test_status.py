@@ -392,7 +392,7 @@ def beating_search(tmp_path: Path) -> str:
     (tmp_path / "outputs").mkdir()
     url = f"sqlite:///{tmp_path}/outputs/optuna.db"
     study = search_study(url)
-    record_sweeper(study, 10, None, ARGV, "/work/my sweeps")
+    record_sweeper(study, 10, None, ARGV, "/home/me/my sweeps")
     storage = open_storage(url, heartbeat_interval=10)
     for t in study.get_trials(states=(TrialState.RUNNING,)):
         storage.record_heartbeat(t._trial_id)
@@ -415,7 +415,7 @@ def test_a_killed_sweeper_reads_as_stopped_with_the_command_that_resumes_it(tmp_
     assert stopped[1] == (
         "  trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, 2 stopped; elapsed "
         "1m40s, stopped: no sweeper runs it (the heartbeats of its 3 running trials stopped "
-        "over 20s ago); resume: cd '/work/my sweeps' && python -m qknorm.train search=p_tpe "
+        "over 20s ago); resume: cd '/home/me/my sweeps' && python -m qknorm.train search=p_tpe "
         "experiment=smoke")
 
 
