@@ -70,7 +70,11 @@ def wait_for_running_trial_of(url: str, name: str, sweep_dir: Path, timeout_s: f
         except Exception:  # study or schema not created yet
             continue
         for t in trials:
-            if t.state == TrialState.RUNNING and list(sweep_dir.glob(f"trial{t.number}*")):
+            dirs = list(sweep_dir.glob(f"trial{t.number}*"))
+            # its job still training (no final.json yet): a kill now lands inside the trial,
+            # not just after its sweeper told it COMPLETE (a smoke job lasts seconds)
+            if (t.state == TrialState.RUNNING and dirs
+                    and not any(next(d.rglob("final.json"), None) for d in dirs)):
                 return t.number
     pytest.fail(f"no trial of {sweep_dir.name} was ever running")
 
