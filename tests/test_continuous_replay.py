@@ -147,6 +147,64 @@ def test_the_cli_writes_out_json_as_the_issue_fixed_it(tmp_path, capsys):
     assert "bowl" in err and "racing" in err and "best_within_delta=" in err
 
 
+def test_first_seed_and_names_pick_the_seeds_and_landscapes(tmp_path, capsys):
+    """--first-seed 20 --seeds 2: seeds 20 and 21, each the same run as in a run from seed 0
+    (a seed's draw depends on the seed alone); --names: those landscapes only, and an unknown
+    one refused in one line naming it."""
+    flat = {**BOWL, "name": "flat", "x": [0.0, 1.0], "f": [0.0, 0.0]}
+    path = write(tmp_path, {"delta": 0.02, "landscapes": [
+        {**BOWL, "x": [0.0, 1.0], "f": [0.0, 0.05]}, flat]})
+    args = ["--continuous", path, "--budgets", "6000", "--methods", "racing"]
+    late, early = tmp_path / "late.json", tmp_path / "early.json"
+    assert search_replay.main([*args, "--first-seed", "20", "--seeds", "2", "--names", "flat",
+                               "--out", str(late)]) == 0
+    assert search_replay.main([*args, "--seeds", "22", "--out", str(early)]) == 0
+    got = json.loads(late.read_text())["landscapes"]
+    assert list(got) == ["flat"]
+    got_early = json.loads(early.read_text())["landscapes"]
+    assert got["flat"]["racing"] == got_early["flat"]["racing"][20:]
+    # --update --names: the landscape named is rerun, the others kept as they were
+    assert search_replay.main([*args, "--seeds", "22", "--names", "bowl", "--methods", "tpe",
+                               "--update", "--out", str(early)]) == 0
+    both = json.loads(early.read_text())["landscapes"]
+    assert list(both) == ["bowl", "flat"] and list(both["bowl"]) == ["racing", "tpe"]
+    assert both["flat"] == {"racing": got_early["flat"]["racing"]}
+    capsys.readouterr()
+    assert search_replay.main([*args, "--names", "flat,bowl_x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--names=flat,bowl_x: bowl_x not in" in err[0]
+
+
+def test_set_replays_the_racing_search_under_other_settings(tmp_path, capsys):
+    """--set race.explore=0.5 --set n_jobs=1: the entries continuous.racing gives with the
+    preset's keys changed by hand; a key the preset lacks is one line, exit 2."""
+    path = write(tmp_path, {"delta": 0.02, "landscapes": [{**BOWL, "x": [0.0, 1.0],
+                                                           "f": [0.0, 0.05]}]})
+    out = tmp_path / "out.json"
+    assert search_replay.main(["--continuous", path, "--budgets", "8000", "--seeds", "2",
+                               "--methods", "racing", "--set", "race.explore=0.5",
+                               "--set", "n_jobs=1", "--out", str(out)]) == 0
+    preset = search_replay.preset("p_tpe")
+    preset["n_jobs"], preset["race"]["explore"] = 1, 0.5
+    race = search_replay._at_paper_cpu(preset["race"])
+    rules = search_replay.Rules(5, race["min_replicates"], race["alpha"], race["equivalence"],
+                                search_replay.for_folds(5))
+    _, (shape,) = continuous.read(path)
+    by_hand = [continuous.entry(s, continuous.racing(
+        continuous.Landscape(shape, continuous.noise(shape.noise), s), 8000,
+        {**preset, "race": race}, rules, race["rungs"])) for s in range(2)]
+    assert json.loads(out.read_text())["landscapes"]["bowl"]["racing"] == by_hand
+    default = tmp_path / "default.json"
+    search_replay.main(["--continuous", path, "--budgets", "8000", "--seeds", "2",
+                        "--methods", "racing", "--out", str(default)])
+    assert json.loads(default.read_text())["landscapes"] != json.loads(out.read_text())["landscapes"]
+    capsys.readouterr()
+    assert search_replay.main(["--continuous", path, "--budgets", "8000", "--methods", "racing",
+                               "--set", "race.explor=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --set race.explor=0.5: give KEY=VALUE")
+
+
 # -- the replay's sampler is the live sweeper's --------------------------------------------
 
 STEPS = 100

@@ -140,7 +140,7 @@ def test_a_replicate_key_typed_under_hydra_sweeper_replicates_says_how_to_write_
     ("hydra.sweeper.replicates={}", ["merges into the preset's hydra.sweeper.replicates "
                                      "({data.fold: [0, 1, 2, 3, 4]}) and leaves it as it is",
                                      "data.fold=0"]),
-    ("hydra.sweeper.race={}", ["merges into the preset's hydra.sweeper.race ({min_replicates: 2"]),
+    ("hydra.sweeper.race={}", ["merges into the preset's hydra.sweeper.race ({min_replicates: 1"]),
 ])
 def test_an_empty_mapping_over_a_presets_is_refused(override, needles):
     """`replicates={}` kept the preset's 5 folds without a word (Hydra merges mappings)."""

@@ -284,6 +284,24 @@ def test_the_race_keys_bounds_are_the_documented_ones(key, bad, good, words):
     assert race_plan(**{key: good}) is not None
 
 
+def test_a_searchs_min_replicates_is_at_least_1_a_races_2():
+    """docs/search.md: in a search min_replicates is the folds a takeover needs, >= 1 (the
+    preset's 1: a lead on the incumbent's one fold takes over); in a race its first look is a
+    paired t, >= 2 (test_the_race_keys_bounds_are_the_documented_ones)."""
+    from qknorm.errors import UserError
+    from tests.helpers.race import plan
+
+    def search(minimum):
+        return plan({"min_replicates": minimum},
+                    params={"norm.p": "interval(1.0, 8.0)"}, sampler="tpe", n_trials=4)
+
+    with pytest.raises(UserError, match=re.escape("min_replicates=0 must be >= 1 in a search")):
+        search(0)
+    assert search(1).min_replicates == 1
+    with pytest.raises(UserError, match=re.escape("min_replicates=1 must be >= 2 in a race")):
+        plan({"min_replicates": 1})
+
+
 @pytest.mark.parametrize(("bad", "good"), [(0.0, 1.0), (1.01, 1e-6)])
 def test_explore_is_a_share_in_0_1(bad, good):
     """docs/search.md: explore is the share of budget_steps spent on new proposals, in (0, 1]."""

@@ -45,6 +45,7 @@ from collections import Counter
 from pathlib import Path
 
 import optuna
+import yaml
 from omegaconf import OmegaConf
 
 from qknorm.config import CONF_DIR
@@ -123,6 +124,27 @@ def _at_paper_cpu(race: dict) -> dict:
     committed grids' runs, paper_cpu's: {500: 0.1, 1000: 0.04} at 2000 steps, an eval every 250."""
     train = OmegaConf.load(CONF_DIR / "experiment" / "paper_cpu.yaml").train
     return {**race, "rungs": step_margins(race, train.max_iters, train.eval_interval)}
+
+
+def settings(sets: list[str]) -> dict:
+    """search=p_tpe's hydra.sweeper keys with --set KEY=VALUE (a YAML value) over them, e.g.
+    race.explore=0.8: the racing search replayed under settings other than the preset's. Its
+    rungs resolved as SEARCH's are; UserError names a key the preset lacks."""
+    from qknorm.errors import UserError
+
+    out = preset("p_tpe")
+    for item in sets:
+        key, _, value = item.partition("=")
+        *path, last = key.split(".")
+        node = out
+        for k in path:
+            node = node.get(k) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or last not in node or "=" not in item:
+            raise UserError(f"--set {item}: give KEY=VALUE with KEY one of search=p_tpe's "
+                            "hydra.sweeper keys, e.g. race.explore=0.8 or n_jobs=1")
+        node[last] = yaml.safe_load(value)
+    out["race"] = _at_paper_cpu(out["race"])
+    return out
 
 
 RACE, SEARCH = preset("p_race"), preset("p_tpe")
@@ -233,6 +255,14 @@ def parser() -> argparse.ArgumentParser:
                     help="training-step budgets, comma-separated (default: a third of "
                          "paper_cpu's 80,000, and all of it)")
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="with --continuous: seeds FIRST..FIRST+SEEDS-1 (default 0), e.g. 20 "
+                         "for seeds the rules were not chosen on")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --continuous: the racing search under this search=p_tpe key "
+                         "instead of the preset's, e.g. race.explore=0.8 (repeatable)")
+    ap.add_argument("--names", default="",
+                    help="with --continuous: only these landscapes of the file, comma-separated")
     ap.add_argument("--search-min-replicates", type=int,
                     default=SEARCH["race"]["min_replicates"],
                     help="the racing search's min_replicates (default: search=p_tpe's)")
@@ -295,21 +325,36 @@ def _listed(command) -> list[str]:
     return [] if command is None else [command] if isinstance(command, str) else list(command)
 
 
-def continuous_main(args: argparse.Namespace, budgets: list[float], command: str,
-                    cli: bool = False) -> int:
-    """--continuous: every method on every landscape of the file, seeds 0..N-1, at the budget
-    (one: OUT.json has no budget key); OUT.json as qknorm.research.continuous says, and each
-    method's counts printed."""
+def _continuous_inputs(args: argparse.Namespace, budgets: list[float]) -> tuple:
+    """A --continuous run's methods, δ, landscapes (those --names, else all) and racing-search
+    settings (--set over the preset); UserError naming what is wrong."""
     from qknorm.errors import UserError
     from qknorm.research import continuous
 
     methods = tuple(m for m in args.methods.split(",") if m)
     if len(budgets) != 1 or not set(methods) <= set(CONTINUOUS) or not methods:
-        print(f"error: --continuous takes one budget (got --budgets={args.budgets}) and "
-              f"--methods from {','.join(CONTINUOUS)} (got {args.methods!r})", file=sys.stderr)
-        return 2
+        raise UserError(f"--continuous takes one budget (got --budgets={args.budgets}) and "
+                        f"--methods from {','.join(CONTINUOUS)} (got {args.methods!r})")
+    delta, shapes = continuous.read(args.continuous)
+    names = [n for n in args.names.split(",") if n]
+    unknown = sorted(set(names) - {s.name for s in shapes})
+    if unknown:
+        raise UserError(f"--names={args.names}: {', '.join(unknown)} not in {args.continuous}; "
+                        f"pick from {', '.join(s.name for s in shapes)}")
+    return (methods, delta, [s for s in shapes if not names or s.name in names],
+            settings(args.set))
+
+
+def continuous_main(args: argparse.Namespace, budgets: list[float], command: str,
+                    cli: bool = False) -> int:
+    """--continuous: every method on every landscape of the file (or those --names), seeds
+    --first-seed onwards, at the budget (one: OUT.json has no budget key); OUT.json as
+    qknorm.research.continuous says, and each method's counts printed."""
+    from qknorm.errors import UserError
+    from qknorm.research import continuous
+
     try:
-        delta, shapes = continuous.read(args.continuous)
+        methods, delta, shapes, search = _continuous_inputs(args, budgets)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -320,17 +365,19 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
         os.execve(sys.executable, [sys.executable, "-m", "qknorm.research.search_replay",
                                    *sys.argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
     budget, plain = budgets[0], preset("p_tpe_plain")
-    race = SEARCH["race"]
+    race = search["race"]
     rules = Rules(5, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(5))
     old = (json.loads(args.out.read_text()) if args.update and args.out is not None
            and args.out.is_file() else {"landscapes": {}})
     out: dict = {"command": command, "delta": delta, "landscapes": {}}
-    if args.update:  # the earlier commands, then this one
+    if args.update:  # the earlier commands, then this one; landscapes not run now are kept
         out["command"] = [*_listed(old.get("command")), command]
+        out["landscapes"] = dict(old["landscapes"])
     for shape in shapes:
         noise = continuous.noise(shape.noise)
-        lands = [continuous.Landscape(shape, noise, s) for s in range(args.seeds)]
-        runs = {"racing": lambda land: continuous.racing(land, budget, SEARCH, rules,
+        lands = [continuous.Landscape(shape, noise, s)
+                 for s in range(args.first_seed, args.first_seed + args.seeds)]
+        runs = {"racing": lambda land: continuous.racing(land, budget, search, rules,
                                                          race["rungs"]),
                 "tpe": lambda land: continuous.plain_tpe(land, budget, plain),
                 "smac3": lambda land: continuous.smac(land, budget)}

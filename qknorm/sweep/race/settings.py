@@ -68,7 +68,7 @@ class RaceConf:
     # A racing search (a tpe, gp or random sampler) makes new proposals until this share of
     # budget_steps is spent, then confirms its incumbent against the close ones (docs/search.md).
     # Without a budget it proposes until n_trials are made. Not used by a race.
-    explore: float = 0.8
+    explore: float = 0.7
     # A racing search's first proposals, in order, before its sampler's (an initial design, as
     # SMAC's starts from the default configuration): config values of the searched key, e.g.
     # [.inf, 1.0] for search=p_tpe's 1/norm.p (the interval's ends, which a continuous sampler
@@ -147,7 +147,7 @@ class RaceSpec:
     # A racing search (qknorm/sweep/racing.py): the sampler that proposes the candidates
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
-    explore: float = 0.8  # a search's share of budget_steps for new proposals (RaceConf)
+    explore: float = 0.7  # a search's share of budget_steps for new proposals (RaceConf)
     initial: tuple[dict[str, Any], ...] = ()  # a search's first proposals, as trial params
 
     def with_rungs(self, steps: Sequence[int], margins: Sequence[float]) -> RaceSpec:
@@ -216,9 +216,12 @@ def checked_race(conf: RaceConf, blocks: list[str], directions: list[str],
         raise UserError(f"hydra.sweeper.n_trials={n_trials}: a race runs the whole grid; set "
                         f"n_trials: null (the grid's {grid_size} points)")
     minimum, alpha = conf.min_replicates, conf.alpha
-    if minimum < 2:
-        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} must be >= 2 (a paired "
-                        "t-test needs two pairs), e.g. 3")
+    if search is None and minimum < 2:
+        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} must be >= 2 in a race (its "
+                        "first look is a paired t-test, which needs two pairs), e.g. 3")
+    if minimum < 1:  # a search: the folds a takeover needs, at least the one it is screened on
+        raise UserError(f"hydra.sweeper.race.min_replicates={minimum} must be >= 1 in a search "
+                        "(the folds a takeover needs), e.g. 1")
     if not 0 < alpha < 1:
         raise UserError(f"hydra.sweeper.race.alpha={alpha:g} must be in (0, 1), e.g. 0.05")
     if blocks == [""]:
