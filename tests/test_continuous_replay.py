@@ -203,6 +203,10 @@ def test_set_replays_the_racing_search_under_other_settings(tmp_path, capsys):
                                "--set", "race.explor=0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --set race.explor=0.5: give KEY=VALUE")
+    # without --continuous, not ignored: one line, before anything runs
+    assert search_replay.main(["--landscapes", path, "--set", "race.explore=0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "go with --continuous FILE" in err[0]
 
 
 # -- the replay's sampler is the live sweeper's --------------------------------------------

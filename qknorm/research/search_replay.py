@@ -414,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     only = tuple(x for x in args.only.split(",") if x)
     if args.continuous is not None:
         return continuous_main(args, budgets, command, cli=argv is None)
+    if args.set or args.names or args.first_seed:
+        print(f"error: --set, --names and --first-seed (got {args.set or args.names or args.first_seed!r}) "
+              "go with --continuous FILE; a grid's replay takes --search-min-replicates",
+              file=sys.stderr)
+        return 2
     if args.update and not (only and args.out is not None and args.out.is_file()):
         print(f"error: --update reruns racing searches into an existing --out JSON; give "
               f"--only (e.g. tpe) and --out FILE that exists (got --only={args.only!r}, "
