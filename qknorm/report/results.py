@@ -203,6 +203,13 @@ def read_results(root: Path) -> Collection:
     return Collection(root, df, warnings=[note], rebuilt=True)
 
 
+def read_curves(path: Path) -> pd.DataFrame:
+    """A report's curves.csv, the one reader of that file (the report rebuilt from it, the
+    claims, the replays): run_dir as text, as results.csv's, which it joins; values parsed as
+    Python's float parses them (round trip), so a replay reads the curves it was made from."""
+    return pd.read_csv(path, dtype={"run_dir": str}, float_precision="round_trip")
+
+
 def read_csv(path: Path, needs: Sequence[str] = READ_BACK,
              fix: str = "pass a results.csv written by scripts/report.py") -> pd.DataFrame:
     """A results.csv as a report wrote it, the one reader of that file (the report rebuilt from
@@ -377,7 +384,7 @@ def collect_curves(runs: pd.DataFrame, root: Path | str) -> pd.DataFrame:
     saved = root / CURVES_CSV_NAME
     if saved.is_file() and not any((root / d / rundir.HYDRA_DIR).is_dir() for d in runs["run_dir"]):
         # A report rebuilt from results.csv: the evals as its curves.csv kept them.
-        curves = pd.read_csv(saved, dtype={"run_dir": str})
+        curves = read_curves(saved)
         curves = curves.reindex(columns=["run_dir", *CURVE_KEYS,
                                          *logit_layer_columns(curves.columns)])
         keys = runs[["run_dir", "norm.kind", "norm.p", "status"]]

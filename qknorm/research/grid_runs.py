@@ -1,6 +1,6 @@
 """A committed grid as a replay reads it, and what the grid itself shows.
 
-`load` reads a report's results.csv (through qknorm.report.results.read_csv) and its curves.csv,
+`load` reads a report's results.csv and its curves.csv (qknorm.report.results.read_csv, read_curves),
 for in-fold stopping: p -> its runs in fold order, each {fold, value, steps, core_s, curve:
 {step: val_loss}}. `judge` is the grid's own answer, the yardstick of a replayed search: the
 best p (lowest mean over folds), each other p's mean paired difference to it, and the p the grid
@@ -11,7 +11,6 @@ worse_on_grid's test of "worse" (docs/report.md, issue 56).
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from qknorm.errors import UserError
 from qknorm.multitest import ReplicateTest, for_folds, holm
-from qknorm.report.results import read_csv
+from qknorm.report.results import read_csv, read_curves
 from qknorm.rundir import COMPLETED
 
 
@@ -33,9 +32,10 @@ def load(results: Path, curves: Path | None = None, metric: str = "best_val_loss
         raise UserError(f"{results} has runs without a norm.p (norm.kind none or rms); a replay "
                         "needs a grid over p")
     by_dir: dict[str, dict[int, float]] = {}
-    for row in csv.DictReader(curves.open()) if curves else ():
-        if row["val_loss"]:
-            by_dir.setdefault(row["run_dir"], {})[int(float(row["step"]))] = float(row["val_loss"])
+    evals = read_curves(curves)[["run_dir", "step", "val_loss"]] if curves else None
+    for run_dir, step, val_loss in evals.itertuples(index=False) if curves else ():
+        if not math.isnan(val_loss):
+            by_dir.setdefault(run_dir, {})[int(step)] = float(val_loss)
     grid: dict[float, list[dict]] = {}
     for r in sorted(rows, key=lambda r: int(r["data.fold"])):
         grid.setdefault(float(r["norm.p"]), []).append({

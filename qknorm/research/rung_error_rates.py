@@ -179,7 +179,7 @@ def read_curves(report: Path) -> pd.DataFrame:
     if not path.exists():
         raise UserError(f"{path} does not exist; pass a report dir written by scripts/report.py "
                         "(curves.csv since the report wrote it: rerun the report on the run dirs)")
-    return pd.read_csv(path, dtype={"run_dir": str})  # as results.csv's run_dir, which it joins
+    return results.read_curves(path)
 
 
 def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None = None
