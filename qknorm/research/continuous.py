@@ -50,7 +50,7 @@ import math
 import random
 import statistics
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,15 +198,10 @@ def racing(land: Landscape, budget: float, preset: dict, rules: intensify.Rules,
     spec = {**preset["sampler"], "seed": land.seed}
     initial = tuple(0.0 if math.isinf(p) else 1 / p for p in race.get("initial") or ())
     props, core_s = race_sims.search_loop(
-        sampler_maker(spec), PARAM, optuna.distributions.FloatDistribution(0.0, 1.0),
+        proposal_sampler(spec), PARAM, optuna.distributions.FloatDistribution(0.0, 1.0),
         lambda x, b, ran: race_sims.play(land.run(x, b), b, ran, rungs), budget, rules,
         race["explore"], initial, slots=preset["n_jobs"], max_proposals=preset["n_trials"])
     return race_sims.outcome(props, rules, core_s)
-
-
-def sampler_maker(spec: dict) -> Callable[[int], optuna.samplers.BaseSampler]:
-    """The live sweeper's sampler for its n-th proposal (RaceSearchSchedule._propose)."""
-    return proposal_sampler(spec)
 
 
 def plain_tpe(land: Landscape, budget: float, preset: dict, folds: tuple[int, ...] = (0, 1)

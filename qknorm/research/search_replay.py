@@ -147,8 +147,8 @@ def settings(sets: list[str]) -> dict:
     return out
 
 
-RACE, SEARCH = preset("p_race"), preset("p_tpe")
-RACE["race"], SEARCH["race"] = _at_paper_cpu(RACE["race"]), _at_paper_cpu(SEARCH["race"])
+RACE, SEARCH = preset("p_race"), settings([])
+RACE["race"] = _at_paper_cpu(RACE["race"])
 
 
 def run_all(grid: dict, budget: float, seeds: int,
