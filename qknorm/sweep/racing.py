@@ -606,7 +606,8 @@ def _quiet():
 
 def proposal_sampler(spec: dict[str, Any]) -> Callable[[int], optuna.samplers.BaseSampler]:
     """The sampler of a search's n-th proposal: the sampler spec reseeded by n, so the same study
-    always gets the same next proposal (the research replays make theirs so too)."""
+    always gets the same next proposal (the continuous replays make theirs so too; the grid
+    replays still seed theirs as seed * 100,000 + n, race_sims.sampler_factory)."""
     return lambda n: specs.build_sampler({**spec, "seed": _seed(spec, n)}, None)
 
 
