@@ -204,12 +204,18 @@ def load_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
     return torch.load(Path(run_dir) / CKPT_FILE, map_location=map_location, weights_only=True)
 
 
+# Names the commit of a source tree copied without its .git (a rented GPU host gets the files
+# alone); whoever copies a clean checkout sets it. A checkout's own `git rev-parse` goes first.
+GIT_SHA_ENV = "QKNORM_GIT_SHA"
+
+
 @functools.lru_cache(maxsize=1)
 def git_sha() -> str | None:
-    """The commit of the qknorm source tree, or None outside a git checkout."""
+    """The commit of the qknorm source tree; outside a git checkout, $QKNORM_GIT_SHA; else None."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
                              capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        out = None
+    sha = out.stdout.strip() if out is not None and out.returncode == 0 else ""
+    return sha or os.environ.get(GIT_SHA_ENV) or None

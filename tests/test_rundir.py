@@ -1,10 +1,12 @@
-"""qknorm.rundir's one file writer: a reader sees the old file or the whole new one, and a
-failed write leaves nothing behind."""
+"""qknorm.rundir's one file writer (a reader sees the old file or the whole new one, and a
+failed write leaves nothing behind) and the commit a run records."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +43,22 @@ def test_run_dirs_sort_numbered_before_named_and_numbers_as_numbers(tmp_path):
     for name in ("10", "trial3_0", "2", "trial3_1"):  # a grid's jobs beside a study's
         (tmp_path / "sweep" / name / ".hydra").mkdir(parents=True)
     assert [d.name for d in find_run_dirs(tmp_path)] == ["2", "10", "trial3_0", "trial3_1"]
+
+
+def test_git_sha_is_the_checkouts_and_the_env_only_outside_one(monkeypatch):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(rundir.__file__).parent,
+                          capture_output=True, text=True).stdout.strip()
+    monkeypatch.setenv(rundir.GIT_SHA_ENV, "f" * 40)
+    rundir.git_sha.cache_clear()
+    assert rundir.git_sha() == (head or "f" * 40)  # a checkout's HEAD wins over the variable
+
+    def no_checkout(*args, **kwargs):  # what git answers in a tree copied without .git
+        return subprocess.CompletedProcess(args, 128, stdout="", stderr="fatal: not a git repo")
+
+    monkeypatch.setattr(rundir.subprocess, "run", no_checkout)
+    rundir.git_sha.cache_clear()
+    assert rundir.git_sha() == "f" * 40
+    monkeypatch.delenv(rundir.GIT_SHA_ENV)
+    rundir.git_sha.cache_clear()
+    assert rundir.git_sha() is None
+    rundir.git_sha.cache_clear()
