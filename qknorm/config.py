@@ -112,6 +112,8 @@ class OptimizerConfig:
 class TrainConfig:
     max_iters: int = 2000
     batch_size: int = 12
+    # An eval every eval_interval steps and at the last: the mean loss over eval_iters batches of
+    # each split, the same batches at every eval (qknorm/train.py), so evals differ by the model.
     eval_interval: int = 250
     eval_iters: int = 20
     diag_batches: int = 4  # val eval batches the attention diagnostics read, at most eval_iters; 0: none
