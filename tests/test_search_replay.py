@@ -122,9 +122,9 @@ def test_the_replay_table_prints_each_search_as_counts_over_seeds():
     data["landscapes"]["flat"]["searches"]["race_search_gp"] = {"26667": {
         **score, "best_not_grid_worse": 17, "worse_all_grid_worse": 16}}
     header, _, row = replay_table.compact(data, "26667").splitlines()
-    assert header == ("| landscape | grid: best, worse | race_search_tpe | race_search_gp | smac3 | "
-                      "race_search_tpe: worse calls right, level calls within δ | "
-                      "race_search_gp: worse calls right, level calls within δ |")
+    assert header == ("| landscape | grid: best, `worse` | race_search_tpe | race_search_gp | "
+                      "smac3 | race_search_tpe: `worse` calls right, `level` calls within δ | "
+                      "race_search_gp: `worse` calls right, `level` calls within δ |")
     assert row == "| flat | 2, 0 p | 19/20 | 17/20 | 3/3 | 20/20, 18/20 | 16/20, 18/20 |"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from qknorm.claims import grids, races, studies
+from qknorm.claims import grids, races, replays, studies
 from qknorm.claims.inputs import Rows, Runs, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
@@ -42,6 +42,7 @@ KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
     "search": races.search, "agreement": agreement,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
+    "replay": replays.grid, "continuous": replays.continuous,
 }
 
 

@@ -1,0 +1,41 @@
+"""Records over a committed replay's JSON (qknorm.research.search_replay), so the tables of
+docs/search_results.md are recomputed from the replays they print, by the functions that print
+them (qknorm.research.replay_table; its `--record ID` writes a block's template):
+
+  replay      a grid or landscapes replay (`file`, at `budget`): per grid or landscape (row
+              NAME) its answer, best and n_worse; per search (row NAME/SEARCH) its counts over
+              seeds: seeds, best_not_grid_worse, best_is_grid_best, worse_all_grid_worse,
+              level_all_within_delta, steps_median, distinct_p_median
+  continuous  search_replay --continuous's OUT.json (`file`) over its landscapes (`landscapes`):
+              per landscape and method (row LANDSCAPE/METHOD) seeds, best_within_delta,
+              best_within_half, worse_true, level_within_delta, steps_median
+
+A replay is the run these records read: rerunning one (its command is in the JSON) and
+committing it is what changes their numbers, as a sweep's results.csv does for the others.
+"""
+
+from __future__ import annotations
+
+import json
+
+from qknorm.claims.inputs import Rows, Runs, setting
+from qknorm.claims.records import Record
+from qknorm.errors import UserError
+from qknorm.research import replay_table
+
+
+def _read(record: Record, runs: Runs, key: str = "file") -> dict:
+    path = runs.book.results / str(setting(record, key))
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"record {record.id}: {path} is not a replay's JSON ({e})") from None
+
+
+def grid(record: Record, runs: Runs) -> Rows:
+    return replay_table.grid_rows(_read(record, runs), str(setting(record, "budget")))
+
+
+def continuous(record: Record, runs: Runs) -> Rows:
+    return replay_table.continuous_rows(_read(record, runs),
+                                        runs.book.results / str(setting(record, "landscapes")))

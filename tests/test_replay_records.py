@@ -1,0 +1,82 @@
+"""The replays' tables as records (qknorm.claims.replays, replay_table --record): a table and
+its template filled from the record's rows are one text; hand-made JSONs give the counts
+written here; a count nudged in a committed replay fails the check naming the record."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+from qknorm.claims import check, records
+from qknorm.claims.inputs import Runs
+from qknorm.research import replay_table
+from tests.helpers import REPO
+
+PLACE = re.compile(r"\{\{(\S+) (\S+) (\S+)\}\}")
+SCORE = {"seeds": 20, "best_not_grid_worse": 17, "best_is_grid_best": 12,
+         "worse_all_grid_worse": 19, "level_all_within_delta": 20, "steps_median": 25500.0,
+         "distinct_p_median": 7.0}
+GRIDS = {"landscapes": {
+    "calibrated/spike": {"best": 2.5, "worse": [1.0, 4.0], "searches": {
+        "race_search_tpe": {"26667": SCORE}, "tpe": {"26667": {**SCORE, "seeds": 5}}}}}}
+
+
+def filled(template: str, rows: dict) -> str:
+    """A template's placeholders replaced by the rows' values, printed as the tables print."""
+    return PLACE.sub(lambda m: replay_table.printed(m[2], m[3], rows[m[2]][m[3]]), template)
+
+
+def test_a_grid_replays_tables_are_its_rows_printed():
+    """(The tables' cells by hand: tests/test_search_replay.py.)"""
+    rows = replay_table.grid_rows(GRIDS, "26667")
+    assert rows["calibrated/spike"] == {"best": 2.5, "n_worse": 2}
+    assert rows["calibrated/spike/tpe"]["seeds"] == 5
+    assert replay_table.compact(GRIDS, "26667").splitlines()[2] == (
+        "| calibrated/spike | 2.5, 2 p | 17/20 | 17/5 | 19/20, 20/20 |")
+    for layout in (replay_table.table, replay_table.compact):
+        template = layout(GRIDS, "26667", replay_table.placeholders("r"))
+        assert "{{r calibrated/spike/tpe best_not_grid_worse}}/{{r calibrated/spike/tpe seeds}}" \
+            in template
+        assert filled(template, rows) == layout(GRIDS, "26667")
+
+
+def test_a_continuous_replays_counts_are_its_landscapes_gaps(tmp_path):
+    """f rises by 0.01 per 0.1 of x from its floor at x = 0.5 (p = 2): with δ = 0.02, p = 2 and
+    p = 2.5 (x 0.4, gap 0.01) are within δ/2, p = 4 (x 0.25, gap 0.025) within neither."""
+    lands = tmp_path / "lands.json"
+    xs = [i / 10 for i in range(11)]
+    lands.write_text(json.dumps({"delta": 0.02, "landscapes": [
+        {"name": "calibrated/v", "noise": "calibrated", "x": xs,
+         "f": [abs(x - 0.5) / 10 for x in xs]}]}))
+
+    def entry(seed, best, worse=(), level=()):
+        return {"seed": seed, "best_p": best, "worse": list(worse), "level": list(level),
+                "undecided": [], "steps": 26000}
+
+    data = {"landscapes": {"calibrated/v": {"racing": [
+        entry(0, 2.0, worse=[4.0]), entry(1, 2.5, level=[2.0]), entry(2, 4.0, worse=[2.0])]}}}
+    rows = replay_table.continuous_rows(data, lands)
+    got = rows["calibrated/v/racing"]
+    assert (got["best_within_delta"], got["best_within_half"]) == (2, 2)
+    # seed 2 calls p = 2 worse than its best p = 4: f(2) < f(4), a false call
+    assert (got["worse_true"], got["level_within_delta"]) == (2, 3)
+    template = replay_table.continuous(data, lands, cell=replay_table.placeholders("c"))
+    assert filled(template, rows) == replay_table.continuous(data, lands)
+    assert "| calibrated/v | 2, 2 | - | - | 2, 3 |" in replay_table.continuous(data, lands)
+
+
+def test_a_nudged_replay_count_fails_naming_the_record(tmp_path):
+    committed = records.load(REPO)
+    shutil.copytree(REPO / "docs/results/landscapes", tmp_path / "landscapes")
+    committed.results = tmp_path
+    rec = committed.records["continuous.qknorm"]
+    assert check.record(rec, Runs(committed)) == []
+    out = tmp_path / "landscapes/continuous_qknorm_replay.json"
+    data = json.loads(out.read_text())
+    seeds = data["landscapes"]["qknorm/flat"]["racing"]
+    seeds[0]["worse"] = [seeds[0]["best_p"] * 2]  # flat: f equal everywhere, a worse call false
+    out.write_text(json.dumps(data))
+    assert check.record(rec, Runs(committed)) == [
+        "continuous.qknorm [qknorm/flat/racing] worse_true: the record says 20, the runs give 19 "
+        "(replays.yaml)"]
