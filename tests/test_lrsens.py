@@ -24,21 +24,13 @@ from tests.helpers.synthetic_runs import (
     LR_GRID,
     LR_L0,
     LR_SEEDS,
-    lr_reading,
+    lr_fixtures,
     make_lr_sweep,
     make_search,
     make_sweep,
 )
 
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    return make_lr_sweep(tmp_path_factory.mktemp("lr"))
-
-
-@pytest.fixture(scope="module")
-def reading(sweep):
-    return lr_reading(sweep)
+sweep, reading = lr_fixtures(make_lr_sweep)
 
 
 def by_hand(group: str, seed: int, best: bool = False) -> float:

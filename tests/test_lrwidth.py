@@ -20,7 +20,7 @@ from qknorm import rundir
 from qknorm.report import Options, build_report, lrplots, lrsens, plots, results
 from qknorm.report.arms import arm_name, arm_names
 from tests.helpers.holm import holm_by_hand
-from tests.helpers.synthetic_runs import lr_reading
+from tests.helpers.synthetic_runs import lr_fixtures
 
 # ---------------------------------------------------------------------------------------------
 # The sweep: model.n_embd 64 (2 heads) and 128 (4 heads), 2 layers, head dim 32; the arms
@@ -141,14 +141,7 @@ def seeds_of(width: int, arm: str) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    return make_width_sweep(tmp_path_factory.mktemp("width"))
-
-
-@pytest.fixture(scope="module")
-def reading(sweep):
-    return lr_reading(sweep)
+sweep, reading = lr_fixtures(make_width_sweep)
 
 
 def group(frame: pd.DataFrame, width: int, arm: str) -> pd.Series:

@@ -9,6 +9,7 @@ last line in metrics.jsonl).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -235,3 +236,19 @@ def lr_reading(sweep: Path):
 
     runs = results.collect(sweep).runs
     return lrsens.compute(runs, results.collect_curves(runs, sweep))
+
+
+def lr_fixtures(make: Callable[[Path], Path]) -> tuple:
+    """A test module's module-scoped `sweep` (made once by `make` in a temporary dir) and its
+    `reading` (lr_reading): `sweep, reading = lr_fixtures(make_lr_sweep)` at module level."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def sweep(tmp_path_factory):
+        return make(tmp_path_factory.mktemp("lr"))
+
+    @pytest.fixture(scope="module")
+    def reading(sweep):
+        return lr_reading(sweep)
+
+    return sweep, reading
