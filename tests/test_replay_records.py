@@ -8,7 +8,7 @@ import json
 import re
 import shutil
 
-from qknorm.claims import check, records
+from qknorm.claims import check, records, replays
 from qknorm.claims.inputs import Runs
 from qknorm.research import replay_table
 from tests.helpers import REPO
@@ -80,3 +80,21 @@ def test_a_nudged_replay_count_fails_naming_the_record(tmp_path):
     assert check.record(rec, Runs(committed)) == [
         "continuous.qknorm [qknorm/flat/racing] worse_true: the record says 20, the runs give 19 "
         "(replays.yaml)"]
+
+
+def test_an_error_rate_record_keys_each_cell_and_names_each_tests_rates(tmp_path):
+    rates = {"rows": [
+        {"folds": 5, "rho": 0.2, "test": "paired", "k": 2, "delta/sigma": None, "world": "level",
+         "any worse": 0.315, "mean blocks run": 4.26},
+        {"folds": 5, "rho": 0.2, "test": "corrected", "k": 2, "delta/sigma": None,
+         "world": "level", "any worse": 0.173, "mean blocks run": 4.56},
+        {"folds": 10, "rho": 0.1, "test": "paired", "k": 8, "delta/sigma": 1.0, "world": "gap",
+         "level": 0.026}]}
+    (tmp_path / "rates.json").write_text(json.dumps(rates))
+    book = records.load(REPO)
+    book.results = tmp_path
+    rec = records.Record("r", "error_rates", "", {"file": "rates.json"}, {}, "r.yaml")
+    assert replays.error_rates(rec, Runs(book)) == {
+        "5/0.20/2/level/off": {"paired_any_worse": 0.315, "paired_mean_blocks_run": 4.26,
+                               "corrected_any_worse": 0.173, "corrected_mean_blocks_run": 4.56},
+        "10/0.10/8/gap/1": {"paired_level": 0.026}}

@@ -1,6 +1,7 @@
-"""Records over a committed replay's JSON (qknorm.research.search_replay), so the tables of
-docs/search_results.md are recomputed from the replays they print, by the functions that print
-them (qknorm.research.replay_table; its `--record ID` writes a block's template):
+"""Records over the committed JSONs of the research replays and simulations, so the tables of
+docs/search_results.md and docs/race.md are recomputed from the files they print, by the
+functions that print them (qknorm.research.replay_table; its `--record ID` writes a block's
+template):
 
   replay      a grid or landscapes replay (`file`, at `budget`): per grid or landscape (row
               NAME) its answer, best and n_worse; per search (row NAME/SEARCH) its counts over
@@ -9,6 +10,9 @@ them (qknorm.research.replay_table; its `--record ID` writes a block's template)
   continuous  search_replay --continuous's OUT.json (`file`) over its landscapes (`landscapes`):
               per landscape and method (row LANDSCAPE/METHOD) seeds, best_within_delta,
               best_within_half, worse_true, level_within_delta, steps_median
+  error_rates race_level_error_rates' JSON (`file`): per cell (row K/ρ/k/WORLD/δσ, ρ to two
+              decimals, δσ `off` or its value) each rate of each test, TEST_RATE (paired_any_worse,
+              corrected_mean_blocks_run: the rate's name with underscores)
 
 A replay is the run these records read: rerunning one (its command is in the JSON) and
 committing it is what changes their numbers, as a sweep's results.csv does for the others.
@@ -39,3 +43,13 @@ def grid(record: Record, runs: Runs) -> Rows:
 def continuous(record: Record, runs: Runs) -> Rows:
     return replay_table.continuous_rows(_read(record, runs),
                                         runs.book.results / str(setting(record, "landscapes")))
+
+
+def error_rates(record: Record, runs: Runs) -> Rows:
+    rows: Rows = {}
+    for r in _read(record, runs)["rows"]:
+        d = "off" if r["delta/sigma"] is None else f"{r['delta/sigma']:g}"
+        cell = rows.setdefault(f"{r['folds']}/{r['rho']:.2f}/{r['k']}/{r['world']}/{d}", {})
+        cell.update({f"{r['test']}_{name.replace(' ', '_')}": value for name, value in r.items()
+                     if isinstance(value, float) and name not in ("rho", "delta/sigma")})
+    return rows
