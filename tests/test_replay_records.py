@@ -98,3 +98,21 @@ def test_an_error_rate_record_keys_each_cell_and_names_each_tests_rates(tmp_path
         "5/0.20/2/level/off": {"paired_any_worse": 0.315, "paired_mean_blocks_run": 4.26,
                                "corrected_any_worse": 0.173, "corrected_mean_blocks_run": 4.56},
         "10/0.10/8/gap/1": {"paired_level": 0.026}}
+
+
+def test_a_power_record_reads_the_named_sigmas_rows_and_each_grids_spread(tmp_path):
+    power = {"grids": [{"name": "qknorm", "near": {"median": 0.009, "min": 0.007, "max": 0.012},
+                        "all": {"median": 0.02, "min": 0.007, "max": 0.05}}],
+             "sigmas": [{"label": "other", "rows": [{"K": 5, "worse": 0.1}]},
+                        {"label": "near", "rows": [{"K": 5, "worse": 0.69, "level": 0.7}]}],
+             "cost": [{"K": 5, "runs": 40, "qknorm": 1.18, "calibrated": 1.14}],
+             "decision": {"sigma_label": "near", "sigma": 0.009, "K": 6, "K_holm_worst": 10}}
+    (tmp_path / "power.json").write_text(json.dumps(power))
+    book = records.load(REPO)
+    book.results = tmp_path
+    rec = records.Record("r", "power", "", {"file": "power.json", "sigma": "near"}, {}, "r.yaml")
+    assert replays.power(rec, Runs(book)) == {
+        "grid/qknorm": {"near_median": 0.009, "near_min": 0.007, "near_max": 0.012,
+                        "all_median": 0.02, "all_min": 0.007, "all_max": 0.05},
+        "5": {"worse": 0.69, "level": 0.7, "runs": 40, "hours": 1.18},
+        "decision": {"sigma": 0.009, "K": 6, "K_holm_worst": 10}}

@@ -43,7 +43,7 @@ KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "search": races.search, "agreement": agreement,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
     "replay": replays.grid, "continuous": replays.continuous,
-    "error_rates": replays.error_rates,
+    "error_rates": replays.error_rates, "power": replays.power,
 }
 
 

@@ -13,6 +13,10 @@ template):
   error_rates race_level_error_rates' JSON (`file`): per cell (row K/ρ/k/WORLD/δσ, ρ to two
               decimals, δσ `off` or its value) each rate of each test, TEST_RATE (paired_any_worse,
               corrected_mean_blocks_run: the rate's name with underscores)
+  power       fold_power's JSON (`file`, the σ of label `sigma`): per grid (row grid/NAME) the
+              spread of its per-fold Δ, near_median/min/max and all_median/min/max; per K (row
+              K) that σ's row of power and sizes and the qknorm grid's hours (`cost`); row
+              decision: σ, the smallest K, with Holm's worst case
 
 A replay is the run these records read: rerunning one (its command is in the JSON) and
 committing it is what changes their numbers, as a sweep's results.csv does for the others.
@@ -52,4 +56,21 @@ def error_rates(record: Record, runs: Runs) -> Rows:
         cell = rows.setdefault(f"{r['folds']}/{r['rho']:.2f}/{r['k']}/{r['world']}/{d}", {})
         cell.update({f"{r['test']}_{name.replace(' ', '_')}": value for name, value in r.items()
                      if isinstance(value, float) and name not in ("rho", "delta/sigma")})
+    return rows
+
+
+def power(record: Record, runs: Runs) -> Rows:
+    data = _read(record, runs)
+    label = str(setting(record, "sigma"))
+    chosen = [s for s in data["sigmas"] if s["label"] == label]
+    if not chosen:
+        raise UserError(f"record {record.id}: no σ labelled {label!r} in {setting(record, 'file')}"
+                        f" (it has {', '.join(s['label'] for s in data['sigmas'])})")
+    rows: Rows = {f"grid/{g['name']}": {f"{part}_{k}": g[part][k] for part in ("near", "all")
+                                        for k in ("median", "min", "max")} for g in data["grids"]}
+    hours = {c["K"]: c for c in data["cost"]}
+    for r in chosen[0]["rows"]:
+        rows[str(r["K"])] = {k: v for k, v in r.items() if k != "K"} | {
+            "runs": hours[r["K"]]["runs"], "hours": hours[r["K"]]["qknorm"]}
+    rows["decision"] = {k: v for k, v in data["decision"].items() if k != "sigma_label"}
     return rows
