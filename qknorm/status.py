@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from qknorm import rundir
 from qknorm.errors import UserError, exit_with, first_line
@@ -125,32 +122,11 @@ def _from_jobs(root: Path) -> list[Target]:
 
 
 def from_results(root: Path) -> list[Target]:
-    """From optimization_results.yaml files (written when a sweep ends). Their storage is as
-    the sweep was given it, relative to the directory it ran in: tried against the sweep dir's
-    ancestors (outputs/sweeps/NAME/DATE sits in that directory)."""
-    from qknorm.sweep import absolute_url, storage_file
+    """From optimization_results.yaml files (written when a sweep ends; their one reader is
+    qknorm.sweep's studies_named)."""
+    from qknorm.sweep import studies_named
 
-    targets = []
-    for results in sorted(root.rglob("optimization_results.yaml")):
-        summary = _yaml(results) or {}
-        name, url = summary.get("study_name"), summary.get("storage")
-        if not (isinstance(name, str) and isinstance(url, str)):
-            continue
-        path = storage_file(url)
-        if path is not None and not path.is_absolute():
-            base = next((d for d in results.parents if (d / path).exists()), None)
-            if base is not None:
-                url = absolute_url(url, base.resolve())
-        n = summary.get("n_trials")
-        targets.append(Target(url, name, n if isinstance(n, int) else None))
-    return targets
-
-
-def _yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None  # Hydra is writing it, or it is not ours: the next dir will do
+    return [Target(s["storage"], s["study_name"], s["n_trials"]) for s in studies_named(root)]
 
 
 def _study_name(storage, target: Target) -> str:

@@ -303,10 +303,11 @@ def _studies_of_results(root: Path) -> dict[tuple[str, str], Any]:
     """The studies the optimization_results.yaml files under root name (the sweeper writes one
     at its end, even when it ran nothing: its study was done), opened to read; {} when none
     does, or none opens (the report then says the directory holds no run)."""
-    from qknorm.status import from_results
+    from qknorm.sweep import studies_named
 
     notes: list[str] = []
-    studies = {(t.study, t.url): _load_study(t.study, t.url, notes)[0] for t in from_results(root)}
+    studies = {(s["study_name"], s["storage"]): _load_study(s["study_name"], s["storage"], notes)[0]
+               for s in studies_named(root)}
     return {k: v for k, v in studies.items() if v is not None}
 
 

@@ -47,6 +47,7 @@ _FACE = {
     "stopped_sweep": "qknorm.sweep.progress",
     "task_config": "qknorm.sweep.plan",  # a job's config as qknorm.train's Config, or None
     "trial_run_dirs": "qknorm.sweep.study",  # the run dirs a study's trials name (the report's)
+    "studies_named": "qknorm.sweep.outputs",  # the studies a sweep dir's results files name
     # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
     "resolve_rungs": "qknorm.sweep.race",
     "step_margins": "qknorm.sweep.race",

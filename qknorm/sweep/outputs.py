@@ -1,4 +1,5 @@
-"""What a sweep leaves in its sweep dir: optimization_results.yaml and trials.csv."""
+"""What a sweep leaves in its sweep dir: optimization_results.yaml and trials.csv; and the one
+reader of the first (studies_named: the status and the report find a sweep dir's studies by it)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,32 @@ def write(study: optuna.Study, sweep_dir: Path, objectives: Sequence[str], n_tri
                                               sort_keys=False))
     atomic_write_text(trials, trials_frame(study, objectives).to_csv(index=False))
     return results, trials
+
+
+def studies_named(root: Path) -> list[dict[str, Any]]:
+    """The studies the optimization_results.yaml files under root name (the sweeper writes one
+    at its end, even when it ran nothing), in path order: study_name, storage and n_trials
+    (None where it has none). A storage file given relative to the directory the sweep ran in
+    is made absolute against the nearest ancestor of the file that holds it (a sweep dir
+    outputs/sweeps/NAME/DATE sits in that directory). A file Hydra is writing, or not ours,
+    is skipped."""
+    from qknorm.sweep.specs import absolute_url, storage_file
+
+    found = []
+    for results in sorted(Path(root).rglob(RESULTS_FILE)):
+        try:
+            summary = yaml.safe_load(results.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        name, url = summary.get("study_name"), summary.get("storage")
+        if not (isinstance(name, str) and isinstance(url, str)):
+            continue
+        path = storage_file(url)
+        if path is not None and not path.is_absolute():
+            base = next((d for d in results.parents if (d / path).exists()), None)
+            if base is not None:
+                url = absolute_url(url, base.resolve())
+        n = summary.get("n_trials")
+        found.append({"study_name": name, "storage": url,
+                      "n_trials": n if isinstance(n, int) else None})
+    return found
