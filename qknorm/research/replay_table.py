@@ -24,9 +24,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-COLUMNS = [("best_not_grid_worse", "best p not `worse` on the grid"), ("best_is_grid_best", "= grid's best"),
-           ("worse_all_grid_worse", "`worse` calls right"), ("level_all_within_delta",
-                                                             "`level` calls within δ"),
+# A header's verdict words in backticks: a claims block reads them as names, not claims.
+COLUMNS = [("best_not_grid_worse", "best p not `worse` on the grid"),
+           ("best_is_grid_best", "= grid's best"), ("worse_all_grid_worse", "`worse` calls right"),
+           ("level_all_within_delta", "`level` calls within δ"),
            ("steps_median", "median steps"), ("distinct_p_median", "distinct p")]
 ORDER = ["race_search_tpe", "race_search_gp", "race", "smac3", "tpe", "gp", "tpe_median_pruned"]
 VERDICTS = ("worse_all_grid_worse", "level_all_within_delta")  # only a race's answer has them
@@ -101,7 +102,8 @@ def compact(data: dict, budget: str, cell: Cell = printed) -> str:
     searches = [s for s in ORDER if any(s in e["searches"] for e in data["landscapes"].values())]
     engines = [s for s in searches if s == "race" or s.startswith("race_search_")]
     lines = ["| landscape | grid: best, `worse` | " + " | ".join(searches) + " | "
-             + " | ".join(f"{s}: `worse` calls right, `level` calls within δ" for s in engines) + " |",
+             + " | ".join(f"{s}: `worse` calls right, `level` calls within δ" for s in engines)
+             + " |",
              "|" + "---|" * (len(searches) + len(engines) + 2)]
 
     def counted(key: str, field: str) -> str:
@@ -142,8 +144,9 @@ def continuous(data: dict, landscapes_file: Path, before: dict | None = None,
                if before else [])
     columns += [(m, m, continuous_rows(data, landscapes_file), cell) for m in CONTINUOUS]
     calls = [col for col in columns if col[1] == "racing"]
-    head = ["| landscape | " + " | ".join(f"{label}: best within δ, δ/2" for label, *_ in columns)
-            + " | " + " | ".join(f"{label}: `worse` true, `level` within δ" for label, *_ in calls)
+    head = ["| landscape | "
+            + " | ".join(f"{label}: best within δ, δ/2" for label, *_ in columns) + " | "
+            + " | ".join(f"{label}: `worse` true, `level` within δ" for label, *_ in calls)
             + " |", "|" + "---|" * (1 + len(columns) + len(calls))]
     lines = head if header else []
 
