@@ -189,6 +189,9 @@ def p_of(x: float) -> float:
     return math.inf if x == 0 else 1 / x
 
 
+METHODS = ("racing", "tpe", "smac3")  # the three searches (module doc), in OUT.json's order
+
+
 # -- the searches -----------------------------------------------------------------------------
 
 def racing(land: Landscape, budget: float, preset: dict, rules: intensify.Rules,

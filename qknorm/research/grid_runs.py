@@ -32,9 +32,10 @@ def load(results: Path, curves: Path | None = None, metric: str = "best_val_loss
         raise UserError(f"{results} has runs without a norm.p (norm.kind none or rms); a replay "
                         "needs a grid over p")
     by_dir: dict[str, dict[int, float]] = {}
-    evals = read_curves(curves)[["run_dir", "step", "val_loss"]] if curves else None
-    for run_dir, step, val_loss in evals.itertuples(index=False) if curves else ():
-        if not math.isnan(val_loss):
+    if curves:
+        evals = read_curves(curves).dropna(subset=["val_loss"])
+        for run_dir, step, val_loss in evals[["run_dir", "step", "val_loss"]].itertuples(
+                index=False):
             by_dir.setdefault(run_dir, {})[int(step)] = float(val_loss)
     grid: dict[float, list[dict]] = {}
     for r in sorted(rows, key=lambda r: int(r["data.fold"])):

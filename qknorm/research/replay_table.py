@@ -32,7 +32,6 @@ COLUMNS = [("best_not_grid_worse", "best p not `worse` on the grid"),
 ORDER = ["race_search_tpe", "race_search_gp", "race", "smac3", "tpe", "gp", "tpe_median_pruned"]
 VERDICTS = ("worse_all_grid_worse", "level_all_within_delta")  # only a race's answer has them
 CLAIMLESS = {"smac3", "tpe", "gp", "tpe_median_pruned"}  # give a best p, call nothing worse
-CONTINUOUS = ("racing", "tpe", "smac3")  # search_replay --continuous's methods, in its order
 
 Rows = dict[str, dict[str, object]]
 Cell = Callable[[str, str, object], str]  # (row, field, value) -> the cell's text
@@ -53,9 +52,8 @@ def placeholders(record: str) -> Cell:
 def grid_rows(data: dict, budget: str) -> Rows:
     """A grid replay's record at `budget`: per grid or landscape (row NAME) its answer (best p,
     how many p it shows worse); per search (row NAME/SEARCH) its counts over seeds."""
-    grids = data["landscapes"] if "landscapes" in data else {"grid": data}
     rows: Rows = {}
-    for name, entry in grids.items():
+    for name, entry in _grids(data).items():
         if "best" in entry:
             rows[name] = {"best": float(entry["best"]), "n_worse": len(entry["worse"])}
         for search, scores in entry["searches"].items():
@@ -65,26 +63,24 @@ def grid_rows(data: dict, budget: str) -> Rows:
     return rows
 
 
+def _grids(data: dict) -> dict:
+    """A replay JSON's grids by name: its landscapes, or the one grid it replayed."""
+    return data["landscapes"] if "landscapes" in data else {"grid": data}
+
+
 def _ordered(searches) -> list[str]:
     return sorted(searches, key=lambda s: ORDER.index(s) if s in ORDER else len(ORDER))
-
-
-def _searches(rows: Rows, name: str) -> list[str]:
-    return _ordered(k.split("/")[-1] for k in rows if k.rsplit("/", 1)[0] == name
-                    and k.rsplit("/", 1)[-1] in ORDER)
-
-
-def _names(data: dict) -> list[str]:
-    return list(data["landscapes"]) if "landscapes" in data else ["grid"]
 
 
 def table(data: dict, budget: str, cell: Cell = printed) -> str:
     rows = grid_rows(data, budget)
     lines = ["| grid | search | " + " | ".join(h for _, h in COLUMNS) + " |",
              "|" + "---|" * (len(COLUMNS) + 2)]
-    for name in _names(data):
-        for search in _searches(rows, name):
+    for name, entry in _grids(data).items():
+        for search in _ordered(entry["searches"]):
             key = f"{name}/{search}"
+            if key not in rows:  # no seeds at this budget
+                continue
             r = rows[key]
             seeds = cell(key, "seeds", r["seeds"])
             cells = ["no claim" if k in VERDICTS and search in CLAIMLESS
@@ -142,7 +138,7 @@ def continuous(data: dict, landscapes_file: Path, before: dict | None = None,
     shapes = c.read(landscapes_file)[1]
     columns = ([("racing before", "racing", continuous_rows(before, landscapes_file), before_cell)]
                if before else [])
-    columns += [(m, m, continuous_rows(data, landscapes_file), cell) for m in CONTINUOUS]
+    columns += [(m, m, continuous_rows(data, landscapes_file), cell) for m in c.METHODS]
     calls = [col for col in columns if col[1] == "racing"]
     head = ["| landscape | "
             + " | ".join(f"{label}: best within δ, δ/2" for label, *_ in columns) + " | "

@@ -50,7 +50,7 @@ from omegaconf import OmegaConf
 
 from qknorm.config import CONF_DIR
 from qknorm.multitest import for_folds
-from qknorm.research import grid_runs, race_sims
+from qknorm.research import continuous, grid_runs, race_sims
 from qknorm.sweep import step_margins
 from qknorm.sweep.race import Rules
 
@@ -130,19 +130,22 @@ def settings(sets: list[str]) -> dict:
     """search=p_tpe's hydra.sweeper keys with --set KEY=VALUE (a YAML value) over them, e.g.
     race.explore=0.8: the racing search replayed under settings other than the preset's. Its
     rungs resolved as SEARCH's are; UserError names a key the preset lacks."""
+    from omegaconf.errors import OmegaConfBaseException
+
     from qknorm.errors import UserError
 
-    out = preset("p_tpe")
+    conf = OmegaConf.create(preset("p_tpe"))
+    OmegaConf.set_struct(conf, True)  # a key the preset lacks is refused, not added
     for item in sets:
-        key, _, value = item.partition("=")
-        *path, last = key.split(".")
-        node = out
-        for k in path:
-            node = node.get(k) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or last not in node or "=" not in item:
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError(item)
+            OmegaConf.update(conf, key, yaml.safe_load(value), merge=False)
+        except (OmegaConfBaseException, ValueError):
             raise UserError(f"--set {item}: give KEY=VALUE with KEY one of search=p_tpe's "
-                            "hydra.sweeper keys, e.g. race.explore=0.8 or n_jobs=1")
-        node[last] = yaml.safe_load(value)
+                            "hydra.sweeper keys, e.g. race.explore=0.8 or n_jobs=1") from None
+    out = OmegaConf.to_container(conf)
     out["race"] = _at_paper_cpu(out["race"])
     return out
 
@@ -318,8 +321,6 @@ def _write(out: dict, path: Path | None, indent: int = 2) -> int:
     return 0
 
 
-CONTINUOUS = ("racing", "tpe", "smac3")
-
 
 def _listed(command) -> list[str]:
     return [] if command is None else [command] if isinstance(command, str) else list(command)
@@ -329,12 +330,11 @@ def _continuous_inputs(args: argparse.Namespace, budgets: list[float]) -> tuple:
     """A --continuous run's methods, δ, landscapes (those --names, else all) and racing-search
     settings (--set over the preset); UserError naming what is wrong."""
     from qknorm.errors import UserError
-    from qknorm.research import continuous
 
     methods = tuple(m for m in args.methods.split(",") if m)
-    if len(budgets) != 1 or not set(methods) <= set(CONTINUOUS) or not methods:
+    if len(budgets) != 1 or not set(methods) <= set(continuous.METHODS) or not methods:
         raise UserError(f"--continuous takes one budget (got --budgets={args.budgets}) and "
-                        f"--methods from {','.join(CONTINUOUS)} (got {args.methods!r})")
+                        f"--methods from {','.join(continuous.METHODS)} (got {args.methods!r})")
     delta, shapes = continuous.read(args.continuous)
     names = [n for n in args.names.split(",") if n]
     unknown = sorted(set(names) - {s.name for s in shapes})
@@ -351,7 +351,6 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
     --first-seed onwards, at the budget (one: OUT.json has no budget key); OUT.json as
     qknorm.research.continuous says, and each method's counts printed."""
     from qknorm.errors import UserError
-    from qknorm.research import continuous
 
     try:
         methods, delta, shapes, search = _continuous_inputs(args, budgets)
@@ -385,7 +384,7 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
                    for m in methods}
         kept = old["landscapes"].get(shape.name, {})  # --update: the methods not run now
         out["landscapes"][shape.name] = {m: entries[m] if m in entries else kept[m]
-                                         for m in CONTINUOUS if m in entries or m in kept}
+                                         for m in continuous.METHODS if m in entries or m in kept}
         for m in methods:
             c = continuous.counts(shape, delta, entries[m])
             print(f"{shape.name:24s} {m:7s} " + " ".join(f"{k}={v:g}" for k, v in c.items()),
