@@ -4,6 +4,7 @@ naming the record and the fix."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class Runs:
         self.book = book
         self._runs: dict[str, pd.DataFrame] = {}
         self._curves: dict[str, pd.DataFrame] = {}
+        self._files: dict[Path, Any] = {}
 
     def folder(self, name: object, record: Record) -> Path:
         return self.book.results / self.book.source(name, record.id).dir
@@ -45,6 +47,18 @@ class Runs:
         if name not in self._curves:
             self._curves[name] = results.collect_curves(self.runs(name, record), folder)
         return self._curves[name].copy()
+
+
+    def file(self, record: Record, what: str) -> Any:
+        """The JSON a record reads in place of runs (`file:`, under docs/results): a replay's,
+        a simulation's, a benchmark's (`what` it must be, for the error); each read once."""
+        path = self.book.results / str(setting(record, "file"))
+        if path not in self._files:
+            try:
+                self._files[path] = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                raise UserError(f"record {record.id}: {path} is not {what} ({e})") from None
+        return self._files[path]
 
 
 def setting(record: Record, key: str, default: Any = REQUIRED) -> Any:

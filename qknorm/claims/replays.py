@@ -24,34 +24,25 @@ committing it is what changes their numbers, as a sweep's results.csv does for t
 
 from __future__ import annotations
 
-import json
-
 from qknorm.claims.inputs import Rows, Runs, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.research import replay_table
 
 
-def _read(record: Record, runs: Runs, key: str = "file") -> dict:
-    path = runs.book.results / str(setting(record, key))
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"record {record.id}: {path} is not a replay's JSON ({e})") from None
-
-
 def grid(record: Record, runs: Runs) -> Rows:
-    return replay_table.grid_rows(_read(record, runs), str(setting(record, "budget")))
+    return replay_table.grid_rows(runs.file(record, "a replay's JSON"),
+                                  str(setting(record, "budget")))
 
 
 def continuous(record: Record, runs: Runs) -> Rows:
-    return replay_table.continuous_rows(_read(record, runs),
+    return replay_table.continuous_rows(runs.file(record, "a replay's JSON"),
                                         runs.book.results / str(setting(record, "landscapes")))
 
 
 def error_rates(record: Record, runs: Runs) -> Rows:
     rows: Rows = {}
-    for r in _read(record, runs)["rows"]:
+    for r in runs.file(record, "race_level_error_rates' JSON")["rows"]:
         d = "off" if r["delta/sigma"] is None else f"{r['delta/sigma']:g}"
         cell = rows.setdefault(f"{r['folds']}/{r['rho']:.2f}/{r['k']}/{r['world']}/{d}", {})
         cell.update({f"{r['test']}_{name.replace(' ', '_')}": value for name, value in r.items()
@@ -60,7 +51,7 @@ def error_rates(record: Record, runs: Runs) -> Rows:
 
 
 def power(record: Record, runs: Runs) -> Rows:
-    data = _read(record, runs)
+    data = runs.file(record, "fold_power's JSON")
     label = str(setting(record, "sigma"))
     chosen = [s for s in data["sigmas"] if s["label"] == label]
     if not chosen:

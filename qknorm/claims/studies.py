@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -225,14 +224,11 @@ def arch(record: Record, runs: Runs) -> Rows:
 
 
 def bench(record: Record, runs: Runs) -> Rows:
-    path = runs.book.results / setting(record, "file")
-    try:
-        data = json.loads(path.read_text())
-        ratios = data.get("ratios", {})
-        variants = data.get("variants", [])
-    except (OSError, ValueError, AttributeError) as e:
-        raise UserError(f"record {record.id}: {path} is not a scripts/bench.py JSON with ratios or "
-                        f"variants ({e})") from None
+    what = "a scripts/bench.py JSON with ratios or variants"
+    data = runs.file(record, what)
+    if not isinstance(data, dict):
+        raise UserError(f"record {record.id}: {setting(record, 'file')} is not {what}")
+    ratios, variants = data.get("ratios", {}), data.get("variants", [])
     rows: Rows = {name.replace(" ", ""): {"median": r["median"], "q1": r["q1"], "q3": r["q3"],
                                           "percent": 100 * (r["median"] - 1) if r["median"] else
                                           math.nan}
