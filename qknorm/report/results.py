@@ -206,7 +206,11 @@ def read_results(root: Path) -> Collection:
 def read_curves(path: Path) -> pd.DataFrame:
     """A report's curves.csv, the one reader of that file (the report rebuilt from it, the
     claims, the replays): run_dir as text, as results.csv's, which it joins; values parsed as
-    Python's float parses them (round trip), so a replay reads the curves it was made from."""
+    Python's float parses them (round trip), so a replay reads the curves it was made from.
+    UserError, one line, when there is none (a report written before curves.csv was)."""
+    if not Path(path).exists():
+        raise UserError(f"{path} does not exist; pass a report dir written by scripts/report.py "
+                        "(curves.csv since the report wrote it: rerun the report on the run dirs)")
     return pd.read_csv(path, dtype={"run_dir": str}, float_precision="round_trip")
 
 

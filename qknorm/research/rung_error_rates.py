@@ -174,14 +174,6 @@ def measure(sweep: Path, baseline: float, eta: int) -> dict:
     return result
 
 
-def read_curves(report: Path) -> pd.DataFrame:
-    path = report / results.CURVES_CSV_NAME
-    if not path.exists():
-        raise UserError(f"{path} does not exist; pass a report dir written by scripts/report.py "
-                        "(curves.csv since the report wrote it: rerun the report on the run dirs)")
-    return results.read_curves(path)
-
-
 def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None = None
                   ) -> set[float]:
     """The p whose completed runs are worse than the baseline's on the grid: one-sided t over
@@ -216,7 +208,7 @@ def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
     runs = results.read_csv(curves_dir / results.RESULTS_CSV, ("run_dir", "norm.p", "data.fold"),
                             "pass a report dir written by scripts/report.py"
                             )[["run_dir", "norm.p", "data.fold"]]
-    evals = read_curves(curves_dir).merge(runs, on="run_dir").dropna(
+    evals = results.read_curves(curves_dir / results.CURVES_CSV_NAME).merge(runs, on="run_dir").dropna(
         subset=["val_loss"])
     evals["gap"] = evals["val_loss"] - evals.groupby(["data.fold", "step"])["val_loss"].transform("min")
     worse = worse_on_grid(grid, baseline, alpha, n_folds)
