@@ -254,7 +254,7 @@ def documented_defaults() -> dict:
             break
         keys, default = line.split("|")[1:3]
         names = [k.strip(" `") for k in keys.split(",")]
-        values = [v.strip() for v in default.split("(")[0].split(",")]
+        values = [v.strip(" `") for v in default.split("(")[0].split(",")]
         out.update(zip(names, values, strict=True))
     return out
 

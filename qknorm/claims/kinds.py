@@ -39,7 +39,7 @@ KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "means": grids.means, "deltas": grids.deltas, "paired": grids.paired,
     "spread": grids.spread, "steps": grids.steps, "yardstick": grids.yardstick,
     "runs": grids.each_run, "best": grids.best, "heads": grids.heads,
-    "paper": paper_losses, "race": races.race, "rungs": races.rungs, "ranking": races.ranking,
+    "paper": paper_losses, "race": races.race, "rungs": races.rungs, "room": races.room, "ranking": races.ranking,
     "search": races.search, "agreement": agreement,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
     "replay": replays.grid, "continuous": replays.continuous,

@@ -7,6 +7,9 @@ order of p settles over the evals; each through the code that made or reports th
            where the race ended
   rungs    each run a race stopped inside its fold: its gap at that step to the best run of the
            same fold there (looks.stop_at_rung, the rule the race stopped it by)
+  room     how far behind its fold's best run every run was at each eval step, runs of p the
+           grid calls worse apart from the rest (rung_error_rates.room, the --room table the
+           rungs were chosen on), and the runs over a margin of `rungs`
   ranking  Kendall's τ between each eval's order of p and the last's (stats.ranking_by_step),
            with its range over spans of steps
   search   a racing search's answer: every proposal against the incumbent the record names
@@ -21,11 +24,11 @@ from __future__ import annotations
 import math
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Rows, Runs, replicate_test, row_key, setting
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import stats
-from qknorm.research import recorded_folds
+from qknorm.research import recorded_folds, rung_error_rates
 from qknorm.rundir import COMPLETED
 from qknorm.sweep.race import DROPPED, LEVEL, driver, intensify, looks
 
@@ -71,6 +74,29 @@ def rungs(record: Record, runs: Runs) -> Rows:
         rows[row_key(run["norm.p"])] = {"fold": int(run["data.fold"]), "step": int(step),
                                         "gap": stop.delta if stop else math.nan,
                                         "best": row_key(stop.best) if stop else "-"}
+    return rows
+
+
+def room(record: Record, runs: Runs) -> Rows:
+    """How far behind its fold's best run each run was at each eval step, split by whether its
+    p's grid (`grid`) calls that p worse (rung_error_rates.room, its --room table): per step
+    (row STEP) the largest gap of a run of a p not worse and the smallest of a worse p's, each
+    with its p and fold; per run over a margin of `rungs` (row stop/P/FOLD) its rung and gap."""
+    result = rung_error_rates.room(
+        runs.folder(setting(record, "source"), record), runs.folder(setting(record, "grid"), record),
+        float(setting(record, "baseline")), alpha(record),
+        rung_error_rates.parse_rungs(str(setting(record, "rungs"))), setting(record, "n_folds", None))
+    rows: Rows = {}
+    for step, cell in result["steps"].items():
+        rows[str(step)] = {}
+        for side, key in (("not_worse", "not_worse_largest"), ("worse", "worse_smallest")):
+            x = cell[key] or {}
+            rows[str(step)] |= {f"{side}_gap": x.get("gap", math.nan),
+                                f"{side}_p": row_key(x["p"]) if x else "-",
+                                f"{side}_fold": x.get("fold", "-"), f"{side}_runs": x.get("runs", 0)}
+    for s in result["stops"]:
+        rows[f"stop/{row_key(s['p'])}/{s['fold']}"] = {
+            "rung": s["rung"], "gap": s["gap"], "worse_on_grid": "yes" if s["worse_on_grid"] else "no"}
     return rows
 
 
