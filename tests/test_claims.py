@@ -230,6 +230,24 @@ def test_rungs_ranking_and_steps_records_read_the_race(book):
     assert spent["percent"] == pytest.approx(46.25)
 
 
+def test_room_record_splits_the_race_runs_gaps_by_the_grids_worse_p(book):
+    """race_curves at step 500, gap to the fold's best: fold 0 p = 1 0.12, p = 3 0.22, p = 4 0;
+    fold 1 p = 1 0.12, p = 4 0; fold 2 p = 1 0 (the best), p = 4 0.08. On the grid (corrected
+    t, 3 of 5 folds, one-sided, Holm over p = 1 and 4) p = 1 is worse: t = 0.12 / (0.02
+    sqrt(1/3 + 1/4)) = 7.86, p 0.0079, Holm 0.016; p = 4 is not: t = 2.62, p 0.060."""
+    got = kinds.compute(record(book, "room", "source: race\n    grid: grid\n    baseline: 2\n"
+                               "    alpha: 0.05\n    rungs: '500:0.1'"), Runs(book))
+    at = got["500"]
+    assert (at["not_worse_p"], at["not_worse_fold"], at["not_worse_runs"]) == ("3", 0, 4)
+    assert at["not_worse_gap"] == pytest.approx(0.22)
+    assert (at["worse_p"], at["worse_fold"], at["worse_runs"]) == ("1", 2, 3)
+    assert at["worse_gap"] == pytest.approx(0.0)
+    stops = {k: v for k, v in got.items() if k.startswith("stop/")}
+    assert sorted(stops) == ["stop/1/0", "stop/1/1", "stop/3/0"]  # over 0.1 at step 500
+    assert stops["stop/1/1"]["gap"] == pytest.approx(0.12)
+    assert (stops["stop/1/0"]["worse_on_grid"], stops["stop/3/0"]["worse_on_grid"]) == ("yes", "no")
+
+
 def test_paper_record_quotes_the_papers_losses(book):
     got = kinds.compute(record(book, "paper", "claim: the paper"), Runs(book))
     assert got["4"]["loss"] == 1.357461  # arXiv 2602.05006's table
@@ -488,6 +506,15 @@ def test_check_names_a_stale_unused_or_twice_marked_block_and_a_wrong_commit(boo
     (book.results / "records" / "s.yaml").write_text("blocks:\n  a: 'again'\n")
     with pytest.raises(UserError, match="a is defined twice, in r.yaml and s.yaml; keep one"):
         records.load(root)
+
+
+def test_a_row_given_twice_in_a_record_is_refused(book):
+    """YAML keeps a mapping's last key: a row written twice would hide the first, unchecked."""
+    path = book.results / "records" / "r.yaml"
+    path.write_text('records:\n  r:\n    kind: means\n    source: grid\n    rows:\n'
+                    '      "2": {mean: "1.80"}\n      "4": {mean: "1.90"}\n      "2": {n: "3"}\n')
+    with pytest.raises(UserError, match=r"r.yaml is not YAML: 2 given twice in one mapping"):
+        records.load(book.results.parents[1])
 
 
 @pytest.mark.slow

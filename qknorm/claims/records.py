@@ -109,6 +109,19 @@ def _add(into: dict, name: str, item: object, file: str, where: dict[str, str]) 
     into[name], where[name] = item, file
 
 
+class _Loader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping: YAML keeps the last, so a row
+    written again would hide the first unchecked."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{', '.join(twice)} given twice in one mapping", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load(root: Path | str = ".") -> Book:
     """Every file of the records' home under the repository `root`, merged into one Book."""
     root = Path(root)
@@ -119,7 +132,7 @@ def load(root: Path | str = ".") -> Book:
     book, where = Book(root / RESULTS), {section: {} for section in SECTIONS}
     for path in files:
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.load(path.read_text(), Loader=_Loader) or {}
         except yaml.YAMLError as e:
             raise UserError(f"{path} is not YAML: {e}".replace("\n", " ")) from None
         unknown = set(data) - set(SECTIONS) if isinstance(data, dict) else {"(not a mapping)"}
