@@ -8,6 +8,8 @@ import json
 import re
 import shutil
 
+import pytest
+
 from qknorm.claims import check, records, replays
 from qknorm.claims.inputs import Runs
 from qknorm.research import replay_table
@@ -103,10 +105,14 @@ def test_an_error_rate_record_keys_each_cell_and_names_each_tests_rates(tmp_path
 def test_a_power_record_reads_the_named_sigmas_rows_and_each_grids_spread(tmp_path):
     power = {"grids": [{"name": "qknorm", "near": {"median": 0.009, "min": 0.007, "max": 0.012},
                         "all": {"median": 0.02, "min": 0.007, "max": 0.05}}],
-             "sigmas": [{"label": "other", "rows": [{"K": 5, "worse": 0.1}]},
-                        {"label": "near", "rows": [{"K": 5, "worse": 0.69, "level": 0.7}]}],
+             "sigmas": [{"label": "qknorm, far", "rows": [{"K": 5, "worse": 0.1}],
+                         "sigma": 0.012, "smallest_K": {"worse": 9, "level": None}},
+                        {"label": "near", "rows": [{"K": 5, "worse": 0.69, "level": 0.7}],
+                         "sigma": 0.009, "smallest_K": {"worse": 6, "level": 6}}],
              "cost": [{"K": 5, "runs": 40, "qknorm": 1.18, "calibrated": 1.14}],
-             "decision": {"sigma_label": "near", "sigma": 0.009, "K": 6, "K_holm_worst": 10}}
+             "decision": {"sigma_label": "near", "sigma": 0.008, "K": 6, "K_holm_worst": 10},
+             "delta": 0.02, "jobs": 2,
+             "seeds": {"rows": [{"K": 5, "seeds": 3, "runs_per_p": 15, "worse": 0.84}]}}
     (tmp_path / "power.json").write_text(json.dumps(power))
     book = records.load(REPO)
     book.results = tmp_path
@@ -114,5 +120,10 @@ def test_a_power_record_reads_the_named_sigmas_rows_and_each_grids_spread(tmp_pa
     assert replays.power(rec, Runs(book)) == {
         "grid/qknorm": {"near_median": 0.009, "near_min": 0.007, "near_max": 0.012,
                         "all_median": 0.02, "all_min": 0.007, "all_max": 0.05},
-        "5": {"worse": 0.69, "level": 0.7, "runs": 40, "hours": 1.18},
-        "decision": {"sigma": 0.009, "K": 6, "K_holm_worst": 10}}
+        "5": {"worse": 0.69, "level": 0.7, "runs": 40, "hours": 1.18, "hours_calibrated": 1.14},
+        # δ/σ = 0.02 / 0.008; a run's seconds = 1.18 h × 3600 × 2 jobs / 40 runs
+        "decision": {"sigma": 0.008, "K": 6, "K_holm_worst": 10, "delta_over_sigma": 2.5,
+                     "run_s": pytest.approx(212.4)},
+        "sigma/qknorm/far": {"sigma": 0.012, "K_worse": 9, "K_level": "-"},  # None: never reached
+        "sigma/near": {"sigma": 0.009, "K_worse": 6, "K_level": 6},
+        "seeds/5x3": {"runs_per_p": 15, "worse": 0.84}}

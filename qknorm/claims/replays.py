@@ -15,8 +15,9 @@ template):
               corrected_mean_blocks_run: the rate's name with underscores)
   power       fold_power's JSON (`file`, the σ of label `sigma`): per grid (row grid/NAME) the
               spread of its per-fold Δ, near_median/min/max and all_median/min/max; per K (row
-              K) that σ's row of power and sizes and the qknorm grid's hours (`cost`); row
-              decision: σ, the smallest K, with Holm's worst case
+              K) that σ's row of power and sizes and each grid's hours (`cost`); row
+              decision: σ, δ/σ, the smallest K, with Holm's worst case, a run's seconds; per
+              σ (row sigma/GRID/WHICH: its label, e.g. sigma/qknorm/near-p_max) its smallest K; per seeds (row seeds/KxM) power at m seeds
 
 A replay is the run these records read: rerunning one (its command is in the JSON) and
 committing it is what changes their numbers, as a sweep's results.csv does for the others.
@@ -62,6 +63,17 @@ def power(record: Record, runs: Runs) -> Rows:
     hours = {c["K"]: c for c in data["cost"]}
     for r in chosen[0]["rows"]:
         rows[str(r["K"])] = {k: v for k, v in r.items() if k != "K"} | {
-            "runs": hours[r["K"]]["runs"], "hours": hours[r["K"]]["qknorm"]}
-    rows["decision"] = {k: v for k, v in data["decision"].items() if k != "sigma_label"}
+            "runs": hours[r["K"]]["runs"], "hours": hours[r["K"]]["qknorm"],
+            "hours_calibrated": hours[r["K"]]["calibrated"]}
+    first = data["cost"][0]  # hours = a run's seconds × runs / jobs / 3600
+    rows["decision"] = {k: v for k, v in data["decision"].items() if k != "sigma_label"} | {
+        "delta_over_sigma": data["delta"] / data["decision"]["sigma"],
+        "run_s": first["qknorm"] * 3600 * data["jobs"] / first["runs"]}
+    for s in data["sigmas"]:
+        slug = s["label"].replace(", ", "/").replace(" ", "_")  # a row names no space
+        rows[f"sigma/{slug}"] = {"sigma": s["sigma"]} | {
+            f"K_{k}": "-" if v is None else v for k, v in s["smallest_K"].items()}
+    for r in data["seeds"]["rows"]:
+        rows[f"seeds/{r['K']}x{r['seeds']}"] = {k: v for k, v in r.items()
+                                                 if k not in ("K", "seeds")}
     return rows
