@@ -17,7 +17,8 @@ template):
               spread of its per-fold Δ, near_median/min/max and all_median/min/max; per K (row
               K) that σ's row of power and sizes and each grid's hours (`cost`); row
               decision: σ, δ/σ, the smallest K, with Holm's worst case, a run's seconds; per
-              σ (row sigma/GRID/WHICH: its label, e.g. sigma/qknorm/near-p_max) its smallest K; per seeds (row seeds/KxM) power at m seeds
+              σ (row sigma/GRID/WHICH, its label: sigma/qknorm/near-p_max) its smallest K; per
+              seeds (row seeds/KxM) the power at m seeds
 
 A replay is the run these records read: rerunning one (its command is in the JSON) and
 committing it is what changes their numbers, as a sweep's results.csv does for the others.
