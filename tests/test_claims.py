@@ -4,6 +4,7 @@ and the committed records against the committed runs."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -44,7 +45,7 @@ def rows(values: dict[float, list[float]], status: dict | None = None) -> list[d
              "status": (status or {}).get((p, f), "completed"), "best_val_loss": v,
              "steps": 500 if (status or {}).get((p, f)) else 2000, "run_dir": f"p{p}_f{f}",
              "wall_time_s": 100.0 + 10 * f + (1000 if (status or {}).get((p, f)) else 0),
-             "git_sha": SHA}
+             "threads": 1, "git_sha": SHA}
             for p, vs in values.items() for f, v in enumerate(vs)]
 
 
@@ -228,6 +229,8 @@ def test_rungs_ranking_and_steps_records_read_the_race(book):
     # completed runs only (100, 110, 120 s by fold; the stopped run's 1100 s is not one)
     assert (spent["wall_min"], spent["wall_median"], spent["wall_max"]) == (100, 110, 120)
     assert spent["percent"] == pytest.approx(46.25)
+    # every run's wall time × 1 thread: 3 p × (100 + 110 + 120) s, and the stopped one's 1100 s
+    assert spent["core_h"] == pytest.approx((3 * 330 + 1100) / 3600)
 
 
 def test_room_record_splits_the_race_runs_gaps_by_the_grids_worse_p(book):
@@ -450,6 +453,16 @@ def test_arch_record_pairs_the_architectures_by_fold(book):
     assert (got["gpt/4"]["reached"], got["angpt/4"]["steps"]) == (2, pytest.approx(4000 / 3))
 
 
+def json_report() -> str:
+    """scripts/bench.py --report's JSON for one report dir (medians only, as the kind reads)."""
+    def times(paired, corrected, ratio):
+        return {"paired_s": {"median": paired}, "corrected_s": {"median": corrected},
+                "corrected / paired": {"median": ratio}}
+    return json.dumps({"report": [{"dir": "docs/results/paper_cpu/qknorm",
+                                   "statistics": times(0.21, 0.16, 0.76),
+                                   "report": times(1.04, 0.97, 0.91)}]})
+
+
 def test_bench_record_reads_a_ratio_of_step_times(book):
     (book.results / "bench.json").write_text(
         '{"ratios": {"angpt / gpt": {"median": 1.42, "q1": 1.38, "q3": 1.48}}, '
@@ -459,6 +472,13 @@ def test_bench_record_reads_a_ratio_of_step_times(book):
     assert got["angpt/gpt"]["percent"] == pytest.approx(42.0)
     # 9 s a step: 4000 steps are 10 h, 6 runs 60 h = 2.5 days
     assert got["lp-bf16"] == pytest.approx({"step_s": 9.0, "run_h": 10.0, "days": 2.5})
+    (book.results / "report.json").write_text(json_report())
+    got = kinds.compute(record(book, "bench", "file: report.json"), Runs(book))
+    assert got["qknorm/statistics"] == {"paired_s": 0.21, "corrected_s": 0.16, "ratio": 0.76}
+    assert got["qknorm/report"]["ratio"] == 0.91
+    (book.results / "cpu.json").write_text('{"speedup_cpu": {"softcap": {"median": 0.8}}}')
+    got = kinds.compute(record(book, "bench", "file: cpu.json"), Runs(book))
+    assert got["cpu_time/softcap"]["relative"] == pytest.approx(1.25)  # 1 / 0.8
     with pytest.raises(UserError, match="is not a scripts/bench.py JSON with ratios"):
         kinds.compute(record(book, "bench", "file: nope.json"), Runs(book))
 

@@ -165,9 +165,12 @@ def steps(record: Record, runs: Runs) -> Rows:
     grid = (frame["norm.p"].nunique() * int(setting(record, "grid_folds"))
             * int(setting(record, "grid_steps")))
     wall = stats.completed(frame)["wall_time_s"].dropna() if "wall_time_s" in frame else []
+    # core-hours of every run, stopped and diverged ones included (the sweeper's `spent` line)
+    core = ({"core_h": float((frame["wall_time_s"] * frame["threads"]).sum()) / 3600}
+            if {"wall_time_s", "threads"} <= set(frame.columns) else {})
     return {"all": {"runs": len(frame), "steps": spent, "grid": grid,
                     "percent": 100 * spent / grid if grid else math.nan,
-                    "proposals": int(frame["norm.p"].nunique()),
+                    "proposals": int(frame["norm.p"].nunique()), **core,
                     **({"wall_min": float(wall.min()), "wall_median": float(wall.median()),
                         "wall_max": float(wall.max())} if len(wall) else {})}}
 

@@ -17,12 +17,15 @@
          reference's loss; per p (row between/P) ARCH − reference arch; the interaction
   bench  a committed scripts/bench.py JSON: per ratio of step times (its name without spaces)
          the median, quartiles and the percent it adds; per variant (its name) the median step
-         in seconds, and with `steps` (and `runs`) the hours a run (the days a preset) would take
+         in seconds, and with `steps` (and `runs`) the hours a run (the days a preset) would take;
+         per variant of `speedup_cpu` (row cpu_time/NAME) its CPU time over the reference's; per
+         report dir of --report (row DIR/statistics, DIR/report) corrected and paired seconds
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -224,7 +227,7 @@ def arch(record: Record, runs: Runs) -> Rows:
 
 
 def bench(record: Record, runs: Runs) -> Rows:
-    what = "a scripts/bench.py JSON with ratios or variants"
+    what = "a scripts/bench.py JSON with ratios, variants or a report"
     data = runs.file(record, what)
     if not isinstance(data, dict):
         raise UserError(f"record {record.id}: {setting(record, 'file')} is not {what}")
@@ -233,6 +236,14 @@ def bench(record: Record, runs: Runs) -> Rows:
                                           "percent": 100 * (r["median"] - 1) if r["median"] else
                                           math.nan}
                   for name, r in ratios.items()}
+    for r in data.get("report", []):  # --report: per report dir, its statistics and the whole
+        for part, times in (("statistics", r["statistics"]), ("report", r["report"])):
+            rows[f"{Path(r['dir']).name}/{part}"] = {
+                "paired_s": times["paired_s"]["median"],
+                "corrected_s": times["corrected_s"]["median"],
+                "ratio": times["corrected / paired"]["median"]}
+    for name, r in data.get("speedup_cpu", {}).items():  # a step's CPU time / the reference's
+        rows[f"cpu_time/{name}"] = {"relative": 1 / r["median"]}
     steps, n_runs = setting(record, "steps", None), setting(record, "runs", None)
     for v in variants:  # a step's median time, and what a run (and a preset's runs) would take
         step_s = v["step_ms"]["median"] / 1000
