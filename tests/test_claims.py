@@ -255,6 +255,8 @@ def test_paper_record_quotes_the_papers_losses(book):
     got = kinds.compute(record(book, "paper", "claim: the paper"), Runs(book))
     assert got["4"]["loss"] == 1.357461  # arXiv 2602.05006's table
     assert got["4"]["delta"] == pytest.approx(1.357461 - 1.40506)
+    # runs of 360-363 s on its GPU: 80 runs one after another at their mean, 8.0 h
+    assert got["run"] == pytest.approx({"min_s": 360, "max_s": 363, "grid_h": 80 * 361.5 / 3600})
 
 
 def test_check_names_the_record_and_both_values(book):

@@ -13,10 +13,14 @@ from qknorm.report import paper
 
 
 def paper_losses(record: Record, runs: Runs) -> Rows:
-    """The seed paper's validation loss per p and its Δ vs p = 2 (qknorm.report.paper): the
-    numbers the pages set ours beside, quoted from the one place the report keeps them."""
+    """The seed paper's validation loss per p and its Δ vs p = 2, and the seconds of its runs
+    (qknorm.report.paper): the numbers the pages set ours beside, quoted from the one place
+    the report keeps them."""
     base = paper.VAL_LOSS[2.0]
-    return {row_key(p): {"loss": v, "delta": v - base} for p, v in paper.VAL_LOSS.items()}
+    rows: Rows = {row_key(p): {"loss": v, "delta": v - base} for p, v in paper.VAL_LOSS.items()}
+    low, high = paper.RUN_S  # and its runs' time: 10 folds × 8 p one after another
+    rows["run"] = {"min_s": low, "max_s": high, "grid_h": 80 * (low + high) / 2 / 3600}
+    return rows
 
 
 def agreement(record: Record, runs: Runs) -> Rows:
