@@ -12,7 +12,7 @@ import pytest
 
 from qknorm.claims import check, records, replays
 from qknorm.claims.inputs import Runs
-from qknorm.research import replay_table
+from qknorm.research import continuous, replay_table
 from tests.helpers import REPO
 
 PLACE = re.compile(r"\{\{(\S+) (\S+) (\S+)\}\}")
@@ -127,3 +127,41 @@ def test_a_power_record_reads_the_named_sigmas_rows_and_each_grids_spread(tmp_pa
         "sigma/qknorm/far": {"sigma": 0.012, "K_worse": 9, "K_level": "-"},  # None: never reached
         "sigma/near": {"sigma": 0.009, "K_worse": 6, "K_level": 6},
         "seeds/5x3": {"runs_per_p": 15, "worse": 0.84}}
+
+
+def test_short_of_bar_names_each_rule_it_misses():
+    """Of 20 seeds the bar is 19 for within δ, worse calls and level calls, and SMAC3's count
+    for within δ/2 where SMAC3 ran."""
+    ok = {"seeds": 20, "best_within_delta": 19, "best_within_half": 17, "worse_true": 19,
+          "level_within_delta": 20}
+    racing = {"a": ok, "b": ok | {"best_within_delta": 18}, "c": ok | {"worse_true": 18},
+              "d": ok | {"level_within_delta": 18}, "e": ok, "f": ok}
+    smac3 = {"e": {"best_within_half": 18}, "f": {"best_within_half": 17}}
+    assert continuous.short_of_bar(racing, smac3) == ["b", "c", "d", "e"]
+
+
+def test_a_candidate_record_sums_its_files_and_names_the_landscapes_short(tmp_path):
+    """Two landscapes files, one seed each: the racing best within δ/2 on q (gap 0), within δ
+    only on c (gap 0.015); SMAC3's best on c within δ/2, so c is short of the bar."""
+    xs = [i / 10 for i in range(11)]
+    for noise in ("qknorm", "calibrated"):
+        (tmp_path / f"{noise}.json").write_text(json.dumps({"delta": 0.02, "landscapes": [
+            {"name": f"{noise}/v", "noise": noise, "x": xs, "f": [abs(x - 0.5) / 10 for x in xs]}]}))
+
+    def out(name, method, best):
+        return {"landscapes": {name: {method: [{"seed": 0, "best_p": best, "worse": [],
+                                                "level": [], "undecided": [], "steps": 1}]}}}
+    # x = 0.5 is p = 2 (gap 0); x = 0.35 (gap 0.015) is p = 1/0.35; SMAC3 at p = 2 on c
+    files = {"rq.json": out("qknorm/v", "racing", 2.0),
+             "rc.json": out("calibrated/v", "racing", 1 / 0.35),
+             "sc.json": out("calibrated/v", "smac3", 2.0)}
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    book = records.load(REPO)
+    book.results = tmp_path
+    rec = records.Record("r", "candidate", "", {
+        "files": ["rq.json", "rc.json"], "landscapes": ["qknorm.json", "calibrated.json"],
+        "smac3": ["rq.json", "sc.json"]}, {}, "r.yaml")
+    assert replays.candidate(rec, Runs(book)) == {"all": {
+        "seeds": 1, "landscapes": 2, "best_within_delta": 2, "best_within_half": 1,
+        "short": "c/v"}}

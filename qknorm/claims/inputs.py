@@ -4,13 +4,13 @@ naming the record and the fix."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from qknorm import jsonfile
 from qknorm.claims.records import Book, Record
 from qknorm.errors import UserError
 from qknorm.multitest import ReplicateTest
@@ -55,7 +55,7 @@ class Runs:
         path = self.book.results / str(setting(record, "file"))
         if path not in self._files:
             try:
-                self._files[path] = json.loads(path.read_text())
+                self._files[path] = jsonfile.read(path)
             except (OSError, ValueError) as e:
                 raise UserError(f"record {record.id}: {path} is not {what} ({e})") from None
         return self._files[path]

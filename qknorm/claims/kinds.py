@@ -46,7 +46,7 @@ KINDS: dict[str, Callable[[Record, Runs], Rows]] = {
     "paper": paper_losses, "race": races.race, "rungs": races.rungs, "room": races.room,
     "ranking": races.ranking, "search": races.search, "agreement": agreement,
     "lr": studies.lr, "arch": studies.arch, "bench": studies.bench,
-    "replay": replays.grid, "continuous": replays.continuous,
+    "replay": replays.grid, "continuous": replays.continuous, "candidate": replays.candidate,
     "error_rates": replays.error_rates, "power": replays.power,
 }
 

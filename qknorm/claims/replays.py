@@ -10,6 +10,9 @@ template):
   continuous  search_replay --continuous's OUT.json (`file`) over its landscapes (`landscapes`):
               per landscape and method (row LANDSCAPE/METHOD) seeds, best_within_delta,
               best_within_half, worse_true, level_within_delta, steps_median
+  candidate   a racing-search candidate's continuous replays (`files`, over `landscapes`), summed
+              over every landscape (row all): best within δ and δ/2, and the landscapes short of
+              issue 53's bar against SMAC3's entries (`smac3`)
   error_rates race_level_error_rates' JSON (`file`): per cell (row K/ρ/k/WORLD/δσ, ρ to two
               decimals, δσ `off` or its value) each rate of each test, TEST_RATE (paired_any_worse,
               corrected_mean_blocks_run: the rate's name with underscores)
@@ -40,6 +43,39 @@ def grid(record: Record, runs: Runs) -> Rows:
 def continuous(record: Record, runs: Runs) -> Rows:
     return replay_table.continuous_rows(runs.file(record, "a replay's JSON"),
                                         runs.book.results / str(setting(record, "landscapes")))
+
+
+def candidate(record: Record, runs: Runs) -> Rows:
+    """A racing-search candidate's continuous replays (`files`, one per landscapes file of
+    `landscapes`, in order) summed over every landscape (row all): seeds, landscapes, best
+    within δ and δ/2, and the landscapes short of issue 53's bar (continuous.short_of_bar)
+    against SMAC3's entries in `smac3` (replay JSONs over the same seeds), q/ and c/ for the
+    qknorm and calibrated noise, "-" for none."""
+    from qknorm.research import continuous as c
+
+    files, lands = setting(record, "files"), setting(record, "landscapes")
+    if not isinstance(files, list) or not isinstance(lands, list) or len(files) != len(lands):
+        raise UserError(f"record {record.id}: files and landscapes are lists of one file each, "
+                        "in the same order")
+    racing: dict[str, dict] = {}
+    smac3: dict[str, dict] = {}
+    for name, land in zip(files, lands, strict=True):
+        spec = Record(record.id, record.kind, record.claim, {"file": name}, {}, record.file)
+        racing |= {k[:-len("/racing")]: v for k, v in replay_table.continuous_rows(
+            runs.file(spec, "a replay's JSON"), runs.book.results / land).items()
+                   if k.endswith("/racing")}
+    for name, land in zip(setting(record, "smac3", []), lands, strict=False):
+        spec = Record(record.id, record.kind, record.claim, {"file": name}, {}, record.file)
+        smac3 |= {k[:-len("/smac3")]: v for k, v in replay_table.continuous_rows(
+            runs.file(spec, "a replay's JSON"), runs.book.results / land).items()
+                  if k.endswith("/smac3")}
+    short = c.short_of_bar(racing, smac3)
+    return {"all": {"seeds": max(v["seeds"] for v in racing.values()),
+                    "landscapes": len(racing),
+                    "best_within_delta": sum(v["best_within_delta"] for v in racing.values()),
+                    "best_within_half": sum(v["best_within_half"] for v in racing.values()),
+                    "short": ", ".join(n.replace("qknorm/", "q/").replace("calibrated/", "c/")
+                                       for n in short) or "-"}}
 
 
 def error_rates(record: Record, runs: Runs) -> Rows:

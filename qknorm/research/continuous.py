@@ -313,3 +313,16 @@ def counts(shape: Shape, delta: float, entries: list[dict]) -> dict:
             "level_within_delta": sum(all(abs(shape.at(x_of(p)) - shape.at(x_of(e["best_p"])))
                                           <= delta for p in e["level"]) for e in within),
             "steps_median": statistics.median(e["steps"] for e in entries)}
+
+
+def short_of_bar(racing: dict[str, dict], smac3: dict[str, dict]) -> list[str]:
+    """The landscapes (names, in `racing`'s order) where the racing search misses issue 53's
+    bar, given each one's `counts`: its best within δ, its worse calls true or its level calls
+    within δ in fewer than all seeds but one, or its best within δ/2 in fewer seeds than
+    SMAC3's (`smac3`: the landscapes SMAC3 ran on the same seeds)."""
+    def short(name: str, c: dict) -> bool:
+        bar = c["seeds"] - 1
+        return (min(c["best_within_delta"], c["worse_true"], c["level_within_delta"]) < bar
+                or (name in smac3 and c["best_within_half"] < smac3[name]["best_within_half"]))
+    return [name for name, c in racing.items() if short(name, c)]
+

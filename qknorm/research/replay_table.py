@@ -19,10 +19,11 @@ qknorm.claims.replays) recomputes the numbers from the committed JSON. `grid_row
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from qknorm import jsonfile
 
 # A header's verdict words in backticks: a claims block reads them as names, not claims.
 COLUMNS = [("best_not_grid_worse", "best p not `worse` on the grid"),
@@ -181,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--continuous (and --before) name one file per JSON, in the same order")
         for i, (path, lands, before) in enumerate(zip(args.json, args.continuous, befores)):
             record = f"{args.record}_{i}" if args.record and len(args.json) > 1 else args.record
-            print(continuous(json.loads(path.read_text()), lands,
-                             json.loads(before.read_text()) if before else None,
+            print(continuous(jsonfile.read(path), lands,
+                             jsonfile.read(before) if before else None,
                              placeholders(record) if record else printed,
                              placeholders(f"{record}_before") if record else printed,
                              header=i == 0))
         return 0
     for path in args.json:
-        data = json.loads(path.read_text())
+        data = jsonfile.read(path)
         print(compact(data, args.budget, cell) if args.compact
               else table(data, args.budget, cell))
     return 0

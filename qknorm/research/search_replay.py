@@ -48,6 +48,7 @@ import optuna
 import yaml
 from omegaconf import OmegaConf
 
+from qknorm import jsonfile
 from qknorm.config import CONF_DIR
 from qknorm.multitest import for_folds
 from qknorm.research import continuous, grid_runs, race_sims
@@ -314,10 +315,9 @@ def _engine(search: str) -> bool:
 
 
 def _write(out: dict, path: Path | None, indent: int = 2) -> int:
-    text = json.dumps(out, indent=indent, default=str)
     if path:
-        path.write_text(text + "\n")
-    print(text)
+        jsonfile.write(path, out, indent)
+    print(json.dumps(out, indent=indent, default=str))
     return 0
 
 
@@ -366,7 +366,7 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
     budget, plain = budgets[0], preset("p_tpe_plain")
     race = search["race"]
     rules = Rules(5, race["min_replicates"], race["alpha"], race["equivalence"], for_folds(5))
-    old = (json.loads(args.out.read_text()) if args.update and args.out is not None
+    old = (jsonfile.read(args.out) if args.update and args.out is not None
            and args.out.is_file() else {"landscapes": {}})
     out: dict = {"command": command, "delta": delta, "landscapes": {}}
     if args.update:  # the earlier commands, then this one; landscapes not run now are kept
@@ -390,7 +390,7 @@ def continuous_main(args: argparse.Namespace, budgets: list[float], command: str
             print(f"{shape.name:24s} {m:7s} " + " ".join(f"{k}={v:g}" for k, v in c.items()),
                   file=sys.stderr, flush=True)
         if args.out:  # as it goes: a long run can be read before it ends
-            args.out.write_text(json.dumps(out, indent=1) + "\n")
+            jsonfile.write(args.out, out)
     if not args.out:
         print(json.dumps(out, indent=1))
     return 0
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
               f"--only (e.g. tpe) and --out FILE that exists (got --only={args.only!r}, "
               f"--out={args.out})", file=sys.stderr)
         return 2
-    old = json.loads(args.out.read_text()) if args.update else None
+    old = jsonfile.read(args.out) if args.update else None
     if args.landscapes is not None or args.results is None:
         if args.landscapes is None:
             print("error: give a grid's results.csv or --landscapes JSON", file=sys.stderr)
