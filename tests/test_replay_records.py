@@ -164,4 +164,4 @@ def test_a_candidate_record_sums_its_files_and_names_the_landscapes_short(tmp_pa
         "smac3": ["rq.json", "sc.json"]}, {}, "r.yaml")
     assert replays.candidate(rec, Runs(book)) == {"all": {
         "seeds": 1, "landscapes": 2, "best_within_delta": 2, "best_within_half": 1,
-        "short": "c/v"}}
+        "short": "c/v", "short_noises": "calibrated"}}
