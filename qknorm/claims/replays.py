@@ -54,9 +54,11 @@ def candidate(record: Record, runs: Runs) -> Rows:
     from qknorm.research import continuous as c
 
     files, lands = setting(record, "files"), setting(record, "landscapes")
-    if not isinstance(files, list) or not isinstance(lands, list) or len(files) != len(lands):
-        raise UserError(f"record {record.id}: files and landscapes are lists of one file each, "
-                        "in the same order")
+    smac_files = setting(record, "smac3", [])
+    lists = all(isinstance(x, list) for x in (files, lands, smac_files))
+    if not lists or len(files) != len(lands) or len(smac_files) not in (0, len(lands)):
+        raise UserError(f"record {record.id}: files, landscapes (and smac3) are lists of one "
+                        "file each, in the same order")
     racing: dict[str, dict] = {}
     smac3: dict[str, dict] = {}
     for name, land in zip(files, lands, strict=True):
@@ -64,7 +66,7 @@ def candidate(record: Record, runs: Runs) -> Rows:
         racing |= {k[:-len("/racing")]: v for k, v in replay_table.continuous_rows(
             runs.file(spec, "a replay's JSON"), runs.book.results / land).items()
                    if k.endswith("/racing")}
-    for name, land in zip(setting(record, "smac3", []), lands, strict=False):
+    for name, land in zip(smac_files, lands if smac_files else [], strict=True):
         spec = Record(record.id, record.kind, record.claim, {"file": name}, {}, record.file)
         smac3 |= {k[:-len("/smac3")]: v for k, v in replay_table.continuous_rows(
             runs.file(spec, "a replay's JSON"), runs.book.results / land).items()
