@@ -48,11 +48,11 @@ class Runs:
             self._curves[name] = results.collect_curves(self.runs(name, record), folder)
         return self._curves[name].copy()
 
-
-    def file(self, record: Record, what: str) -> Any:
-        """The JSON a record reads in place of runs (`file:`, under docs/results): a replay's,
-        a simulation's, a benchmark's (`what` it must be, for the error); each read once."""
-        path = self.book.results / str(setting(record, "file"))
+    def file(self, record: Record, what: str, name: object = None) -> Any:
+        """The JSON a record reads in place of runs (its `file:`, or `name`, under docs/results):
+        a replay's, a simulation's, a benchmark's (`what` it must be, for the error); each read
+        once."""
+        path = self.book.results / str(setting(record, "file") if name is None else name)
         if path not in self._files:
             try:
                 self._files[path] = jsonfile.read(path)

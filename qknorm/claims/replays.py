@@ -59,18 +59,17 @@ def candidate(record: Record, runs: Runs) -> Rows:
     if not lists or len(files) != len(lands) or len(smac_files) not in (0, len(lands)):
         raise UserError(f"record {record.id}: files, landscapes (and smac3) are lists of one "
                         "file each, in the same order")
-    racing: dict[str, dict] = {}
-    smac3: dict[str, dict] = {}
-    for name, land in zip(files, lands, strict=True):
-        spec = Record(record.id, record.kind, record.claim, {"file": name}, {}, record.file)
-        racing |= {k[:-len("/racing")]: v for k, v in replay_table.continuous_rows(
-            runs.file(spec, "a replay's JSON"), runs.book.results / land).items()
-                   if k.endswith("/racing")}
-    for name, land in zip(smac_files, lands if smac_files else [], strict=True):
-        spec = Record(record.id, record.kind, record.claim, {"file": name}, {}, record.file)
-        smac3 |= {k[:-len("/smac3")]: v for k, v in replay_table.continuous_rows(
-            runs.file(spec, "a replay's JSON"), runs.book.results / land).items()
-                  if k.endswith("/smac3")}
+
+    def counts(names: list, method: str) -> dict[str, dict]:  # landscape -> method's counts
+        out: dict[str, dict] = {}
+        for name, land in zip(names, lands if names else [], strict=True):
+            rows = replay_table.continuous_rows(runs.file(record, "a replay's JSON", name),
+                                                runs.book.results / land)
+            out |= {k.removesuffix(f"/{method}"): v for k, v in rows.items()
+                    if k.endswith(f"/{method}")}
+        return out
+
+    racing, smac3 = counts(files, "racing"), counts(smac_files, "smac3")
     short = c.short_of_bar(racing, smac3)
     return {"all": {"seeds": max(v["seeds"] for v in racing.values()),
                     "landscapes": len(racing),
