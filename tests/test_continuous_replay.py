@@ -242,21 +242,24 @@ class LandscapeLauncher:
         return out
 
 
-@pytest.mark.parametrize("seed", [0, 3])
-def test_the_replay_proposes_what_the_live_sweeper_proposes(seed):
-    """search=p_tpe's space (1/norm.p in [0, 1]), initial design [inf, 1], TPE (its options,
-    seeded), n_jobs 2, on the same landscape: the live sweeper (OptunaSweep's loop over
-    RaceSearchSchedule, a landscape for a launcher) and the replay (continuous.racing) make
-    the same proposals in the same order, and the same runs."""
+@pytest.mark.parametrize(("seed", "options"), [
+    (0, {"name": "tpe", "n_startup_trials": 6}), (3, {"name": "tpe", "n_startup_trials": 6}),
+    (0, {"name": "gp", "n_startup_trials": 4})])
+def test_the_replay_proposes_what_the_live_sweeper_proposes(seed, options):
+    """search=p_tpe's space (1/norm.p in [0, 1]), initial design [inf, 1], a sampler (its
+    options, seeded: the preset's GP, and TPE, its sampler before), n_jobs 2, on the same
+    landscape: the live sweeper (OptunaSweep's loop over RaceSearchSchedule, a landscape for
+    a launcher) and the replay (continuous.racing) make the same proposals in the same order,
+    and the same runs."""
     space, _ = parse_space({continuous.PARAM: "interval(0.0, 1.0)"}, [])
     folds = list(range(5))
     blocks = tuple(f"data.fold={b}" for b in folds)
     test = search_replay.for_folds(5)
     spec = RaceSpec(min_replicates=2, alpha=0.05, baseline=None, candidates=(), labels={},
                     blocks=blocks, sign=1.0, rungs=(), margin=0.0, budget_steps=16 * STEPS,
-                    equivalence=0.02, test=test, search="tpe", explore=0.8,
+                    equivalence=0.02, test=test, search=options["name"], explore=0.8,
                     initial=({continuous.PARAM: 0.0}, {continuous.PARAM: 1.0}))
-    sampler = {"name": "tpe", "seed": seed, "n_startup_trials": 6}
+    sampler = {**options, "seed": seed}
     plan = sweep_plan(space, 24, replicate_combinations({"data.fold": folds}), spec, sampler)
     shape = continuous.Shape("b", "calibrated", (0.0, 0.6, 1.0), (0.09, 0.0, 0.04))
     land = continuous.Landscape(shape, tiny_noise(), seed)
@@ -284,7 +287,7 @@ def test_the_replay_proposes_what_the_live_sweeper_proposes(seed):
               "race": {"explore": 0.8, "initial": [math.inf, 1.0]}}
     sim = continuous.racing(Logged(shape, land.noise, seed), 16 * STEPS, preset,
                             racing.rules(spec), {})
-    assert len(live) >= 6  # past the initial design and into TPE's own proposals
+    assert len(live) >= 6  # past the initial design and into the sampler's own proposals
     assert sim["proposed"] == live
     assert replayed == launcher.ran
 

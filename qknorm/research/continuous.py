@@ -23,7 +23,7 @@ and those sum to 0 over the folds: the true mean of x over the folds is base + f
 
 Three searches, each until `budget` training steps (runs of the grid's 2000 steps):
 - `racing`: search=p_tpe (conf/search/p_tpe.yaml): its FloatDistribution over 1/norm.p, its
-  initial design (race.initial as 1/p), its TPE sampler seeded per ask as the live sweeper does
+  initial design (race.initial as 1/p), its sampler (GP) seeded per ask as the live sweeper does
   (qknorm.sweep.racing.proposal_sampler), its race rules and rungs, its n_jobs, stepped by the
   product's own driver through race_sims.search_loop.
 - `tpe`: search=p_tpe_plain's settings: TPE (its options) over 1/norm.p, each trial two folds

@@ -78,7 +78,7 @@ def race(grid: dict, budget: float | None, rules: intensify.Rules, rungs: Mappin
 
 def sampler_factory(name: str, preset: Mapping) -> Callable[[int], optuna.samplers.BaseSampler]:
     """The sweeper's sampler for `name`, seeded per ask (specs.build_sampler): with the preset's
-    options when it names that sampler (search=p_tpe's TPE: 6 start-up trials, specs.PINNED),
+    options when it names that sampler (search_replay.GRID_SAMPLER: TPE with 6 start-up trials),
     else the sampler's defaults, as hydra.sweeper.sampler.name=gp gets them."""
     options = dict(preset) if preset.get("name") == name else {"name": name}
     return lambda seed: build_sampler({**options, "seed": seed}, None)
