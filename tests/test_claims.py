@@ -508,6 +508,24 @@ def test_search_record_answers_against_the_named_incumbent(book):
         kinds.compute(record(book, "search", spec.replace("'2'", "'2.5'")), Runs(book))
 
 
+def test_search_record_keeps_two_p_a_millionth_apart_on_their_own_rows(book):
+    """A sampler may propose two p that print alike at six digits (GP, two in a launch):
+    p = 1.3324171 (the incumbent, folds 0-1) and 1.3324169 (folds 0-1, +0.001 and +0.003
+    behind), both 1.33242 at six digits; each is its own row, at eight digits, in the search
+    and runs records."""
+    runs = rows({1.3324171: [1.80, 1.85], 1.3324169: [1.801, 1.853], 2.0: [1.9]}, {})
+    write(book.results.parents[1], "race", runs)
+    spec = (f"source: race\n    metric: best_val_loss\n    {TEST}\n    alpha: 0.05\n"
+            "    equivalence: 0.02\n    incumbent: '1.3324171'\n    rules: today's")
+    got = kinds.compute(record(book, "search", spec), Runs(book))
+    assert set(got) == {"1.3324171", "1.3324169", "2"}
+    assert got["1.3324169"]["delta"] == pytest.approx(0.002)  # (0.001 + 0.003) / 2
+    spec = "source: race\n    metric: best_val_loss\n    incumbent: '1.3324171'"
+    got = kinds.compute(record(book, "runs", spec), Runs(book))
+    assert got["1.3324169/1"]["gap"] == pytest.approx(0.003)
+    assert len(got) == 5
+
+
 def test_check_names_a_stale_unused_or_twice_marked_block_and_a_wrong_commit(book):
     root = book.results.parents[1]
     (book.results / "records" / "r.yaml").write_text(

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
+from qknorm.claims.inputs import (Rows, Runs, alpha, replicate_test, row_key, row_keys, selected,
+                                  setting)
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.multitest import holm
@@ -194,11 +195,12 @@ def yardstick(record: Record, runs: Runs) -> Rows:
 def each_run(record: Record, runs: Runs) -> Rows:
     frame = _runs(runs, record)
     metric, named = setting(record, "metric"), setting(record, "incumbent", None)
-    values = {(row_key(r["norm.p"]), int(r["data.fold"])): float(r[metric])
+    keys = row_keys(frame["norm.p"])
+    values = {(keys[r["norm.p"]], int(r["data.fold"])): float(r[metric])
               for _, r in frame.iterrows()}
     rows: Rows = {}
     for _, r in frame.iterrows():
-        key = (row_key(r["norm.p"]), int(r["data.fold"]))
+        key = (keys[r["norm.p"]], int(r["data.fold"]))
         rows[f"{key[0]}/{key[1]}"] = {"status": str(r["status"]), "steps": int(r["steps"]),
                                       "value": float(r[metric])}
         if named is not None:

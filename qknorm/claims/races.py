@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, setting
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, row_keys, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import stats
@@ -121,9 +121,9 @@ def search(record: Record, runs: Runs) -> Rows:
     setting(record, "rules")  # which rules it is read under: a page block says it with the answer
     metric, named = setting(record, "metric"), str(setting(record, "incumbent"))
     test = replicate_test(frame, record)
-    keys = sorted(frame["norm.p"].unique())
+    keys, labels = sorted(frame["norm.p"].unique()), row_keys(frame["norm.p"])
     proposals = [intensify.Proposal(
-        row_key(p), {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
+        labels[p], {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
                      if r["status"] == COMPLETED},
         stopped=bool((group["status"] != COMPLETED).any()), live=False)
         for p in keys for group in [frame[frame["norm.p"] == p]]]

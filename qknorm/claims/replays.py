@@ -50,7 +50,8 @@ def candidate(record: Record, runs: Runs) -> Rows:
     `landscapes`, in order) summed over every landscape (row all): seeds, landscapes, best
     within δ and δ/2, and the landscapes short of issue 53's bar (continuous.short_of_bar)
     against SMAC3's entries in `smac3` (replay JSONs over the same seeds), q/ and c/ for the
-    qknorm and calibrated noise, "-" for none, and the noises of those landscapes."""
+    qknorm and calibrated noise, none (printed "-": a string "-" would never agree with a
+    record's "-", which reads as missing), and the noises of those landscapes."""
     from qknorm.research import continuous as c
 
     files, lands = setting(record, "files"), setting(record, "landscapes")
@@ -76,8 +77,8 @@ def candidate(record: Record, runs: Runs) -> Rows:
                     "best_within_delta": sum(v["best_within_delta"] for v in racing.values()),
                     "best_within_half": sum(v["best_within_half"] for v in racing.values()),
                     "short": ", ".join(n.replace("qknorm/", "q/").replace("calibrated/", "c/")
-                                       for n in short) or "-",
-                    "short_noises": ", ".join(sorted({n.split("/")[0] for n in short})) or "-"}}
+                                       for n in short) or None,
+                    "short_noises": ", ".join(sorted({n.split("/")[0] for n in short})) or None}}
 
 
 def error_rates(record: Record, runs: Runs) -> Rows:
