@@ -34,8 +34,7 @@ import numpy as np
 import pandas as pd
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import (Rows, Runs, alpha, replicate_test, row_key, row_keys, selected,
-                                  setting)
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, row_keys, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.multitest import holm
