@@ -34,11 +34,11 @@ import numpy as np
 import pandas as pd
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, row_keys, selected, setting
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.multitest import holm
-from qknorm.report import stats
+from qknorm.report import p_labels, stats
 from qknorm.research import grid_runs
 from qknorm.sweep.race import BETTER, LEVEL_WITHIN, WORSE
 
@@ -194,7 +194,7 @@ def yardstick(record: Record, runs: Runs) -> Rows:
 def each_run(record: Record, runs: Runs) -> Rows:
     frame = _runs(runs, record)
     metric, named = setting(record, "metric"), setting(record, "incumbent", None)
-    keys = row_keys(frame["norm.p"])
+    keys = p_labels(frame["norm.p"])  # two p alike at six digits (a sampler's) keep two rows
     values = {(keys[r["norm.p"]], int(r["data.fold"])): float(r[metric])
               for _, r in frame.iterrows()}
     rows: Rows = {}

@@ -14,7 +14,7 @@ from qknorm import jsonfile
 from qknorm.claims.records import Book, Record
 from qknorm.errors import UserError
 from qknorm.multitest import ReplicateTest
-from qknorm.report import format_p, p_labels, results, stats
+from qknorm.report import format_p, results, stats
 
 REQUIRED = object()
 Rows = dict[str, dict[str, object]]  # what a kind computes: row -> field -> value
@@ -110,9 +110,3 @@ def alpha(record: Record) -> float:
 def row_key(p: float) -> str:
     """A row for a p: as the report writes p (1, 1.5, inf)."""
     return format_p(p)
-
-
-def row_keys(ps) -> dict[float, str]:
-    """A row for each of a search's p: as row_key, with more digits where two p would print
-    alike (a sampler can propose two p a millionth apart: each keeps its own row)."""
-    return p_labels(ps)

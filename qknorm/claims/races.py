@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 
 from qknorm.claims import strength
-from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, row_keys, setting
+from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
-from qknorm.report import stats
+from qknorm.report import p_labels, stats
 from qknorm.research import recorded_folds, rung_error_rates
 from qknorm.rundir import COMPLETED
 from qknorm.sweep.race import DROPPED, LEVEL, driver, intensify, looks
@@ -121,12 +121,13 @@ def search(record: Record, runs: Runs) -> Rows:
     setting(record, "rules")  # which rules it is read under: a page block says it with the answer
     metric, named = setting(record, "metric"), str(setting(record, "incumbent"))
     test = replicate_test(frame, record)
-    keys, labels = sorted(frame["norm.p"].unique()), row_keys(frame["norm.p"])
+    # each p as the report labels it: two alike at six digits (a sampler's) keep two rows
     proposals = [intensify.Proposal(
-        labels[p], {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
-                     if r["status"] == COMPLETED},
+        label, {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
+                if r["status"] == COMPLETED},
         stopped=bool((group["status"] != COMPLETED).any()), live=False)
-        for p in keys for group in [frame[frame["norm.p"] == p]]]
+        for p, label in p_labels(frame["norm.p"]).items()
+        for group in [frame[frame["norm.p"] == p]]]
     names = [prop.key for prop in proposals]
     if named not in names:
         raise UserError(f"record {record.id}: incumbent {named} is not a p of its runs "
