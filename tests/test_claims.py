@@ -526,6 +526,22 @@ def test_search_record_keeps_two_p_a_millionth_apart_on_their_own_rows(book):
     assert len(got) == 5
 
 
+def test_rungs_record_keeps_two_stopped_p_a_millionth_apart_on_their_own_rows(book):
+    """Two p alike at six digits (1.33242), both stopped at step 500 of fold 0 (as GP's
+    1.3324171 and 1.3324169 were in the live search): at 500 p = 2 is at 2.30, they at 2.40
+    and 2.45, so their gaps to the best other run are 0.10 and 0.15, both behind p = 2."""
+    near = {1.3324171: [2.40], 1.3324169: [2.45]}
+    runs = rows({**near, 2.0: [1.9]}, {(p, 0): "pruned" for p in near})
+    curves = [{"run_dir": f"p{p}_f0", "step": 500, "val_loss": v[0]} for p, v in near.items()]
+    curves += [{"run_dir": "p2.0_f0", "step": s, "val_loss": v} for s, v in ((500, 2.30), (2000, 1.9))]
+    write(book.results.parents[1], "race", runs, curves)
+    got = kinds.compute(record(book, "rungs", "source: race"), Runs(book))
+    assert set(got) == {"1.3324171", "1.3324169"}
+    assert got["1.3324171"]["gap"] == pytest.approx(0.10)
+    assert got["1.3324169"]["gap"] == pytest.approx(0.15)
+    assert got["1.3324171"]["best"] == got["1.3324169"]["best"] == "2"
+
+
 def test_check_names_a_stale_unused_or_twice_marked_block_and_a_wrong_commit(book):
     root = book.results.parents[1]
     (book.results / "records" / "r.yaml").write_text(

@@ -63,6 +63,7 @@ def rungs(record: Record, runs: Runs) -> Rows:
     source = setting(record, "source")
     frame, curves = runs.runs(source, record), runs.curves(source, record)
     metric = setting(record, "metric", "val_loss")
+    labels = p_labels(frame["norm.p"])  # two stopped p alike at six digits keep two rows
     rows = {}
     for _, run in frame[frame["status"] != COMPLETED].iterrows():
         mine = curves[curves["run_dir"] == run["run_dir"]]
@@ -71,9 +72,9 @@ def rungs(record: Record, runs: Runs) -> Rows:
         there = curves[curves["run_dir"].isin(fold["run_dir"]) & (curves["step"] == step)]
         value = float(mine.loc[mine["step"] == step, metric].iloc[0])
         stop = looks.stop_at_rung(value, dict(zip(there["norm.p"], there[metric])), -math.inf)
-        rows[row_key(run["norm.p"])] = {"fold": int(run["data.fold"]), "step": int(step),
-                                        "gap": stop.delta if stop else math.nan,
-                                        "best": row_key(stop.best) if stop else "-"}
+        rows[labels[run["norm.p"]]] = {"fold": int(run["data.fold"]), "step": int(step),
+                                       "gap": stop.delta if stop else math.nan,
+                                       "best": labels[stop.best] if stop else "-"}
     return rows
 
 
