@@ -2,7 +2,8 @@
 Nadeau & Bengio's correction when the replicates are folds of one corpus), Holm's
 multiple-comparison correction and the TOST's equivalence interval. The report
 (qknorm.report.stats), the race (qknorm.sweep.race.looks), the architecture comparison and the
-status lines all call these: one place to change the test. Plain Python (scipy.special at most):
+status lines all call these: one place to change the test (and qknorm.decision one place to
+turn a test into a call). Plain Python (scipy.special at most):
 the sweeper must not pay for importing scipy.stats or pandas (seconds at every start).
 
 The replicate test. Differences d_1..d_k of two configurations over k replicates (the same fold,
@@ -139,14 +140,6 @@ def tost_interval(d: Sequence[float], alpha: float,
     reject, i.e. the TOST's equivalence at alpha (Schuirmann 1987). Without spread it is the
     mean itself."""
     return test.interval(d, 1 - 2 * alpha)
-
-
-def within(low: float | None, high: float | None, equivalence: float | None) -> bool:
-    """The interval [low, high] lies inside [-δ, +δ] (closed: TOST p <= alpha); False without
-    an interval (None or NaN) or without δ."""
-    if equivalence is None or low is None or high is None or math.isnan(low) or math.isnan(high):
-        return False
-    return -equivalence <= low and high <= equivalence
 
 
 def holm(pvalues: Iterable[float]) -> list[float]:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from qknorm.claims import check, kinds, page, printed, records, strength, verdicts
+from qknorm.claims import check, kinds, page, printed, records, verdicts
 from qknorm.claims.inputs import Runs
 from qknorm.errors import UserError
 from qknorm.multitest import PAIRED_T
@@ -109,16 +109,6 @@ def test_a_quote_rounds_the_printed_value_and_keeps_its_sign():
     assert printed.quote("2.0582", 2) == "2.06"
 
 
-def test_strength_is_marginal_within_a_tenth_of_delta_of_the_line():
-    # level: the 90% interval's outer edge against δ = 0.02 (the KJV's −0.0193 is 0.0007 in)
-    assert strength.of_level(-0.0193, 0.0069, 0.02) == strength.MARGINAL
-    assert strength.of_level(-0.0179, 0.0069, 0.02) == strength.CLEAR
-    # worse: the interval's inner edge against 0 (+0.0005 is closer than 0.002)
-    assert strength.of_difference(0.0005, 0.0240, 0.02) == strength.MARGINAL
-    assert strength.of_difference(0.0021, 0.0240, 0.02) == strength.CLEAR
-    assert strength.of_difference(-0.01, 0.02, 0.02) == strength.MARGINAL  # spans 0
-
-
 def test_means_record_on_hand_made_runs(book):
     got = kinds.compute(record(book, "means", f"source: grid\n    metric: best_val_loss\n    {TEST}"),
                         Runs(book))
@@ -146,7 +136,10 @@ def test_deltas_record_on_hand_made_runs(book):
     assert one["holm"] == pytest.approx(2 * p1)  # Holm: the smaller p of 2, doubled
     assert four["holm"] == pytest.approx(max(2 * p1, p4))
     assert (one["verdict"], four["verdict"]) == ("worse", "undecided")  # 2 p1 = 0.032, p4 = 0.12
-    assert (one["strength"], four["strength"]) == ("clear", "")
+    # Strength (qknorm.decision): p = 1's 95% interval clears 0 by far more than δ/10; p = 4's
+    # undecided one straddles 0 with both edges over δ/10 = 0.002 away (low ≈ -0.013): clear.
+    assert four["low"] < -0.002 and four["high"] > 0.002
+    assert (one["strength"], four["strength"]) == ("clear", "clear")
     assert (four["below"], four["above"]) == (0, 3)
     assert got["all"]["compared"] == 2 and got["all"]["largest"] == pytest.approx(0.12)
     assert got["all"]["tally"] == "1 worse, 1 undecided"  # counted from the calls above
@@ -239,7 +232,8 @@ def test_room_record_splits_the_race_runs_gaps_by_the_grids_worse_p(book):
     t, 3 of 5 folds, one-sided, Holm over p = 1 and 4) p = 1 is worse: t = 0.12 / (0.02
     sqrt(1/3 + 1/4)) = 7.86, p 0.0079, Holm 0.016; p = 4 is not: t = 2.62, p 0.060."""
     got = kinds.compute(record(book, "room", "source: race\n    grid: grid\n    baseline: 2\n"
-                               "    alpha: 0.05\n    rungs: '500:0.1'"), Runs(book))
+                               "    alpha: 0.05\n    equivalence: 0.02\n    rungs: '500:0.1'"),
+                        Runs(book))
     at = got["500"]
     assert (at["not_worse_p"], at["not_worse_fold"], at["not_worse_runs"]) == ("3", 0, 4)
     assert at["not_worse_gap"] == pytest.approx(0.22)

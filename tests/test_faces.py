@@ -164,8 +164,8 @@ def _has_name(module: list[str], name: str) -> bool:
 # or from one below, never from one above. A package named here is one room, all its files on
 # that layer; every module of qknorm/, hydra_plugins/ and scripts/ must be on one.
 LAYERS = [
-    ("qknorm.errors", "qknorm.multitest", "qknorm.cells", "qknorm.nn", "qknorm.hooks", "qknorm.ticker",
-     "qknorm.jsonfile"),
+    ("qknorm.errors", "qknorm.multitest", "qknorm.decision", "qknorm.cells", "qknorm.nn",
+     "qknorm.hooks", "qknorm.ticker", "qknorm.jsonfile"),
     ("qknorm.config",),
     ("qknorm.effective", "qknorm.rundir", "qknorm.norms", "qknorm.tokenizer", "qknorm.data"),
     ("qknorm.model", "qknorm.angpt", "qknorm.arch", "qknorm.diagnostics", "qknorm.tracking",

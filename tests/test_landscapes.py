@@ -166,6 +166,6 @@ def test_judge_calls_worse_by_the_one_sided_test_of_the_race_and_the_search():
     sd = sps.tstd(d)
     t = 0.025 / (sd * math.sqrt(1 / 5 + 1 / 4))
     assert 0.025 < sps.t.sf(t, 4) < 0.05 < 2 * sps.t.sf(t, 4)
-    answer = grid_runs.judge(grid)
+    answer = grid_runs.judge(grid, equivalence=None)
     assert (answer.best, answer.worse) == (2.0, frozenset({4.0}))
     assert answer.delta[4.0] == pytest.approx(0.025)

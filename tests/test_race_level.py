@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 from scipy import stats
 
+from qknorm import decision
 from qknorm.errors import UserError
 from qknorm.sweep import readback
 from qknorm.sweep.race import looks
@@ -94,9 +95,8 @@ def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside(
     values = {"a": {0: 1.0, 1: 2.0}, "a2": {0: 1.0, 1: 2.0}}
     r = looks.replay(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
     assert r.level() == {"a2": r.looks[0]} and r.looks[0].tests["a2"].low == 0.0
-    test = looks.Test(0.0, 0.5, 0.5, -0.03, 0.03)
-    assert looks.is_level(test, 0.03) and not looks.is_level(test, 0.0299)
-    assert not looks.is_level(test, None)
+    assert decision.level(-0.03, 0.03, 0.03) and not decision.level(-0.03, 0.03, 0.0299)
+    assert not decision.level(-0.03, 0.03, None)
 
 
 @pytest.mark.parametrize("outcome, leader, p_adj, interval, alone, want", [

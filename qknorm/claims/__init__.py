@@ -10,7 +10,6 @@ blocks are rendered from the records, so a number is typed once.
 
   records   the records' home read and checked: sources, records, blocks
   printed   how a printed number agrees with a computed one, and a quote with fewer digits
-  strength  a verdict's strength in words: marginal where an interval edge is near its margin
   inputs    what a record computes from: its sources' runs and its settings, checked
   kinds     what each kind of record computes from its runs, by family: grids (means, Δ
             against a baseline), races (looks, rung stops, the order over evals), studies

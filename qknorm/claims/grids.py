@@ -33,14 +33,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from qknorm.claims import strength
+from qknorm import decision
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.multitest import holm
 from qknorm.report import p_labels, stats
 from qknorm.research import grid_runs
-from qknorm.sweep.race import BETTER, LEVEL_WITHIN, WORSE
 
 
 def _runs(runs: Runs, record: Record, part: dict | None = None) -> pd.DataFrame:
@@ -89,13 +88,13 @@ def deltas(record: Record, runs: Runs) -> Rows:
     rows = {}
     for _, r in table.iterrows():
         x, b = _pairs(done[done["norm.p"] == r["norm.p"]], base, metric, test)
-        how = _strength(r["verdict"], r, equivalence)
+        said = _outcome(r, equivalence)
         rows[row_key(r["norm.p"])] = {
             "n": int(r["n_pairs"]), "delta": r["delta_mean"], "low": r["delta_ci_low"],
             "high": r["delta_ci_high"], "t_p": r["t_pvalue"], "holm": r["holm_pvalue"],
             "tost_low": r["tost_low"], "tost_high": r["tost_high"], "verdict": r["verdict"],
-            "strength": how, "call": strength.worded(r["verdict"], how),
-            "room": strength.room(r["tost_low"], r["tost_high"], equivalence), **_signs(x - b)}
+            "strength": said.strength, "call": said.worded(stats.VERDICT_WORDS),
+            "room": decision.room(r["tost_low"], r["tost_high"], equivalence), **_signs(x - b)}
     rows["all"] = {"compared": len(rows), "tally": tally(r["call"] for r in rows.values()),
                    "largest": max((abs(r["delta"]) for r in rows.values()), default=math.nan)}
     return rows
@@ -109,12 +108,11 @@ def tally(calls) -> str:
     return ", ".join(f"{n} {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def _strength(verdict: str, r, equivalence: float) -> str:
-    if verdict == LEVEL_WITHIN:
-        return strength.of_level(r["tost_low"], r["tost_high"], equivalence)
-    if verdict in (WORSE, BETTER):
-        return strength.of_difference(r["delta_ci_low"], r["delta_ci_high"], equivalence)
-    return ""
+def _outcome(r, equivalence: float) -> decision.Outcome:
+    """A Δ row's outcome as the report's table decided it (stats.outcome), with its strength
+    from the 95% interval."""
+    return stats.outcome(r["holm_pvalue"], r["delta_mean"], r["tost_low"], r["tost_high"],
+                         equivalence, (r["delta_ci_low"], r["delta_ci_high"]))
 
 
 def paired(record: Record, runs: Runs) -> Rows:
@@ -133,13 +131,10 @@ def paired(record: Record, runs: Runs) -> Rows:
     if equivalence is not None:  # each p asked both ways, Holm over the p (the deltas table's)
         for (key, t), adjusted in zip(tests.items(), holm([t.t_pvalue for t in tests.values()]),
                                       strict=True):
-            verdict = stats.verdict(adjusted, t.mean, t.tost_low, t.tost_high,
-                                    float(equivalence))
-            how = _strength(verdict, {"tost_low": t.tost_low, "tost_high": t.tost_high,
-                                      "delta_ci_low": t.ci_low, "delta_ci_high": t.ci_high},
-                            float(equivalence))
-            rows[key].update({"holm": adjusted, "verdict": verdict,
-                              "call": strength.worded(verdict, how)})
+            said = stats.outcome(adjusted, t.mean, t.tost_low, t.tost_high, float(equivalence),
+                                 (t.ci_low, t.ci_high))
+            rows[key].update({"holm": adjusted, "verdict": stats.VERDICT_WORDS[said.word],
+                              "call": said.worded(stats.VERDICT_WORDS)})
     return rows
 
 
@@ -177,17 +172,15 @@ def steps(record: Record, runs: Runs) -> Rows:
 
 def yardstick(record: Record, runs: Runs) -> Rows:
     grid = grid_runs.load(runs.folder(setting(record, "source"), record) / "results.csv")
-    answer = grid_runs.judge(grid)
-    others = [p for p in grid if p != answer.best]
-    test = grid_runs.for_folds(grid_runs.n_folds(grid))  # the two-sided p it read before
-    before = dict(zip(others, holm([test.p_two_sided(
-        [a["value"] - b["value"] for a, b in zip(grid[p], grid[answer.best], strict=True)])
-        for p in others]), strict=True))
-    rows: Rows = {"best": {"p": row_key(answer.best), "n_worse": len(answer.worse)}}
-    for p in others:
+    answer = grid_runs.judge(grid, alpha=alpha(record),
+                             equivalence=float(setting(record, "equivalence")))
+    rows: Rows = {"best": {"p": row_key(answer.best), "n_worse": len(answer.worse),
+                           "n_level": len(answer.level)}}
+    for p in (p for p in grid if p != answer.best):
+        call = (decision.WORSE if p in answer.worse else decision.LEVEL if p in answer.level
+                else decision.NOT_SHOWN)
         rows[row_key(p)] = {"delta": answer.delta[p], "holm": answer.holm[p],
-                            "holm_two_sided": before[p],
-                            "worse": "worse" if p in answer.worse else "not shown"}
+                            "low": answer.tost[p][0], "high": answer.tost[p][1], "call": call}
     return rows
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from qknorm.claims import strength
+from qknorm import decision
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
@@ -49,11 +49,13 @@ def race(record: Record, runs: Runs) -> Rows:
         rows[f"look{lk.n}"] = {"leader": row_key(lk.leader)}
         for c, t in lk.tests.items():
             did = driver.look_verdict(lk, c, base, delta)  # the baseline level: stays, LEVEL
-            how = strength.of_call(did, t.low, t.high, delta, (LEVEL,), (DROPPED,))
+            # A call's strength (dropped or level); a candidate that stays made none.
+            how = looks.outcome(t, alpha, delta).strength if did in (LEVEL, DROPPED) else ""
             rows[f"{lk.n}:{row_key(c)}"] = {
                 "delta": t.delta, "p": t.p, "holm": t.p_adjusted, "low": t.low, "high": t.high,
-                "outcome": did, "strength": how, "call": strength.worded(did, how),
-                "room": strength.room(t.low, t.high, delta)}
+                "outcome": did, "strength": how,
+                "call": decision.Outcome(did, how).worded(),
+                "room": decision.room(t.low, t.high, delta)}
     rows["end"] = {"folds": r.looks[-1].n if r.looks else 0,
                    "alive": ", ".join(row_key(c) for c in r.alive)}
     return rows
@@ -85,7 +87,7 @@ def room(record: Record, runs: Runs) -> Rows:
     with its p and fold; per run over a margin of `rungs` (row stop/P/FOLD) its rung and gap."""
     result = rung_error_rates.room(
         runs.folder(setting(record, "source"), record), runs.folder(setting(record, "grid"), record),
-        float(setting(record, "baseline")), alpha(record),
+        float(setting(record, "baseline")), alpha(record), float(setting(record, "equivalence")),
         rung_error_rates.parse_rungs(str(setting(record, "rungs"))), setting(record, "n_folds", None))
     rows: Rows = {}
     for step, cell in result["steps"].items():

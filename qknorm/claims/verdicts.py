@@ -7,13 +7,11 @@ sentence says no more than its numbers. The test is one-sided: "A is more X than
   asked both ways (a table against a reference, a contrast: more or less) each comparison's two
                   one-sided hypotheses by Bonferroni, 2 × the smaller p (the two-sided p), Holm
                   over the comparisons of its family: the report's Holm p
-  more, less      the adjusted p <= α, the way Δ points
-  level           the (1 − 2α) interval of A − B lies inside ±δ (TOST at α); checked first, as
-                  stats.verdict and the race check it
-  not shown       neither
-  (marginal)      an edge of the interval that decides lies within δ/10 of its line: for level
-                  the 90% interval's outer edge against ±δ (strength.of_level), for a difference
-                  or none the 95% interval's edge nearest 0 against 0
+  the call        qknorm.decision's outcome of those p, the (1 − 2α) interval and δ (level
+                  first, then shown one way or the other, else not shown; marginal where the
+                  deciding interval's edge is within δ/10 of its line: the 95% interval's
+                  edge nearest 0 for a difference or none), in the pages' words: more, less,
+                  level, not shown
 
 `every`, `never`, `none` are not words of this rule: a page writes the count over the runs
 counted ("0 of 24 runs diverged"), which the record prints.
@@ -24,12 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from qknorm.claims import strength
-from qknorm.multitest import ReplicateTest, holm, no_spread, within
-from qknorm.sweep.race import LEVEL
+from qknorm import decision
+from qknorm.multitest import ReplicateTest, holm, no_spread
 
-MORE, LESS, NOT_SHOWN = "more", "less", "not shown"
-WORDS = (MORE, LESS, LEVEL, NOT_SHOWN)
+MORE, LESS, LEVEL, NOT_SHOWN = "more", "less", decision.LEVEL, decision.NOT_SHOWN
+# A comparison's outcome (qknorm.decision) in a results page's words: "A is more X than B".
+WORDS_OF = {decision.WORSE: MORE, decision.BETTER: LESS, decision.LEVEL: LEVEL,
+            decision.NOT_SHOWN: NOT_SHOWN}
+WORDS = tuple(WORDS_OF.values())
 
 
 def one_sided(d: Sequence[float], test: ReplicateTest) -> tuple[float, float]:
@@ -49,15 +49,10 @@ def holm_both_ways(ps: Sequence[tuple[float, float]]) -> list[float]:
 
 def call(adjusted: float, delta: float, low: float, high: float, tost_low: float,
          tost_high: float, equivalence: float, alpha: float) -> str:
-    """The comparison's words from its adjusted p and the way its Δ points: more, less, level
-    or not shown, with ` (marginal)` where the interval that decides has an edge within δ/10
-    of its line."""
-    if within(tost_low, tost_high, equivalence):
-        how = strength.of_level(tost_low, tost_high, equivalence)
-        return strength.worded(LEVEL, how)
-    shown = not math.isnan(adjusted) and adjusted <= alpha
-    word = (MORE if delta > 0 else LESS) if shown else NOT_SHOWN
-    if math.isnan(low) or math.isnan(high):
-        return word
-    near = min(abs(low), abs(high)) < strength.SHARE * equivalence  # the edge nearest 0
-    return strength.worded(word, strength.MARGINAL if near else strength.CLEAR)
+    """The comparison's words from its adjusted (two-sided) p and the way its Δ points:
+    qknorm.decision's outcome asked both ways, with its 95% interval [low, high] for a
+    difference's strength and its (1 − 2α) interval for the TOST."""
+    said = decision.decide(**decision.both_ways(adjusted, delta), alpha=alpha,
+                           tost=(tost_low, tost_high), equivalence=equivalence,
+                           interval=(low, high))
+    return said.worded(WORDS_OF)

@@ -12,14 +12,13 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from qknorm import decision
 from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.canvas import MEAN_COLOR, OTHER_KIND_COLORS, legend, new_figure, series
 from qknorm.report.paxis import PAxis, format_p
-from qknorm.report.stats import pairing
-from qknorm.sweep.race import BETTER, LEVEL_WITHIN, UNDECIDED, WORSE
+from qknorm.report.stats import ALPHA, BETTER, LEVEL_WITHIN, UNDECIDED, WORSE, pairing
 
-ALPHA = 0.05  # delta_vs_p fills the marker of a comparison whose Holm-adjusted p is below
-HOLM_GID = "holm"  # delta_vs_p: the filled markers (Holm p < ALPHA); tests find them
+HOLM_GID = "holm"  # delta_vs_p: the filled markers (shown at Holm p <= ALPHA); tests find them
 # With verdicts: each verdict's markers (gid = the verdict's first word; tests find them).
 VERDICT_STYLE = {WORSE: ("^", "tab:red"), BETTER: ("v", "tab:green"),
                  LEVEL_WITHIN: ("s", "0.45"), UNDECIDED: ("o", None)}
@@ -37,7 +36,8 @@ def delta_vs_p(paired: pd.DataFrame, metric: str, baseline: float, logx: bool = 
     with its 95% interval under `test` (the table's), one series per --by value, a zero line;
     kinds without p are levels with their interval, as in loss_vs_p. With the table's
     `verdict` column and `equivalence` (δ): the ±δ band, the 90% interval as a thick bar and a
-    marker per verdict; else filled where the Holm-adjusted p < ALPHA. The figure the
+    marker per verdict; else filled where the Holm-adjusted p is shown (decision.shown at the
+    table's ALPHA). The figure the
     comparisons are read from: each p's own spread over folds (loss_vs_p) hides differences
     that pairing resolves."""
     fig, (ax,) = new_figure()
@@ -75,7 +75,7 @@ def _dodge(axis: PAxis, xs: np.ndarray, offset: float) -> np.ndarray:
 def _delta_series(ax: Axes, axis: PAxis, group: pd.DataFrame, baseline: float, name: str,
                   color: str, offset: float, verdicts: bool = False) -> None:
     """One series: error bars, then markers by verdict (`_verdict_marks`) or, without
-    verdicts, hollow circles and filled diamonds where Holm p < ALPHA; and a line through the
+    verdicts, hollow circles and filled diamonds where Holm p <= ALPHA; and a line through the
     baseline's Δ = 0 (dotted across the axis break to inf)."""
     prefix = f"{name}: " if name else ""
     group = group.sort_values("norm.p")
@@ -111,14 +111,14 @@ def _verdict_marks(ax: Axes, group: pd.DataFrame, xs: np.ndarray, y: np.ndarray,
 
 def _holm_marks(ax: Axes, group: pd.DataFrame, xs: np.ndarray, y: np.ndarray, prefix: str,
                 color: str) -> None:
-    sig = (group["holm_pvalue"] < ALPHA).to_numpy()  # NaN (no test): not significant
+    sig = np.array([decision.shown(p, ALPHA) for p in group["holm_pvalue"]], dtype=bool)
     if (~sig).any():
         ax.scatter(xs[~sig], y[~sig], marker="o", s=40, facecolors="white", edgecolors=color,
                    linewidths=1.4, zorder=5, label=f"{prefix}mean Δ ± 95% t-interval")
     if sig.any():
         ax.scatter(xs[sig], y[sig], marker="D", s=44, color=color, edgecolors="black",
                    linewidths=0.6, zorder=6, gid=HOLM_GID,
-                   label=f"{prefix}Holm p < {ALPHA:g}")
+                   label=f"{prefix}Holm p ≤ {ALPHA:g}")
 
 
 def _delta_levels(ax: Axes, others: pd.DataFrame) -> None:

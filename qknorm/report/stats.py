@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from qknorm import multitest
+from qknorm import decision, multitest
 from qknorm.config import P_KINDS
 from qknorm.errors import UserError
 from qknorm.multitest import AUTO as AUTO_TEST
@@ -29,13 +29,18 @@ from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest, holm
 # in qknorm.report.baseline and qknorm.report.paxis.
 from qknorm.report.paxis import format_p
 from qknorm.rundir import COMPLETED, INCOMPLETE, REPLICATE_KEYS, STATUSES
-from qknorm.sweep.race import BETTER, LEVEL_WITHIN, UNDECIDED, WORSE
 
-CONFIDENCE = 0.95
+ALPHA = 0.05  # the Δ table's level: a call at Holm p <= ALPHA; its intervals at 1 - ALPHA
+CONFIDENCE = 1 - ALPHA
 PAIR_KEYS = list(REPLICATE_KEYS)  # a replicate under the plain paired t: (seed, data.fold)
 FOLD_KEYS = ["data.fold"]  # a replicate under the corrected t: a fold, its seeds averaged
 # The equivalence verdict: TOST at 5%, i.e. the 90% t-interval of the replicate test inside ±δ.
-TOST_ALPHA = 0.05
+TOST_ALPHA = ALPHA
+# The Δ table's words for a comparison's outcome (qknorm.decision, asked both ways).
+WORSE, BETTER, UNDECIDED = decision.WORSE, decision.BETTER, "undecided"
+LEVEL_WITHIN = f"{decision.LEVEL} within ±δ"
+VERDICT_WORDS = {decision.LEVEL: LEVEL_WITHIN, decision.WORSE: WORSE, decision.BETTER: BETTER,
+                 decision.NOT_SHOWN: UNDECIDED}
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:
@@ -169,18 +174,19 @@ def tost_interval(d, test: ReplicateTest = PAIRED_T) -> tuple[float, float]:
     return multitest.tost_interval(d, TOST_ALPHA, test) if len(d) >= 2 else (math.nan, math.nan)
 
 
+def outcome(holm_p: float, delta: float, low: float, high: float, equivalence: float,
+            interval: tuple[float, float] | None = None) -> decision.Outcome:
+    """One comparison's outcome (lower is better): qknorm.decision asked both ways at ALPHA,
+    from its Holm-adjusted two-sided t p (the delta table's family) and its 90% interval
+    [low, high] (TOST at 5%, not corrected over the table's comparisons); `interval`: the 95%
+    one, whose edge nearest 0 gives a difference's strength."""
+    return decision.decide(**decision.both_ways(holm_p, delta), alpha=ALPHA, tost=(low, high),
+                           equivalence=equivalence, interval=interval)
+
+
 def verdict(holm_p: float, delta: float, low: float, high: float, equivalence: float) -> str:
-    """One comparison's answer (lower is better; the words are the race's,
-    qknorm/sweep/race/verdicts.py): LEVEL_WITHIN where its 90% interval lies inside ±δ
-    (TOST at 5%, not corrected over the table's comparisons; first, as in a race: a difference
-    surely smaller than δ is one the user called negligible, significant or not), else WORSE or
-    BETTER where its Holm-adjusted t p < 0.05 (the delta table's family), else
-    UNDECIDED."""
-    if multitest.within(low, high, equivalence):
-        return LEVEL_WITHIN
-    if not pd.isna(holm_p) and holm_p < 1 - CONFIDENCE:
-        return WORSE if delta > 0 else BETTER
-    return UNDECIDED
+    """The outcome in the Δ table's words (VERDICT_WORDS)."""
+    return VERDICT_WORDS[outcome(holm_p, delta, low, high, equivalence).word]
 
 
 def cohens_dz(d) -> float:
@@ -222,7 +228,7 @@ def paired_test(x, base, test: ReplicateTest = PAIRED_T) -> PairedTest:
                 notes.append("all differences are zero: no Wilcoxon test")
             else:
                 w_p = float(stats.wilcoxon(x, base).pvalue)
-                if 2.0 / 2**nonzero > 1 - CONFIDENCE:
+                if not decision.shown(2.0 / 2**nonzero, ALPHA):
                     notes.append(f"{nonzero} non-zero pairs: Wilcoxon cannot go below "
                                  f"p={2.0 / 2**nonzero:.3g}")
     return PairedTest(n, mean, low, high, t_p, w_p, "; ".join(notes), cohens_dz(d),

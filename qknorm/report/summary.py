@@ -71,10 +71,11 @@ def _verdict_sentence(equivalence: float) -> str:
             f"(the test above) lies inside ±δ, δ = {equivalence:g} (`--equivalence`, default "
             f"{DEFAULT_EQUIVALENCE:g} nats; the metric's units): TOST, two one-sided "
             "t-tests at 5% each, per comparison, not corrected over the table, and first: a "
-            "difference surely smaller than δ is level even where the Holm p below 0.05 shows "
-            "it; else `worse` / `better` where Holm p < 0.05 (the family above); else "
-            "`undecided` (neither shown different nor shown within ±δ: more pairs, or a larger "
-            "δ, would be needed to say).")
+            "difference surely smaller than δ is level even where its Holm p shows it; else "
+            "`worse` / `better` where Holm p ≤ 0.05 (the family above); else `undecided` "
+            "(neither shown different nor shown within ±δ: more pairs, or a larger δ, would be "
+            "needed to say). The rule is qknorm.decision's, the same for the race, the search "
+            "and the results pages.")
 
 
 def _holm_sentence(paired: pd.DataFrame, baseline: str) -> str:
@@ -374,11 +375,12 @@ def race_section(e: readback.Elimination, name: str) -> list[str]:
         "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
         "mean is over the replicates it completed.", "",
         *table, "", race_verdict(e), "",
-        "Answers: `worse` (dropped, stopped at a rung, or a baseline behind the leader at its "
-        "last look, Holm-adjusted p <= alpha), "
-        + (f"`level` (within ±{e.equivalence:g} of the leader: {_tost_words(e)}), "
-           if e.equivalence is not None else "")
-        + "`best` (the leader at the last look), `undecided` (in the race to its end, none of "
+        "Answers (qknorm.decision's rule, in the race's words): `worse` (dropped, or a "
+        "baseline behind the leader at its last look, Holm-adjusted p <= alpha, not level), "
+        + (f"`level` (within ±{e.equivalence:g} of the leader: {_tost_words(e)}; checked "
+           "first), " if e.equivalence is not None else "")
+        + "`best` (the leader at the last look), `undecided` (stopped at a rung, which is a "
+        "rule that saves compute and tests nothing, or in the race to its end and none of "
         "these); each with the runs, training steps and core-seconds it cost (a stopped run's "
         "partial ones included).", "", *costs, "",
         f"Compute: {s['runs']} of the full grid's {g['runs']} runs "

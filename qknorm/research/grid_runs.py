@@ -4,9 +4,10 @@
 for in-fold stopping: p -> its runs in fold order, each {fold, value, steps, core_s, curve:
 {step: val_loss}}. `judge` is the grid's own answer, the yardstick of a replayed search: the
 best p (lowest mean over folds), each other p's mean paired difference to it, and the p the grid
-shows worse than it (the replicate test of qknorm.multitest, one-sided, H1: behind the best,
-Holm over the comparisons with the best, at alpha): the race's, the search's and
-worse_on_grid's test of "worse" (docs/report.md, issue 56).
+shows worse than it or level with it: qknorm.decision's outcome asked one way (the replicate test
+of qknorm.multitest, one-sided, H1: behind the best, Holm over the comparisons with the best, at
+alpha; level first, its (1 − 2 alpha) interval inside ±δ), as the race, the search and
+worse_on_grid decide (docs/report.md, "One rule for every verdict").
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qknorm import decision
 from qknorm.errors import UserError
-from qknorm.multitest import ReplicateTest, for_folds, holm
+from qknorm.multitest import ReplicateTest, for_folds, holm, tost_interval
 from qknorm.report.results import read_csv, read_curves
 from qknorm.rundir import COMPLETED
 
@@ -61,21 +63,27 @@ def n_folds(grid: dict[float, list[dict]]) -> int:
 class GridAnswer:
     best: float
     delta: dict[float, float]  # p -> mean paired difference to the best (>= 0 up to ties)
-    worse: frozenset[float]  # shown worse than the best (Holm)
+    worse: frozenset[float]  # shown worse than the best (Holm), not level
     holm: dict[float, float] = field(default_factory=dict)  # p -> its Holm-adjusted one-sided p
+    level: frozenset[float] = frozenset()  # level with the best within ±δ (TOST)
+    tost: dict[float, tuple[float, float]] = field(default_factory=dict)  # p -> its TOST interval
 
 
 def judge(grid: dict[float, list[dict]], test: ReplicateTest | None = None,
-          alpha: float = 0.05) -> GridAnswer:
+          alpha: float = 0.05, *, equivalence: float | None) -> GridAnswer:
     """The grid's answer under `test` (default: the corrected t of its fold layout, read as
-    as many folds as the grid ran: the committed grids ran every fold of their layout)."""
+    as many folds as the grid ran: the committed grids ran every fold of their layout), with
+    δ = `equivalence` (None: no level call, worse on the p alone)."""
     test = test or for_folds(n_folds(grid))
     means = {p: statistics.fmean(r["value"] for r in runs) for p, runs in grid.items()}
     best = min(means, key=means.__getitem__)
     others = [p for p in grid if p != best]
     diffs = {p: [a["value"] - b["value"] for a, b in zip(grid[p], grid[best], strict=True)]
              for p in others}
-    adjusted = holm([test.p_greater(diffs[p]) for p in others])  # H1: p is behind the best
-    worse = frozenset(p for p, q in zip(others, adjusted, strict=True) if q <= alpha)
+    adjusted = dict(zip(others, holm([test.p_greater(diffs[p]) for p in others]), strict=True))
+    tost = {p: tost_interval(diffs[p], alpha, test) for p in others}
+    said = {p: decision.decide(adjusted[p], alpha, tost=tost[p], equivalence=equivalence).word
+            for p in others}
     return GridAnswer(best, {p: statistics.fmean(d) for p, d in diffs.items()} | {best: 0.0},
-                      worse, dict(zip(others, adjusted, strict=True)))
+                      frozenset(p for p in others if said[p] == decision.WORSE), adjusted,
+                      frozenset(p for p in others if said[p] == decision.LEVEL), tost)

@@ -168,7 +168,7 @@ def build(sources: dict[str, Grid], delta: float = DELTA,
         for name, planted in SETS[which](sorted(grid), delta).items():
             planted_grid = plant(grid, planted)
             out[f"{source}/{name}"] = {"base": base_level(grid), "planted": planted,
-                                       "judge": grid_runs.judge(planted_grid),
+                                       "judge": grid_runs.judge(planted_grid, equivalence=delta),
                                        "grid": planted_grid}
     return out
 

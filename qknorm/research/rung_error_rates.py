@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from qknorm import rundir
+from qknorm import decision, rundir
 from qknorm.errors import UserError, run_main
-from qknorm.multitest import holm
+from qknorm.multitest import holm, tost_interval
 from qknorm.report import format_p, results
 from qknorm.research import race_sims, recorded_folds
 from qknorm.sweep.race import Rules, paired_t_greater, standing, stop_at_rung
@@ -174,11 +174,12 @@ def measure(sweep: Path, baseline: float, eta: int) -> dict:
     return result
 
 
-def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None = None
-                  ) -> set[float]:
-    """The p whose completed runs are worse than the baseline's on the grid: one-sided t over
-    the folds both ran (the corrected resampled t of the grid's fold layout, as the race and
-    the report), Holm over the p with two pairs or more."""
+def worse_on_grid(grid: Path, baseline: float, alpha: float, equivalence: float | None,
+                  n_folds: int | None = None) -> set[float]:
+    """The p whose completed runs are worse than the baseline's on the grid: qknorm.decision's
+    outcome asked one way, as a race drops (one-sided t over the folds both ran, the corrected
+    resampled t of the grid's fold layout, as the race and the report; Holm over the p with two
+    pairs or more; level within ±`equivalence` first)."""
     values, seen, layout = recorded_folds.completed_by_fold(grid / "results.csv", "best_val_loss")
     test = recorded_folds.replicate_test("auto", seen > 1, layout, n_folds)
     if not values.get(baseline):
@@ -190,7 +191,9 @@ def worse_on_grid(grid: Path, baseline: float, alpha: float, n_folds: int | None
              for p, v in values.items() if p != baseline}
     tested = [p for p, d in diffs.items() if len(d) >= 2]
     adjusted = holm([paired_t_greater(diffs[p], test) for p in tested])
-    return {p for p, q in zip(tested, adjusted, strict=True) if q <= alpha}  # as a race drops
+    return {p for p, q in zip(tested, adjusted, strict=True)
+            if decision.decide(q, alpha, tost=tost_interval(diffs[p], alpha, test),
+                               equivalence=equivalence).word == decision.WORSE}
 
 
 def _extreme(rows: pd.DataFrame, pick) -> dict | None:
@@ -203,7 +206,7 @@ def _extreme(rows: pd.DataFrame, pick) -> dict | None:
 
 
 def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
-         rungs: dict[int, float], n_folds: int | None = None) -> dict:
+         equivalence: float | None, rungs: dict[int, float], n_folds: int | None = None) -> dict:
     """Per eval step, how far runs of worse and of not-worse p were behind their fold's best."""
     runs = results.read_csv(curves_dir / results.RESULTS_CSV, ("run_dir", "norm.p", "data.fold"),
                             "pass a report dir written by scripts/report.py"
@@ -211,7 +214,7 @@ def room(curves_dir: Path, grid: Path, baseline: float, alpha: float,
     evals = results.read_curves(curves_dir / results.CURVES_CSV_NAME).merge(runs, on="run_dir").dropna(
         subset=["val_loss"])
     evals["gap"] = evals["val_loss"] - evals.groupby(["data.fold", "step"])["val_loss"].transform("min")
-    worse = worse_on_grid(grid, baseline, alpha, n_folds)
+    worse = worse_on_grid(grid, baseline, alpha, equivalence, n_folds)
     judged = evals[evals["norm.p"] != baseline]  # the baseline is never judged
     steps = {}
     for step, at in judged.groupby("step"):
@@ -280,6 +283,8 @@ def main() -> None:
     parser.add_argument("--room", nargs=2, action="append", type=Path, metavar=("CURVES", "GRID"),
                         help="report dirs: the curves' (a race's or grid's) and their grid's")
     parser.add_argument("--alpha", type=float, default=0.05, help="--room: the grid's Holm level")
+    parser.add_argument("--equivalence", type=float, default=0.02,
+                        help="--room: δ, level within it is not worse (the presets' 0.02)")
     parser.add_argument("--rungs", default="", help="--room: e.g. 500:0.1,1000:0.04")
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
     parser.add_argument("--n-folds", type=int, default=None, metavar="K",
@@ -288,7 +293,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.room:
         rungs = parse_rungs(args.rungs) if args.rungs else {}
-        rooms = [room(c, g, args.baseline, args.alpha, rungs, args.n_folds)
+        rooms = [room(c, g, args.baseline, args.alpha, args.equivalence, rungs, args.n_folds)
                  for c, g in args.room]
         if args.out:
             args.out.write_text(json.dumps(rooms, indent=1) + "\n")

@@ -230,7 +230,7 @@ def landscapes_main(path: Path, budgets: list[float], seeds: int, only: tuple[st
 
     out: dict = {"landscapes": {}}
     for name, grid in landscapes.load_landscapes(path).items():
-        truth = grid_runs.judge(grid)
+        truth = grid_runs.judge(grid, equivalence=RACE["race"]["equivalence"])
         scores: dict = {}
         for b in budgets:
             for search_name, outcomes in run_all(grid, b, seeds, only=only,
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                **landscapes_main(args.landscapes, budgets, args.seeds, only, args.smac_seeds)}
         return _write(out if old is None else updated(old, out), args.out, indent=1)
     grid = grid_runs.load(args.results, args.curves)
-    truth = grid_runs.judge(grid)
+    truth = grid_runs.judge(grid, equivalence=RACE["race"]["equivalence"])
     runs = [r for rs in grid.values() for r in rs]
     out = {"command": command,
            "grid": {"p": sorted(grid), "runs": len(runs), "steps": sum(r["steps"] for r in runs),

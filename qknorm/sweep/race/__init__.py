@@ -44,12 +44,10 @@ from qknorm.sweep.race.settings import (
 )
 from qknorm.sweep.race.verdicts import (
     BEST,
-    BETTER,
     DROPPED,
     FAILED,
     INCUMBENT,
     LEVEL,
-    LEVEL_WITHIN,
     NOT_STARTED,
     PARKED,
     RACING,
@@ -68,6 +66,6 @@ __all__ = [
     "Dropped", "checked_rungs", "judged_at", "resolve_rungs",
     "SEARCH_SAMPLERS", "RaceConf", "RaceSpec", "checked_race", "race_conf", "replicate_test",
     "step_margins",
-    "BEST", "BETTER", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "LEVEL_WITHIN", "NOT_STARTED",
+    "BEST", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "NOT_STARTED",
     "PARKED", "RACING", "STAYS", "STOPPED", "SURVIVED", "UNDECIDED", "WORSE",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from qknorm import decision
 from qknorm.sweep.race import intensify, looks, verdicts
 from qknorm.sweep.race.intensify import Proposal, Rules, Search
 
@@ -202,6 +203,7 @@ def look_verdict(look: looks.Look, c: Hashable, baseline: Hashable | None,
     if c in look.dropped:
         return verdicts.DROPPED
     if c in look.level or (c == baseline and c in look.tests
-                           and looks.is_level(look.tests[c], equivalence)):
+                           and decision.level(look.tests[c].low, look.tests[c].high,
+                                              equivalence)):
         return verdicts.LEVEL
     return verdicts.STAYS

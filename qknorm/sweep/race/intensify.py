@@ -61,17 +61,17 @@ import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from qknorm.multitest import PAIRED_T, ReplicateTest, holm, tost_interval, within
+from qknorm import decision
+from qknorm.multitest import PAIRED_T, ReplicateTest, holm, tost_interval
 from qknorm.sweep.race.looks import paired_t_greater
 from qknorm.sweep.race.verdicts import (
+    ANSWER_OF,
     FAILED,
     INCUMBENT,
-    LEVEL,
     PARKED,
     RACING,
     STOPPED,
     UNDECIDED,
-    WORSE,
 )
 
 
@@ -134,10 +134,11 @@ def compare(mine: Sequence[float], theirs: Sequence[float], rules: Rules) -> Jud
 
 
 def verdict(low: float, high: float, p: float, rules: Rules, otherwise: str) -> str:
-    """Level when the interval lies inside ±δ (first, as in the race), else worse when the
-    one-sided p <= alpha, else `otherwise` (racing at a look, undecided in the answer)."""
-    return (LEVEL if within(low, high, rules.equivalence)
-            else WORSE if p <= rules.alpha else otherwise)
+    """The comparison's outcome (qknorm.decision, asked one way: behind or not) in the
+    search's words: level, worse, else `otherwise` (racing at a look, undecided in the
+    answer)."""
+    said = decision.decide(p, rules.alpha, tost=(low, high), equivalence=rules.equivalence)
+    return {**ANSWER_OF, decision.NOT_SHOWN: otherwise}[said.word]
 
 
 def replay(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -> Search:

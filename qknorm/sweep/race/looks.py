@@ -43,14 +43,14 @@ qknorm/sweep/race/verdicts.py's.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from qknorm.multitest import PAIRED_T, ReplicateTest, holm, no_spread, tost_interval, within
+from qknorm import decision
+from qknorm.multitest import PAIRED_T, ReplicateTest, holm, no_spread, tost_interval
 from qknorm.sweep.race import verdicts
-from qknorm.sweep.race.verdicts import BEST, LEVEL, SURVIVED, UNDECIDED, WORSE
+from qknorm.sweep.race.verdicts import BEST, SURVIVED, UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,11 @@ def paired_t_greater(d: Sequence[float], test: ReplicateTest = PAIRED_T) -> floa
     return test.p_greater(d)
 
 
-def is_level(test: Test, equivalence: float | None) -> bool:
-    """Its (1 - 2 alpha) interval lies inside [-δ, +δ] (closed: TOST p <= alpha)."""
-    return within(test.low, test.high, equivalence)
+def outcome(test: Test, alpha: float, equivalence: float | None) -> decision.Outcome:
+    """The comparison's outcome (qknorm.decision, asked one way: behind the leader or not):
+    level, worse or not shown."""
+    return decision.decide(test.p_adjusted, alpha, tost=(test.low, test.high),
+                           equivalence=equivalence)
 
 
 def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
@@ -123,15 +125,14 @@ def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
     tests = {c: Test(statistics.fmean(diffs[c]), p, q,
                      *(tost_interval(diffs[c], alpha, test) if equivalence is not None else ()))
              for c, p, q in zip(others, raw, holm(raw), strict=True)}
+    said = {c: outcome(tests[c], alpha, equivalence).word for c in others}
     # The baseline stays to the end so every candidate can be paired with it on its folds.
-    level = tuple(c for c in others if c != baseline and is_level(tests[c], equivalence))
-    dropped = tuple(c for c in others
-                    if tests[c].p_adjusted <= alpha and c != baseline and c not in level)
+    level = tuple(c for c in others if c != baseline and said[c] == decision.LEVEL)
+    dropped = tuple(c for c in others if c != baseline and said[c] == decision.WORSE)
     n = len(next(iter(values.values())))
     if equivalence is None:
         return Look(n, leader, tests, dropped)
-    decided = all(tests[c].p_adjusted <= alpha or is_level(tests[c], equivalence)
-                  for c in others)
+    decided = all(said[c] != decision.NOT_SHOWN for c in others)
     return Look(n, leader, tests, dropped, level, decided)
 
 
@@ -222,7 +223,6 @@ def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | Non
         return BEST if alone else UNDECIDED
     if leader == label:
         return BEST
-    if is_level(Test(math.nan, math.nan, math.nan, low, high), equivalence):
-        return LEVEL
-    return WORSE if p_adjusted is not None and p_adjusted <= alpha else UNDECIDED
+    said = decision.decide(p_adjusted, alpha, tost=(low, high), equivalence=equivalence)
+    return verdicts.ANSWER_OF[said.word]
 

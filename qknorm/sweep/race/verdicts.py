@@ -1,7 +1,7 @@
 """The words a race and a racing search say of a candidate, one vocabulary for both: its trial's
-record (the trial user attr `race`), the console's last line, qknorm.status and the report;
-the one place each verdict word is defined (the report's paired comparisons and the claims
-records say these words too).
+record (the trial user attr `race`), the console's last line, qknorm.status and the report.
+Whether a comparison is level, worse or not shown is qknorm.decision's; here is how a race
+words it (ANSWER_OF).
 
 How it left, or stands (the trial's outcome):
   DROPPED   a race's look found it significantly worse than the leader (Holm)
@@ -20,26 +20,25 @@ scripts/race_replay.py): DROPPED, LEVEL, or
 
 The answer (what the race says of it at the end):
   BEST      the leader of the last look, or the search's incumbent
-  WORSE     dropped, or shown behind (Holm p <= alpha, not level)
-  LEVEL     level within ±δ
-  UNDECIDED stopped at a rung (untested), or any other survivor
-
-The report's paired comparison of two arms (qknorm.report.stats.verdict) answers WORSE,
-UNDECIDED, LEVEL_WITHIN (LEVEL written with its margin, as its table prints it) or
-  BETTER    shown better (a race never says it: it asks one way, behind the leader or not)
+  WORSE     dropped, or decision.WORSE at its last look (shown behind, not level)
+  LEVEL     decision.LEVEL: level within ±δ
+  UNDECIDED decision.NOT_SHOWN, or stopped at a rung (untested)
+A race asks one way (behind the leader or not), so it never answers decision.BETTER.
 """
 
 from __future__ import annotations
 
+from qknorm import decision
+
 DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
-LEVEL = "level"  # left the race level with the leader (equivalence, TOST)
+LEVEL = decision.LEVEL  # left the race level with the leader (equivalence, TOST)
 RACING, NOT_STARTED = "racing", "not started"
 INCUMBENT = "incumbent"
 PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
-WORSE, BEST, UNDECIDED = "worse", "best", "undecided"
+WORSE, BEST, UNDECIDED = decision.WORSE, "best", "undecided"
 STAYS = "stays"  # neither dropped nor taken out level at a look
-BETTER = "better"  # the report's comparison of two arms, the other way from WORSE
-LEVEL_WITHIN = f"{LEVEL} within ±δ"  # LEVEL as the report's Δ table prints it
+# A comparison's outcome (qknorm.decision, asked one way) as a race answers it.
+ANSWER_OF = {decision.LEVEL: LEVEL, decision.WORSE: WORSE, decision.NOT_SHOWN: UNDECIDED}
 
 # The answer an outcome gives by itself (every other outcome is its own answer; a race's
 # survivor is answered by its last look: looks.answer). Stopped at a rung: undecided, since the
