@@ -138,29 +138,17 @@ class TrainConfig:
 
 
 @dataclass
-class RaceRungsConfig:
-    """Set by the sweeper on each job of a race with rungs (hydra.sweeper.race.rungs): the job
-    records its val loss at each rung in its trial and stops when it has lost (qknorm/sweep/job.py)."""
-
-    block: str | None = None  # the replicate block the job runs, e.g. "data.fold=0"
-    rungs: list[int] = field(default_factory=list)  # eval steps at which the job is judged
-    margin: float | None = None  # null: record only, never stopped (the race's baseline)
-    # Each rung's own margin, in rung order (hydra.sweeper.race.margin as a list); empty:
-    # `margin` at every rung. Set only with margin null.
-    margins: list[float] = field(default_factory=list)
-
-
-@dataclass
 class OptunaTrialConfig:
     """Set by the qknorm_optuna sweeper on each job it launches; all null outside a study.
 
-    With these a job reopens its study and reports val loss at every eval (pruning).
+    They record which trial the run was (the run-dir report and the trackers read them). The
+    job reports to its trial, and learns its race's rungs, from its environment instead
+    (qknorm/sweep/identity.py), so that any Hydra task can be swept.
     """
 
     study_name: str | None = None
     storage: str | None = None
     trial: int | None = None
-    race: RaceRungsConfig = field(default_factory=RaceRungsConfig)
 
 
 @dataclass
@@ -232,25 +220,6 @@ def _unknown_keys(node: DictConfig, prefix: str = "") -> list[str]:
     return unknown
 
 
-def rungs_problem(rungs: Any, max_iters: int, eval_interval: int) -> str | None:
-    """What is wrong with in-fold stopping's rungs for runs of max_iters steps that evaluate
-    every eval_interval steps, as the end of a one-line message (None: nothing). The caller
-    names the key: the sweeper's hydra.sweeper.race.rungs, or a job's optuna.race.rungs."""
-    if not isinstance(rungs, (list, tuple)) or not all(
-            isinstance(r, int) and not isinstance(r, bool) for r in rungs):
-        return "must be a list of training steps, e.g. [500, 1000], or null for none"
-    if any(r <= 0 for r in rungs) or any(b <= a for a, b in zip(rungs, rungs[1:])):
-        return "must be positive and increasing, e.g. [500, 1000]"
-    for r in rungs:
-        if r >= max_iters:
-            return (f"has {r}, not below train.max_iters={max_iters}: a rung stops a run "
-                    f"before its end; use steps below {max_iters}")
-        if r % eval_interval:
-            return (f"has {r}, not an eval step (a multiple of train.eval_interval="
-                    f"{eval_interval}); use e.g. {max(1, r // eval_interval) * eval_interval}")
-    return None
-
-
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise UserError(message)
@@ -301,7 +270,6 @@ def validate(config: Config) -> None:
     _check_data(d)
 
     _check_training(o, t)
-    _check_race(config.optuna, t)
     _check_tracker(config.tracker)
 
     _choice("device", config.device, DEVICES)
@@ -414,25 +382,3 @@ def missing_package(kind: str) -> str | None:
         return None
     return (f"tracker={kind} needs the {dist} package, which is not installed; run {INSTALL} "
             f"(the {EXTRA!r} extra), or use tracker=none")
-
-
-def _check_race(o: OptunaTrialConfig, t: TrainConfig) -> None:
-    """optuna.race.*: set by the sweeper, but a job can be started by hand with them."""
-    r = o.race
-    if r.block is None and not r.rungs:
-        return
-    _check(o.trial is not None and r.block is not None and bool(r.rungs),
-           "optuna.race.{block,rungs,margin} are set by the qknorm_optuna sweeper on a race's "
-           "jobs (with optuna.trial); leave them unset")
-    problem = rungs_problem(list(r.rungs), t.max_iters, t.eval_interval)
-    _check(problem is None, f"optuna.race.rungs={list(r.rungs)} {problem}")
-    _check(r.margin is None or (math.isfinite(r.margin) and r.margin > 0),
-           f"optuna.race.margin={r.margin} must be a number > 0 (val loss units), or null")
-    if r.margins:
-        margins = list(r.margins)
-        _check(r.margin is None and len(margins) == len(r.rungs),
-               f"optuna.race.margins={margins} must give one margin per rung "
-               f"(optuna.race.rungs={list(r.rungs)}) with optuna.race.margin null; these keys "
-               "are set by the qknorm_optuna sweeper")
-        _check(all(math.isfinite(m) and m > 0 for m in margins),
-               f"optuna.race.margins={margins} must be numbers > 0 (val loss units)")

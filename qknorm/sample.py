@@ -16,13 +16,22 @@ from qknorm.model import LanguageModel
 from qknorm.tokenizer import Tokenizer
 
 
+def checkpoint_config(saved: dict) -> Config:
+    """A checkpoint's config as today's schema reads it. Its optuna.* keys are left out: they
+    say which trial the run was, nothing the model is rebuilt from, and checkpoints written
+    before issue 66 carry a race's rungs under them, keys the schema no longer has (the merge
+    would fail; the rungs reach a job through its environment now)."""
+    kept = {k: v for k, v in saved.items() if k != "optuna"}
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), kept))
+
+
 def load_trained(run_dir: Path, device: str = "cpu") -> tuple[LanguageModel, Tokenizer]:
     """The run's model (eval mode) and tokenizer, from ckpt.pt and the corpus and fold it
     trained on (a BPE from its cache, or trained again the same way)."""
     if not (Path(run_dir) / rundir.CKPT_FILE).exists():
         raise UserError(f"no {rundir.CKPT_FILE} in {run_dir}; train with train.save_checkpoint=true")
     ckpt = rundir.load_checkpoint(run_dir, map_location=device)
-    cfg: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), ckpt["config"]))
+    cfg = checkpoint_config(ckpt["config"])
     tok = fold_tokenizer(cfg.data)
     model = build_model(cfg.model, cfg.norm, len(tok)).to(device)
     model.load_state_dict(ckpt["model"])

@@ -6,9 +6,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from qknorm.config import Config, OptunaTrialConfig, RaceRungsConfig, validate
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep import racing
+from qknorm.sweep import identity, racing, trial
 from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.helpers.race import race_plan, refused
 from tests.helpers.studies import BLOCK, attrs, job_hook, rung_study
@@ -85,19 +84,25 @@ def test_a_job_judges_each_rung_with_its_own_margin(study):
     assert attrs(study, 2)[RACE_STOP_ATTR + BLOCK]["step"] == 250
 
 
-def test_per_rung_margins_are_checked_in_the_job_config():
-    cfg = Config()
-    cfg.optuna = OptunaTrialConfig(study_name="r", storage="x", trial=0, race=RaceRungsConfig(
-        block=BLOCK, rungs=[500, 1000], margin=None, margins=[0.1, 0.05]))
-    validate(cfg)
-    cfg.optuna.race.margins = [0.1]
-    with pytest.raises(UserError, match=r"^optuna.race.margins=\[0.1\] must give one margin per "
-                                         r"rung \(optuna.race.rungs=\[500, 1000\]\)"):
-        validate(cfg)
-    cfg.optuna.race.margins = [0.1, -1.0]
-    with pytest.raises(UserError, match=r"^optuna.race.margins=\[0.1, -1.0\] must be numbers "
-                                         "> 0"):
-        validate(cfg)
+def test_per_rung_margins_that_do_not_match_the_rungs_are_one_line(monkeypatch):
+    """A job zips its rungs with its margins (job.judge): set by hand with one margin short, the
+    variables are refused, naming both, at the job's first report instead of a ValueError."""
+    for key, value in {identity.STUDY: "r", identity.STORAGE: "sqlite:///o.db",
+                       identity.TRIAL: "0", identity.BLOCK: BLOCK, identity.RUNGS: "500,1000",
+                       identity.MARGINS: "0.1,0.05"}.items():
+        monkeypatch.setenv(key, value)
+    assert identity.identity().margins == (0.1, 0.05)  # one per rung: as the sweeper wrote them
+    monkeypatch.setenv(identity.MARGINS, "0.1")
+    with pytest.raises(UserError) as e:
+        trial.report(250, 2.4)
+    assert str(e.value) == (
+        "QKNORM_MARGINS='0.1' gives 1 margin(s) for the 2 rung(s) of QKNORM_RUNGS='500,1000'; "
+        "give one per rung; the qknorm_optuna sweeper sets the QKNORM_* variables on its jobs: "
+        "unset them")
+    monkeypatch.setenv(identity.MARGINS, "0.1,big")
+    with pytest.raises(UserError, match=r"^QKNORM_MARGINS='0.1,big' is not comma-separated "
+                                         r"numbers, one per rung, e.g. 0.1,0.05; "):
+        trial.report(250, 2.4)
 
 
 @pytest.mark.slow

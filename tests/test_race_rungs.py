@@ -11,10 +11,9 @@ import optuna
 import pandas as pd
 import pytest
 
-from qknorm.config import OptunaTrialConfig, RaceRungsConfig, rungs_problem
-from qknorm.errors import RunPruned
+from qknorm.errors import RunPruned, UserError
 from qknorm.report.summary import race_section
-from qknorm.sweep import readback
+from qknorm.sweep import identity, readback, trial
 from qknorm.sweep.race import looks
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
@@ -54,24 +53,6 @@ def test_completed_leaves_out_the_runs_stopped_at_a_rung():
     runs = {"f=0": {"value": 1.0, "steps": 20}, "f=1": {"value": None, "steps": 10,
                                                          "stopped_at": 10}}
     assert readback.completed(runs) == {"f=0": runs["f=0"]}
-
-
-@pytest.mark.parametrize("rungs, message", [
-    ([500, 1000], None),
-    ([], None),
-    ("500", "must be a list of training steps, e.g. [500, 1000], or null for none"),
-    ([500.0], "must be a list of training steps"),
-    ([True], "must be a list of training steps"),
-    ([0, 500], "must be positive and increasing, e.g. [500, 1000]"),
-    ([1000, 500], "must be positive and increasing"),
-    ([500, 500], "must be positive and increasing"),
-    ([500, 2000], "has 2000, not below train.max_iters=2000: a rung stops a run before its end; "
-                  "use steps below 2000"),
-    ([600], "has 600, not an eval step (a multiple of train.eval_interval=250); use e.g. 500"),
-])
-def test_rungs_are_increasing_eval_steps_before_the_end(rungs, message):
-    got = rungs_problem(rungs, max_iters=2000, eval_interval=250)
-    assert got == message if message is None else got.startswith(message)
 
 
 # -- the job-side hook, on a real study --------------------------------------------------------
@@ -142,24 +123,44 @@ def test_a_run_that_reached_a_rung_first_is_judged_there_once_another_has(study)
     assert RACE_STOP_ATTR + other not in attrs(study, 2)
 
 
-def test_race_keys_are_checked_in_the_job_config():
-    from qknorm.config import Config, validate
-    from qknorm.errors import UserError
+@pytest.mark.parametrize("env, message", [
+    ({identity.RUNGS: "500;1000"}, "QKNORM_RUNGS='500;1000' is not comma-separated training "
+                                   "steps, e.g. 500,1000"),
+    ({identity.RUNGS: "0.5"}, "QKNORM_RUNGS='0.5' is not comma-separated training steps, "
+                              "e.g. 500,1000"),  # a fraction is the sweeper's to resolve
+    ({identity.RUNGS: "500", identity.MARGIN: "0.05,0.1"},
+     "QKNORM_MARGIN='0.05,0.1' is not a number (val loss units), e.g. 0.05"),
+    ({identity.TRIAL: "three"}, "QKNORM_TRIAL='three' is not a trial number, e.g. 3"),
+])
+def test_a_bad_rung_variable_is_one_line_naming_it_and_the_fix(monkeypatch, env, message):
+    """The rungs reach a job through its environment (qknorm/sweep/identity.py): a job started
+    by hand with a bad value gets one line from its first report, not a ValueError's trace."""
+    for key, value in {identity.STUDY: "r", identity.STORAGE: "sqlite:///o.db",
+                       identity.TRIAL: "0", identity.BLOCK: BLOCK, **env}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UserError) as e:
+        trial.report(250, 2.4)  # what every eval of a job calls
+    assert str(e.value) == (f"{message}; the qknorm_optuna sweeper sets the QKNORM_* variables "
+                            "on its jobs: unset them")
+    monkeypatch.setenv(identity.RUNGS, "500,1000")  # well formed: read as the sweeper wrote them
+    monkeypatch.setenv(identity.TRIAL, "0")
+    monkeypatch.delenv(identity.MARGIN, raising=False)
+    assert identity.identity() == identity.Identity("r", "sqlite:///o.db", 0, BLOCK, (500, 1000))
 
-    cfg = Config()
-    cfg.optuna = OptunaTrialConfig(study_name="r", storage="x", trial=0,
-                                   race=RaceRungsConfig(block=BLOCK, rungs=[500, 1000],
-                                                        margin=0.05))
-    validate(cfg)
-    cfg.optuna.race.rungs = [300]
-    with pytest.raises(UserError, match=r"^optuna.race.rungs=\[300\] has 300, not an eval step"):
-        validate(cfg)
-    cfg.optuna.race.rungs, cfg.optuna.race.margin = [500], -0.1
-    with pytest.raises(UserError, match=r"^optuna.race.margin=-0.1 must be a number > 0"):
-        validate(cfg)
-    cfg.optuna.trial, cfg.optuna.race.margin = None, 0.05
-    with pytest.raises(UserError, match="are set by the qknorm_optuna sweeper"):
-        validate(cfg)
+
+def test_a_checkpoint_written_with_the_old_race_keys_still_loads():
+    """Checkpoints from before issue 66 carry a race's rungs under optuna (the schema's key
+    then); qknorm.sample rebuilds their model from today's schema."""
+    from qknorm.config import Config
+    from qknorm.sample import checkpoint_config
+
+    saved = {"norm": {"kind": "lp", "p": 4.0}, "train": {"max_iters": 30},
+             "optuna": {"study_name": "r", "storage": None, "trial": 3,
+                        "race": {"block": BLOCK, "rungs": [10], "margin": 0.1, "margins": []}}}
+    cfg = checkpoint_config(saved)
+    assert isinstance(cfg, Config)
+    assert (cfg.norm.kind, cfg.norm.p, cfg.train.max_iters) == ("lp", 4.0, 30)
+    assert cfg.optuna.trial is None  # left out: which trial it was rebuilds nothing
 
 
 # -- the sweeper's side: settings, replay, report ---------------------------------------------
@@ -178,7 +179,6 @@ def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, 
 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
-    from qknorm.errors import UserError
     from qknorm.sweep import racing
 
     off, on = race_plan(), race_plan(rungs=[500, 1000], margin=0.05)

@@ -389,14 +389,11 @@ def test_a_store_that_fails_at_the_end_exits_non_zero_and_says_where_the_runs_ar
 # ---------------------------------------------------------------------------------------------
 # MLflow: every ending, a single run, a topped-up study, a late final.json, the lock (in process)
 
-def study_job(sweep: Path, trial: int, fold: int, status: str | None, race_block: str | None = None,
-              study: str = "s") -> Path:
+def study_job(sweep: Path, trial: int, fold: int, status: str | None, study: str = "s") -> Path:
     """A job dir of our Optuna sweeper (trial<N>_<fold>): evals at 0 and 10 (and 20 when it
     completed); status None: no final.json yet (still running, or killed)."""
     run = sweep / f"trial{trial}_{fold}"
     cfg = synthetic_runs.config(2.0 + trial, fold, study=(study, "sqlite:///s.db", trial))
-    if race_block is not None:
-        cfg["optuna"]["race"] = {"block": race_block, "rungs": [10], "margin": 0.1, "margins": []}
     synthetic_runs.write_config(run, cfg)
     steps = (0, 10, 20) if status == "completed" else (0, 10)
     for step in steps:
@@ -424,8 +421,8 @@ def test_mlflow_every_ending_a_late_final_json_and_a_topped_up_study(tmp_path):
     study_job(first, 0, 0, "completed")
     study_job(first, 0, 1, "completed")
     study_job(first, 1, 0, "pruned")  # the pruner's
-    study_job(first, 2, 0, "pruned", race_block="data.fold=0")  # stopped at the race's rung
-    late = study_job(first, 2, 1, None, race_block="data.fold=1")  # still running
+    study_job(first, 2, 0, "pruned")  # stopped at the race's rung
+    late = study_job(first, 2, 1, None)  # still running
     summary = export(first, uri)
     assert (summary.exported, summary.present, summary.incomplete) == (4, 0, 1)
     paths = mlflow_paths(uri)
@@ -441,7 +438,9 @@ def test_mlflow_every_ending_a_late_final_json_and_a_topped_up_study(tmp_path):
         assert (run.data.tags["status"], run.info.status) == (status, mlflow_status), name
     stopped = paths[f"{t[2]}/data.fold=0"]
     assert stopped.data.tags["error"] == "pruned at step 10"
-    assert stopped.data.params["optuna.race.block"] == "data.fold=0"
+    # Its replicate block (the job's QKNORM_BLOCK, not in its config): the run's name, from its
+    # replicate overrides, and the config key the block sets.
+    assert (stopped.info.run_name, stopped.data.params["data.fold"]) == ("data.fold=0", "0")
     client = tree(uri, "synthetic")[0]
     assert [(m.step, m.value) for m in sorted(client.get_metric_history(stopped.info.run_id, "val_loss"),
                                               key=lambda m: m.step)] == [(0, 3.0), (10, 2.0)]
@@ -557,7 +556,7 @@ def test_mlflow_export_holds_the_store_lock_while_it_writes(tmp_path, monkeypatc
 def test_tensorboard_run_that_did_not_complete_has_its_final_numbers_and_status(tmp_path, status,
                                                                                 extra):
     """final/<key> at the last step and the status hparam whatever the ending; the hparams
-    leave out where things go (optuna.storage, tracker.*, optuna.race.*), keep what ran."""
+    leave out where things go (optuna.storage, tracker.*), keep what ran."""
     needs("tensorboard")
     from qknorm.config import Config, OptunaTrialConfig
     from qknorm.tracking.tensorboard import TensorBoardRun
@@ -581,4 +580,4 @@ def test_tensorboard_run_that_did_not_complete_has_its_final_numbers_and_status(
     hp = session_hparams(tmp_path)
     assert hp["status"] == status
     assert (hp["optuna.study_name"], hp["optuna.trial"]) == ("s", 3.0)
-    assert not [k for k in hp if k.startswith(("optuna.storage", "optuna.race.", "tracker."))]
+    assert not [k for k in hp if k.startswith(("optuna.storage", "tracker."))]

@@ -7,7 +7,9 @@ sides of it share, so that neither imports the other's code.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 # The variables the sweeper sets on each job (sweeper side: env_overrides).
 STUDY, STORAGE, TRIAL = "QKNORM_STUDY", "QKNORM_STORAGE", "QKNORM_TRIAL"
@@ -34,19 +36,48 @@ class Identity:
     margins: tuple[float, ...] = ()  # each rung's own margin; (): `margin` at every rung
 
 
+# The end of each message about a bad value: the sweeper writes these, so a bad one was set by
+# hand (a job started outside a sweep, or a leftover in the shell).
+_FIX = "the qknorm_optuna sweeper sets the QKNORM_* variables on its jobs: unset them"
+
+
 def identity() -> Identity | None:
-    """The identity the sweeper set on this job, or None outside a sweep."""
+    """The identity the sweeper set on this job, or None outside a sweep. A value that does not
+    parse is a UserError naming the variable (one line, not a traceback from deep in the job)."""
     env = os.environ
     if not env.get(TRIAL):
         return None
-    return Identity(env.get(STUDY, ""), env.get(STORAGE, ""), int(env[TRIAL]),
-                    env.get(BLOCK, ""), _numbers(env.get(RUNGS), int),
-                    float(env[MARGIN]) if env.get(MARGIN) else None,
-                    _numbers(env.get(MARGINS), float))
+    (trial,) = _numbers(env, TRIAL, int, "a trial number, e.g. 3", one=True)
+    rungs = _numbers(env, RUNGS, int, "comma-separated training steps, e.g. 500,1000")
+    margin = _numbers(env, MARGIN, float, "a number (val loss units), e.g. 0.05", one=True)
+    margins = _numbers(env, MARGINS, float, "comma-separated numbers, one per rung, e.g. 0.1,0.05")
+    if rungs and margins and len(margins) != len(rungs):  # the job zips them (job.judge)
+        _refuse(f"{MARGINS}={env[MARGINS]!r} gives {len(margins)} margin(s) for the "
+                f"{len(rungs)} rung(s) of {RUNGS}={env[RUNGS]!r}; give one per rung")
+    return Identity(env.get(STUDY, ""), env.get(STORAGE, ""), trial, env.get(BLOCK, ""), rungs,
+                    margin[0] if margin else None, margins)
 
 
-def _numbers(text: str | None, kind: type) -> tuple:
-    return tuple(kind(x) for x in text.split(",")) if text else ()
+def _numbers(env: Mapping[str, str], name: str, kind: type, form: str, one: bool = False
+             ) -> tuple:
+    """The variable's comma-separated values as `kind` (one: a single value); () when unset or
+    empty."""
+    text = env.get(name)
+    if not text:
+        return ()
+    try:
+        values = tuple(kind(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or (one and len(values) > 1):
+        _refuse(f"{name}={text!r} is not {form}")
+    return values
+
+
+def _refuse(problem: str) -> NoReturn:
+    from qknorm.errors import UserError  # here: outside a sweep, trial.report imports no Hydra
+
+    raise UserError(f"{problem}; {_FIX}")
 
 
 def env_overrides(ident: Identity) -> list[str]:

@@ -73,8 +73,8 @@ _NOT_INHERITED = (STATUS_ATTR, ERROR_ATTR)
 
 def block_label(combo: list[str]) -> str:
     """A replicate's identity, e.g. "data.fold=0 seed=1": its overrides, space-joined. The key of
-    JOB_DIRS_ATTR, RACE_RUNS_ATTR, RACE_RUNG_ATTR/RACE_STOP_ATTR and a race job's
-    optuna.race.block."""
+    JOB_DIRS_ATTR, RACE_RUNS_ATTR, RACE_RUNG_ATTR/RACE_STOP_ATTR and a job's QKNORM_BLOCK
+    (qknorm/sweep/identity.py)."""
     return " ".join(combo)
 
 

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 EVENT_FILE_PREFIX = "events.out.tfevents."
 FINAL_PREFIX = "final/"  # final.json's numbers, apart from the per-eval curves of the same names
 FINAL_SKIP = ("seed", "fold")  # already hparams (seed, data.fold)
-HPARAM_SKIP = ("tracker.", "optuna.storage", "optuna.race.")  # where things go, not what ran
+HPARAM_SKIP = ("tracker.", "optuna.storage")  # where things go, not what ran
 
 
 def scalar(value: Any) -> float | None:
