@@ -72,6 +72,29 @@ def test_the_reports_minimiser_is_the_parabolas_lowest_point():
     assert fit["p_low"] < 2.0 < fit["p_high"] and fit["low"] < 1.5 < fit["high"]
     lines = searchsection.section(rows, {"equivalence": 0.02, "alpha": 0.05, "test": None}, "s")
     assert lines[2].startswith(f"search: best norm.p={ps[best]:.4g} (mean {values[best]:.4f}")
+    # one best, with its range: every other proposal is level, so p from 1 to 5
+    assert "; with those level with it, norm.p in [1, 5])" in lines[2]
+    (fit_line,) = [ln for ln in lines if ln.startswith("Minimiser")]
+    assert fit_line.endswith(f"the search's answer is norm.p={ps[best]:.4g}; with those level "
+                             "with it, norm.p in [1, 5].")
+
+
+def test_the_answers_range_spans_the_best_and_the_level_proposals_only():
+    """1/p params read back as p (0: p = ∞); worse, undecided and stopped proposals are not in
+    the range: the search told them apart, or said nothing of them."""
+    def row(inv, word):
+        return {"number": 0, "params": {"1/norm.p": inv}, "answer": word, "stopped": False}
+
+    rows = [row(0.5, "best"), row(0.4, "level"), row(0.625, "level"), row(0.1, "worse"),
+            row(0.9, "undecided"), row(0.0, "stopped")]
+    assert readback.level_range(rows) == {"1/norm.p": (1.6, 2.5)}  # 1/0.625, 1/0.4
+    assert readback.range_words(rows) == "; with those level with it, norm.p in [1.6, 2.5]"
+    rows[2]["answer"] = "level"
+    rows.append(row(0.0, "level"))  # p = ∞ level with it: the range is open to the right
+    assert readback.level_range(rows)["1/norm.p"] == (1.6, math.inf)
+    assert readback.level_range([row(0.5, "level")]) == {}  # no best yet: no range
+    assert readback.range_words([row(0.5, "best"), row(1.0, "worse")]) == \
+        "; no proposal level with it"
 
 
 @pytest.mark.slow
@@ -122,7 +145,8 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
         "trial 1 [norm.p=4.873]: worse against the incumbent after 2 replicates: Δ +0.305, "
         "interval [+0.2734, +0.3366], one-sided p 0.00522"]
     assert readback.search_lines(study) == [  # the same names as the answer
-        "search: best norm.p=2 (mean 1.0500 over 2 replicates); worse: norm.p=4.873; "
+        "search: best norm.p=2 (mean 1.0500 over 2 replicates; no proposal level with it); "
+        "worse: norm.p=4.873; "
         "2 proposals, 400 training steps"]
 
 
@@ -136,7 +160,8 @@ def test_the_answer_names_every_proposal_it_counts():
     rows = [row(0, {"1/norm.p": 0.5}, "best"), row(1, {"1/norm.p": 1.0}, "worse"),
             row(2, {"1/norm.p": 0.25}, "failed"), row(3, {}, "failed", steps=0)]
     (line,) = readback.answer_lines(rows, {"equivalence": 0.02})
-    assert line == ("search: best norm.p=2 (mean 1.5000 over 1 replicates); worse: norm.p=1; "
+    assert line == ("search: best norm.p=2 (mean 1.5000 over 1 replicates; no proposal level "
+                    "with it); worse: norm.p=1; "
                     "failed: norm.p=4, trial 3; 4 proposals, 30 training steps")
 
 

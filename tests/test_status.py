@@ -356,7 +356,8 @@ def test_a_search_counts_its_proposals_by_their_answer_and_its_best_is_the_answe
     # The answer's best, not "best: none yet": mean (2.0 + 2.1 + 2.2) / 3, sample std 0.1.
     assert lines[1] == "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"
     assert lines[3] == (
-        "search: best norm.p=2 (mean 2.1000 over 3 replicates); level with it within ±0.02: "
+        "search: best norm.p=2 (mean 2.1000 over 3 replicates; with those level with it, "
+        "norm.p in [2, 2.5]); level with it within ±0.02: "
         "norm.p=2.5; worse: norm.p=4.873, norm.p=8; undecided: norm.p=1.5; "
         "racing: norm.p=1.2, norm.p=6; failed: norm.p=3; 8 proposals, 420 training steps")
     # every proposal counted is named: the failed one too (issue 54: "4 proposals", 3 named)

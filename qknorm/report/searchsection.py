@@ -80,14 +80,17 @@ def section(rows: list[dict], settings: dict, name: str) -> list[str]:
            "undecided: the margin rule saves compute, it tests nothing)."
            if delta is not None else "", "", markdown_table(header, table), ""]
     fit = minimiser(rows)
+    best = next((r for r in rows if r["answer"] == verdicts.BEST), None)
     if fit is not None:
         out += [f"Minimiser (a quadratic in log p through the {fit['points']} proposals' "
                 f"fold-adjusted values): lowest at p = {paxis.format_p(fit['p'], 3)}, fitted "
                 f"mean {num(fit['mean'])} [{num(fit['low'])}, {num(fit['high'])}] (95%); the "
                 f"fitted mean's interval reaches below {num(fit['high'])} for p in "
                 f"[{paxis.format_p(fit['p_low'], 3)}, {paxis.format_p(fit['p_high'], 3)}]. A "
-                "reading aid: the fit takes the values as independent with one variance "
-                "(docs/search.md).", ""]
+                "reading aid, not the answer: the fit takes the values as independent with one "
+                "variance (docs/search.md)"
+                + (f"; the search's answer is {readback.short(best)}"
+                   f"{readback.range_words(rows)}." if best is not None else "."), ""]
     else:
         points = fit_points(rows)
         out += [f"Minimiser: no quadratic fit: {len(points)} of the {len(rows)} proposals have a "

@@ -130,21 +130,23 @@ def summarize(collection: results.Collection, options: Options,
         out += _readings_section(s, metric, options.baseline)
     if s.ranking is not None and len(s.ranking):
         out += _ranking_section(s.ranking)
+    searches = {name: (readback.answer(study.get_trials(), readback.settings_of(study)),
+                       readback.settings_of(study))
+                for (name, _), study in collection.studies.items()
+                if readback.kind(study) == readback.SEARCH}
+    answer = _search_answer(searches)
     if s.fits is not None:
-        out += _fit_section(s.fits, options.by, metric)
+        out += _fit_section(s.fits, options.by, metric) + answer
     if s.attention is not None and len(s.attention):
         out += _attention_section(s.attention, s.keys)
     if s.lr is not None:
         out += lrsection.section(s.lr)
-    out += _best_section(s.best, s.keys, metric)
+    out += _best_section(s.best, s.keys, metric) + answer
     for (name, _), study in collection.studies.items():
-        kind = readback.kind(study)
-        if kind == readback.RACE:  # a race's elimination table and the compute it spent
+        if readback.kind(study) == readback.RACE:  # its elimination table and compute spent
             out += race_section(readback.elimination(study), name)
-        elif kind == readback.SEARCH:  # a racing search's answer
-            settings = readback.settings_of(study)
-            out += searchsection.section(readback.answer(study.get_trials(), settings),
-                                         settings, name)
+        elif name in searches:  # a racing search's answer
+            out += searchsection.section(*searches[name], name)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
@@ -297,6 +299,21 @@ def _attention_section(summary: pd.DataFrame, keys: list[str]) -> list[str]:
             "over the runs: entropy as a fraction of its maximum ln(t+1) (1: uniform over the "
             "visible tokens), the largest weight of a row, the sd of a row's logits.", "",
             markdown_table(keys + ["runs", *columns], rows), ""]
+
+
+def _search_answer(searches: dict[str, tuple[list[dict] | None, dict]]) -> list[str]:
+    """Under the lowest mean and the fit, for a racing search: they are not its answer, which
+    is one best compared with every proposal on the replicates both ran (the lowest mean
+    may be over fewer replicates; the fit is a reading aid)."""
+    out = []
+    for name, (rows, _) in searches.items():
+        best = next((r for r in rows or () if r["answer"] == verdicts.BEST), None)
+        if best is not None:
+            out.append(f"Study {name} is a racing search: its answer is {readback.short(best)}"
+                       f"{readback.range_words(rows)} (section Search below), compared "
+                       "with every proposal on the replicates both ran; a lowest mean above "
+                       "may be over fewer replicates, and the fit is a reading aid.")
+    return [*out, ""] if out else []
 
 
 def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]:

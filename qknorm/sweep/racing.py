@@ -134,8 +134,10 @@ def outcome_attr(race: RaceSpec, result: Race, c: Hashable, n_run: int,
                  failed: bool = False) -> dict[str, Any]:
     """The trial user attr `race`: how the candidate's race ended, with the look that decided
     it (Δ in the objective's units: candidate - leader; driver.race_verdict). With
-    equivalence, also the look's (1 - 2 alpha) interval of Δ (`low`, `high`) and the
-    candidate's `answer` (worse, level, best, undecided)."""
+    equivalence, also the look's (1 - 2 alpha) interval of Δ (`low`, `high`). The answer
+    (worse, level, best, undecided) is not stored: the reports derive it from this record
+    under today's rule (readback.elimination, looks.answer), so an old study reads as the
+    code decides now."""
     v = driver.race_verdict(result, c, rules(race), failed=failed)
     out: dict[str, Any] = {"outcome": v.outcome, "n": n_run,
                            "after": race.blocks[n_run - 1] if n_run else None}
@@ -148,7 +150,7 @@ def outcome_attr(race: RaceSpec, result: Race, c: Hashable, n_run: int,
     if race.equivalence is not None:
         low, high = ((None, None) if test is None or test.low is None else
                      sorted((race.sign * test.low, race.sign * test.high)))
-        out.update(low=low, high=high, answer=v.answer)
+        out.update(low=low, high=high)
     return out
 
 

@@ -25,7 +25,9 @@ from qknorm.sweep.readback.tables import Elimination, answer, elimination, elimi
 from qknorm.sweep.readback.words import (
     answer_lines,
     budget_words,
+    level_range,
     p_of,
+    range_words,
     search_lines,
     share,
     short,
@@ -38,6 +40,6 @@ __all__ = [
     "block_values", "completed", "counted", "ledger", "proposals", "race_trials", "run_steps",
     "steps_spent", "stopped_block",
     "Elimination", "answer", "elimination", "elimination_of",
-    "answer_lines", "budget_words", "p_of", "search_lines", "share", "short", "stop_place",
-    "summary_line",
+    "answer_lines", "budget_words", "level_range", "p_of", "range_words", "search_lines",
+    "share", "short", "stop_place", "summary_line",
 ]

@@ -104,7 +104,8 @@ def answer_lines(rows: list[dict], settings: dict) -> list[str]:
     best = by.get(BEST, [])
     delta = settings.get("equivalence")
     line = "search: " + (f"best {short(best[0])} (mean {best[0]['mean']:.4f} over "
-                         f"{best[0]['n']} replicates)" if best else "no incumbent yet")
+                         f"{best[0]['n']} replicates{range_words(rows)})" if best
+                         else "no incumbent yet")
     undecided = by.pop(UNDECIDED, [])
     by[UNDECIDED] = [r for r in undecided if not r["stopped"]]
     by[STOPPED] = [r for r in undecided if r["stopped"]]
@@ -117,6 +118,30 @@ def answer_lines(rows: list[dict], settings: dict) -> list[str]:
         line += f"; {word}: " + ", ".join(short(r) for r in by[word])  # failed, ...: all named
     steps = sum(r["steps"] for r in rows)
     return [line + f"; {len(rows)} proposals, {steps:,} training steps"]
+
+
+def level_range(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """What the search cannot tell apart from its best: per numeric config value, its lowest
+    and highest over the best and the proposals level with it ({} without a best)."""
+    near = [r for r in rows if r["answer"] in (BEST, LEVEL)]
+    if not any(r["answer"] == BEST for r in near):
+        return {}
+    values = [_config_values(r["params"]) for r in near]
+    keys = [k for k in values[0] if all(isinstance(v.get(k), float) for v in values)]
+    return {k: (min(v[k] for v in values), max(v[k] for v in values)) for k in keys}
+
+
+def range_words(rows: list[dict]) -> str:
+    """"; with those level with it, norm.p in [1.5, 2.11]" (the best alone: "; no proposal level
+    with it"): the answer's range, which the console, qknorm.status and the report give beside
+    the best."""
+    spans = level_range(rows)
+    if not spans:
+        return ""
+    if all(low == high for low, high in spans.values()):
+        return "; no proposal level with it"
+    return "; with those level with it, " + ", ".join(
+        f"{k.removeprefix('1/')} in [{low:.4g}, {high:.4g}]" for k, (low, high) in spans.items())
 
 
 def search_lines(study: Any) -> list[str]:
