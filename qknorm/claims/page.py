@@ -99,9 +99,10 @@ _NOT_PROSE = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|<!--.*?-->|<[^>\n]*>",
 
 
 # The comparative words (issue 56): inside a block each is rendered from a record's test (a
-# placeholder's value), never typed. A word in backticks names the word, as a definition does.
+# placeholder's value), never typed; outside the blocks a page types none about a result
+# (issue 66: untyped). A word in backticks names the word, as a definition does.
 COMPARATIVES = ("more", "less", "lower", "higher", "worse", "better", "level", "same", "never",
-                "every", "shown", "marginal", "undecided")
+                "every", "alone", "shown", "marginal", "undecided")
 _COMPARATIVE = re.compile(r"\b(?:" + "|".join(COMPARATIVES) + r")\b", re.I)
 _NAMED = re.compile(r"`[^`\n]*`|\]\([^)]*\)")
 
@@ -117,7 +118,23 @@ def unrecorded(text: str, allow: list[str] = ()) -> list[tuple[int, str]]:
     """(line, number) for each number of a page outside its claims blocks, its code (fenced or
     inline), its link targets and comments, and outside every `allow` pattern (a reviewed
     default, version or config value, matched on its line)."""
-    def blank(m: re.Match) -> str:  # keep the line numbers
+    return [(i, m.group(0).rstrip(",")) for i, line in _prose_lines(text, allow)
+            for m in NUMBER.finditer(line)]
+
+
+def untyped(text: str, allow: list[str] = ()) -> list[tuple[int, str]]:
+    """(line, word) for each comparative word (COMPARATIVES) of a page outside its claims
+    blocks, its code and backticks (a word named, as a rule's definition names it), its link
+    targets and comments, and outside every `allow` pattern (a reviewed phrase of a rule, such
+    as "lower is better"): a result the page types instead of rendering it from a record."""
+    return [(i, m.group(0).lower()) for i, line in _prose_lines(text, allow)
+            for m in _COMPARATIVE.finditer(line)]
+
+
+def _prose_lines(text: str, allow: list[str]) -> list[tuple[int, str]]:
+    """A page's lines with its blocks, code, link targets and comments blanked (line numbers
+    kept) and every `allow` pattern taken out."""
+    def blank(m: re.Match) -> str:
         return "\n" * m.group(0).count("\n")
 
     prose = _NOT_PROSE.sub(blank, BLOCK.sub(blank, text))
@@ -125,5 +142,5 @@ def unrecorded(text: str, allow: list[str] = ()) -> list[tuple[int, str]]:
     for i, line in enumerate(prose.split("\n"), start=1):
         for pattern in allow:
             line = re.sub(pattern, " ", line)
-        out += [(i, m.group(0).rstrip(",")) for m in NUMBER.finditer(line)]
+        out.append((i, line))
     return out
