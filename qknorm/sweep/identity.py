@@ -7,6 +7,7 @@ sides of it share, so that neither imports the other's code.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 # The variables the sweeper sets on each job (sweeper side: env_overrides).
@@ -63,6 +64,16 @@ def env_overrides(ident: Identity) -> list[str]:
 
 
 def _quoted(text: str) -> str:
-    """A string as Hydra's override grammar reads it back, always quoted (a trial number or a
-    margin stays a string, as env_set's values are)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    r"""`text` as the job's environment gets it back through env_set, always quoted (a trial
+    number or a margin stays a string, as env_set's values are). Two readers unescape it, each
+    a backslash only where its grammar says: Hydra's override parser, a run of backslashes
+    before a quote (the closing quote included: `'a\\'` is `a\`), then OmegaConf, which
+    resolves `${` in the config the override sets (a run before `${`). Every other backslash
+    is read as written: a storage `sqlite:///C:\runs\o.db` is passed as it is."""
+    # OmegaConf: n backslashes then `${` are read back from 2n + 1 of them then `${`.
+    text = re.sub(r"(\\*)\$\{", lambda m: 2 * m[1] + "\\${", text)
+    # Hydra, in single quotes: n backslashes then a quote from 2n + 1 then the quote; n at the
+    # end from 2n (the closing quote follows them).
+    text = re.sub(r"(\\*)'", lambda m: 2 * m[1] + "\\'", text)
+    text = re.sub(r"(\\+)\Z", lambda m: 2 * m[1], text)
+    return f"'{text}'"
