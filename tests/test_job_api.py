@@ -74,3 +74,42 @@ def test_any_string_reaches_the_job_as_written(tmp_path):
     with env_override(env_set):
         got = [os.environ[f"K{i}"] for i in range(len(texts))]
     assert [t for t, g in zip(texts, got) if t != g] == []
+
+
+@pytest.mark.parametrize(("env", "words"), [
+    ({identity.TRIAL: "three", identity.STUDY: "s", identity.STORAGE: "sqlite:///o.db"},
+     "QKNORM_TRIAL='three' is not one whole number"),
+    ({identity.TRIAL: "3,4", identity.STUDY: "s", identity.STORAGE: "sqlite:///o.db"},
+     "QKNORM_TRIAL='3,4' is not one whole number"),
+    ({identity.TRIAL: "3", identity.STORAGE: "sqlite:///o.db"},
+     "QKNORM_TRIAL='3' is set without QKNORM_STUDY; "),
+    ({identity.TRIAL: "3"}, "is set without QKNORM_STUDY and QKNORM_STORAGE; "),
+    ({identity.TRIAL: "3", identity.STUDY: "s", identity.STORAGE: "x", identity.RUNGS: "5,x"},
+     "QKNORM_RUNGS='5,x' is not whole numbers separated by commas"),
+    ({identity.TRIAL: "3", identity.STUDY: "s", identity.STORAGE: "x", identity.RUNGS: "5",
+      identity.MARGIN: "big"}, "QKNORM_MARGIN='big' is not one number"),
+])
+def test_an_odd_identity_variable_is_one_line_naming_it(monkeypatch, env, words):
+    """Only someone setting them by hand gets these: one line, the variable and its value, and
+    the fix (unset them)."""
+    for name in identity.ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as e:
+        identity.identity()
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).endswith(": unset it") or str(e.value).endswith(": unset them")
+
+
+@pytest.mark.parametrize("trial", [None, ""])
+def test_an_unset_or_empty_trial_is_outside_a_sweep(monkeypatch, trial):
+    """Hydra's env_set gives an empty string for an empty value: no trial, so no sweep, even
+    with a study and storage set (a parent sweep's leftovers)."""
+    for name in identity.ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(identity.STUDY, "s")
+    monkeypatch.setenv(identity.STORAGE, "sqlite:///o.db")
+    if trial is not None:
+        monkeypatch.setenv(identity.TRIAL, trial)
+    assert identity.identity() is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # The variables the sweeper sets on each job (sweeper side: env_overrides).
@@ -36,18 +37,46 @@ class Identity:
 
 
 def identity() -> Identity | None:
-    """The identity the sweeper set on this job, or None outside a sweep."""
+    """The identity the sweeper set on this job, or None outside a sweep (QKNORM_TRIAL unset or
+    empty). A variable the sweeper would not have set (a trial that is not a whole number, no
+    study or storage beside a trial, a rung that is not a number) raises ValueError in one
+    line naming it: someone set it by hand."""
     env = os.environ
     if not env.get(TRIAL):
         return None
-    return Identity(env.get(STUDY, ""), env.get(STORAGE, ""), int(env[TRIAL]),
-                    env.get(BLOCK, ""), _numbers(env.get(RUNGS), int),
-                    float(env[MARGIN]) if env.get(MARGIN) else None,
-                    _numbers(env.get(MARGINS), float))
+    missing = [name for name in (STUDY, STORAGE) if not env.get(name)]
+    if missing:
+        raise ValueError(f"{TRIAL}={env[TRIAL]!r} is set without {' and '.join(missing)}; "
+                         f"{', '.join(ENV)} are set by the qknorm_optuna sweeper on its jobs "
+                         "(hydra.job.env_set): unset them")
+    return Identity(env[STUDY], env[STORAGE], _one(env, TRIAL, int),
+                    env.get(BLOCK, ""), _numbers(env, RUNGS, int),
+                    _one(env, MARGIN, float) if env.get(MARGIN) else None,
+                    _numbers(env, MARGINS, float))
 
 
-def _numbers(text: str | None, kind: type) -> tuple:
-    return tuple(kind(x) for x in text.split(",")) if text else ()
+def _numbers(env: Mapping[str, str], name: str, kind: type) -> tuple:
+    """The comma-separated numbers of variable `name` (() when unset or empty)."""
+    text = env.get(name)
+    try:
+        return tuple(kind(x) for x in text.split(",")) if text else ()
+    except ValueError:
+        raise _odd(name, text, f"{_WHAT[kind]}s separated by commas") from None
+
+
+def _one(env: Mapping[str, str], name: str, kind: type) -> int | float:
+    try:
+        return kind(env[name])
+    except ValueError:
+        raise _odd(name, env[name], f"one {_WHAT[kind]}") from None
+
+
+_WHAT = {int: "whole number", float: "number"}
+
+
+def _odd(name: str, text: str | None, what: str) -> ValueError:
+    return ValueError(f"{name}={text!r} is not {what}, as the qknorm_optuna sweeper sets it on "
+                      "its jobs (hydra.job.env_set): unset it")
 
 
 def env_overrides(ident: Identity) -> list[str]:
