@@ -50,6 +50,7 @@ from qknorm.sweep.race.verdicts import (
     INCUMBENT,
     LEVEL,
     LEVEL_WITHIN,
+    NOT_RUN,
     NOT_STARTED,
     PARKED,
     RACING,
@@ -68,6 +69,7 @@ __all__ = [
     "Dropped", "checked_rungs", "judged_at", "resolve_rungs",
     "SEARCH_SAMPLERS", "RaceConf", "RaceSpec", "checked_race", "race_conf", "replicate_test",
     "step_margins",
-    "BEST", "BETTER", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "LEVEL_WITHIN", "NOT_STARTED",
+    "BEST", "BETTER", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "LEVEL_WITHIN", "NOT_RUN",
+    "NOT_STARTED",
     "PARKED", "RACING", "STAYS", "STOPPED", "SURVIVED", "UNDECIDED", "WORSE",
 ]
