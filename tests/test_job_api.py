@@ -8,16 +8,25 @@ the context manager run_job uses)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import math
 import os
 import random
 
+import optuna
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.conf import HydraConf
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.utils import env_override
+from hydra.core.utils import JobReturn, JobStatus, env_override
+from omegaconf import OmegaConf
 
-from qknorm.sweep import identity
+from qknorm.sweep import identity, trial
 from qknorm.sweep.identity import Identity
+from qknorm.sweep.launcher import job_result
+from tests.helpers.studies import BLOCK, rung_study
 
 # -- the identity, from the sweeper's overrides to the job's environment ----------------------
 
@@ -113,3 +122,171 @@ def test_an_unset_or_empty_trial_is_outside_a_sweep(monkeypatch, trial):
     if trial is not None:
         monkeypatch.setenv(identity.TRIAL, trial)
     assert identity.identity() is None
+
+
+# -- what trial.report answers -------------------------------------------------------------------
+
+
+def in_a_job(monkeypatch, ident: Identity) -> None:
+    """This process as the job of `ident` (the variables env_set gives it)."""
+    for name in identity.ENV:
+        monkeypatch.delenv(name, raising=False)
+    for override in identity.env_overrides(ident):
+        o = OverridesParser.create().parse_overrides([override])[0]
+        monkeypatch.setenv(o.key_or_group.removeprefix("hydra.job.env_set."), o.value())
+
+
+def new_trial(url: str, name: str = "s") -> int:
+    """A study with one running trial (no pruner attr: NopPruner, every value stored)."""
+    study = optuna.create_study(study_name=name, storage=url)
+    return study.ask().number
+
+
+def stored(url: str, name: str = "s") -> dict[int, float]:
+    return optuna.load_study(study_name=name, storage=url).trials[0].intermediate_values
+
+
+def test_a_study_whose_name_and_path_hold_backslashes_gets_its_reports(tmp_path, monkeypatch):
+    """The whole way: env_overrides, Hydra's composing, env_set, identity, the storage opened
+    and the trial found (with backslashes doubled on the way, it was not)."""
+    folder = tmp_path / "runs\\o"
+    folder.mkdir()
+    url, name = f"sqlite:///{folder / 'o.db'}", "a\\b 'c' ${x}"
+    n = new_trial(url, name)
+    for env in identity.ENV:
+        monkeypatch.delenv(env, raising=False)
+    with job_environment(tmp_path, Identity(name, url, n)):
+        assert trial.report(0, 1.5) is False
+    assert stored(url, name) == {0: 1.5}
+
+
+def test_after_a_stop_report_says_stop_at_every_call_and_reports_nothing(tmp_path, monkeypatch):
+    """A race's job stopped at its rung (0.11 behind p=2's 2.20 at step 500, margin 0.05): that
+    report and every later one answer True, and no value after the stop is stored."""
+    url = rung_study(tmp_path)
+    in_a_job(monkeypatch, Identity("r", url, 1, BLOCK, (250, 500), 0.05))
+    assert [trial.report(s, v) for s, v in ((250, 2.44), (500, 2.31), (600, 2.0), (700, 1.0))] \
+        == [False, True, True, True]
+    assert optuna.load_study(study_name="r", storage=url).trials[1].intermediate_values == {
+        250: 2.44, 500: 2.31}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_value_is_not_reported_and_answers_go_on(tmp_path, monkeypatch, bad):
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
+    assert [trial.report(0, 2.0), trial.report(1, bad), trial.report(2, 1.0)] == [False] * 3
+    assert stored(url) == {0: 2.0, 2: 1.0}
+
+
+def test_a_step_that_goes_back_or_repeats_is_ignored_with_one_warning(tmp_path, monkeypatch,
+                                                                       caplog):
+    """Steps 5, 3 (back), 5 (again), 6: 3 and the second 5 are not reported, one warning names
+    the first of them, and the steps stay the furthest reached (issue 67: a step that went
+    back was taken, and final.json recorded steps: 0)."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
+    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.job"):
+        said = [trial.report(s, v) for s, v in ((5, 1.0), (3, 0.9), (5, 0.8), (6, 0.7))]
+    assert said == [False] * 4
+    assert stored(url) == {5: 1.0, 6: 0.7}
+    warned = [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.job"]
+    assert len(warned) == 1 and warned[0].startswith(
+        "trial.report(step=3) after step 5 is ignored")
+
+
+@pytest.mark.parametrize(("step", "value", "error", "words"), [
+    (True, 1.0, TypeError, "trial.report(step=True): the step must be a whole number >= 0"),
+    (2.5, 1.0, TypeError, "trial.report(step=2.5): the step must be a whole number >= 0"),
+    ("3", 1.0, TypeError, "trial.report(step='3'): the step must be a whole number >= 0"),
+    (None, 1.0, TypeError, "trial.report(step=None): the step must be a whole number >= 0"),
+    (-1, 1.0, ValueError, "trial.report(step=-1): the step must be >= 0"),
+    (1, "low", TypeError, "trial.report(value='low'): the value must be a number"),
+    (1, None, TypeError, "trial.report(value=None): the value must be a number"),
+])
+@pytest.mark.parametrize("in_sweep", [False, True])
+def test_a_step_or_value_report_cannot_take_is_one_line_in_a_sweep_or_not(
+        tmp_path, monkeypatch, step, value, error, words, in_sweep):
+    for name in identity.ENV:
+        monkeypatch.delenv(name, raising=False)
+    if in_sweep:
+        url = f"sqlite:///{tmp_path / 'o.db'}"
+        in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
+    with pytest.raises(error) as e:
+        trial.report(step, value)
+    assert str(e.value).startswith(words) and "\n" not in str(e.value)
+
+
+def test_an_integer_type_step_and_a_number_like_value_are_taken(tmp_path, monkeypatch):
+    """What Optuna takes: numpy's integers as steps (operator.index), a value float() reads."""
+    import numpy as np
+
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
+    assert trial.report(np.int64(0), np.float32(0.5)) is False
+    assert trial.report(1, "0.25") is False
+    assert stored(url) == {0: 0.5, 1: 0.25}
+
+
+# -- what the launcher reads back of a job that reported -----------------------------------------
+
+
+def job_return(run_dir, value, status=JobStatus.COMPLETED) -> JobReturn:
+    ret = JobReturn(hydra_cfg=OmegaConf.create({"hydra": {"runtime": {
+        "output_dir": str(run_dir)}}}), status=status)
+    ret.return_value = value
+    return ret
+
+
+@pytest.fixture
+def hydra_job(tmp_path):
+    """HydraConfig set as inside a job whose output dir is tmp_path/job (where the job side
+    writes REPORTED_FILE); cleared after."""
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    cfg = OmegaConf.create({"hydra": OmegaConf.structured(HydraConf)})
+    cfg.hydra.runtime.output_dir = str(run_dir)
+    HydraConfig.instance().set_config(cfg)
+    yield run_dir
+    HydraConfig.instance().cfg = None
+
+
+def test_a_stopped_jobs_report_reads_back_pruned_with_its_steps(tmp_path, monkeypatch, hydra_job):
+    """The job side writes its last step, its seconds and the step it stopped at; the
+    launcher reads them for a task with no final.json: status pruned at that step, its steps,
+    and a final.json written so a resume reads it back."""
+    url = rung_study(tmp_path)
+    in_a_job(monkeypatch, Identity("r", url, 1, BLOCK, (250, 500), 0.05))
+    assert [trial.report(s, v) for s, v in ((0, 4.0), (250, 2.44), (500, 2.31))] == [
+        False, False, True]
+    written = json.loads((hydra_job / identity.REPORTED_FILE).read_text())
+    assert (written["step"], written["stopped"]) == (500, 500) and written["seconds"] >= 0
+    got = job_result(job_return(hydra_job, 2.31), ["loss"])
+    assert (got.status, got.error, got.fields["steps"], got.fields["loss"]) == (
+        "pruned", "stopped at step 500", 500, 2.31)
+    assert json.loads((hydra_job / "final.json").read_text())["status"] == "pruned"
+
+
+@pytest.mark.parametrize(("reported", "status", "steps"), [
+    ('{"step": 7, "seconds": 1.5, "stopped": null}', "completed", 7),
+    (None, "completed", None),  # reported nothing: the value alone
+    ("{not json", "completed", None),  # cut short while written: as if nothing
+])
+def test_a_completed_jobs_report_reads_back_its_steps(tmp_path, reported, status, steps):
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    if reported is not None:
+        (run_dir / identity.REPORTED_FILE).write_text(reported)
+    got = job_result(job_return(run_dir, 0.5), ["loss"])
+    assert (got.status, got.error, got.fields["steps"], got.fields["loss"]) == (
+        status, "", steps, 0.5)
+    assert got.fields["wall_time_s"] == (1.5 if steps == 7 else None)
+
+
+def test_a_failed_job_reads_back_failed_whatever_it_reported(tmp_path):
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    (run_dir / identity.REPORTED_FILE).write_text('{"step": 3, "seconds": 1, "stopped": 3}')
+    got = job_result(job_return(run_dir, RuntimeError("boom"), JobStatus.FAILED), ["loss"])
+    assert (got.status, got.error) == ("failed", "RuntimeError: boom")
+    assert not (run_dir / "final.json").exists()
