@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import warnings
 
 import optuna
 import pytest
@@ -290,3 +291,97 @@ def test_a_failed_job_reads_back_failed_whatever_it_reported(tmp_path):
     got = job_result(job_return(run_dir, RuntimeError("boom"), JobStatus.FAILED), ["loss"])
     assert (got.status, got.error) == ("failed", "RuntimeError: boom")
     assert not (run_dir / "final.json").exists()
+
+
+@pytest.mark.parametrize(("steps", "ignored"), [((5, 3, 5, 6), 3), ((5, 5, 3, 6), 5)])
+def test_the_first_step_not_after_the_last_is_the_one_warned_of(tmp_path, monkeypatch, caplog,
+                                                                steps, ignored):
+    """A repeat is ignored with the warning as a step that goes back is: whichever comes first
+    is named, once."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
+    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.job"):
+        assert [trial.report(s, 1.0 - s / 10) for s in steps] == [False] * 4
+    warned = [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.job"]
+    assert len(warned) == 1 and warned[0].startswith(f"trial.report(step={ignored}) after step 5")
+    assert sorted(stored(url)) == [5, 6]
+
+
+def test_a_replicate_pruned_stops_its_siblings_at_their_next_report(tmp_path, monkeypatch):
+    """Two replicate jobs of one trial under Optuna's MedianPruner (two earlier trials at 1.0):
+    seed=0's job reports 3.0 at step 2 and is pruned there; seed=1's job, at its next report,
+    is told stop too, whatever its value, and the trial keeps one value per step (the first
+    job's)."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    study = optuna.create_study(study_name="m", storage=url)
+    for _ in range(2):
+        t = study.ask()
+        for step in range(4):
+            t.report(1.0, step)
+        study.tell(t, 1.0)
+    t = study.ask()
+    t.set_user_attr("pruner", {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 2})
+    in_a_job(monkeypatch, Identity("m", url, t.number, "seed=0"))
+    assert [trial.report(s, 3.0) for s in range(3)] == [False, False, True]
+    in_a_job(monkeypatch, Identity("m", url, t.number, "seed=1"))
+    assert trial.report(0, 0.5) is True  # a sibling was pruned: the trial is
+    stored = optuna.load_study(study_name="m", storage=url).trials[t.number]
+    assert stored.intermediate_values == {0: 3.0, 1: 3.0, 2: 3.0}
+    assert stored.user_attrs["pruned_step"] == 2
+
+
+def test_replicates_reporting_one_step_tell_the_trial_once_and_optuna_warns_of_nothing(
+        tmp_path, monkeypatch, caplog):
+    """Two replicate jobs of one trial (no pruner) report steps 0 and 1: the first to reach a
+    step gives its value, the other's is skipped before Optuna sees it (Optuna would log "The
+    reported value is ignored" at each one, which users read as an error)."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    n = new_trial(url)
+    with warnings.catch_warnings(record=True) as said, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        for block, value in (("seed=0", 2.0), ("seed=1", 1.0)):
+            in_a_job(monkeypatch, Identity("s", url, n, block))
+            assert [trial.report(s, value) for s in (0, 1)] == [False, False]
+    assert stored(url) == {0: 2.0, 1: 2.0}
+    assert [str(w.message) for w in said if "already reported" in str(w.message)] == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_multi_objective_trial_is_reported_to_without_pruning(tmp_path, monkeypatch):
+    """Optuna neither stores intermediate values nor prunes a multi-objective study (its
+    should_prune raises): report answers False and stores nothing."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    study = optuna.create_study(study_name="mo", storage=url, directions=["minimize"] * 2)
+    in_a_job(monkeypatch, Identity("mo", url, study.ask().number))
+    assert [trial.report(s, 1.0) for s in (0, 1)] == [False, False]
+    assert optuna.load_study(study_name="mo", storage=url).trials[0].intermediate_values == {}
+
+
+def test_a_trial_finished_elsewhere_is_reported_to_no_more_with_one_warning(tmp_path,
+                                                                            monkeypatch, caplog):
+    """The sweeper that launched the job is gone and its trial was closed: the job runs on,
+    report answers False and tries no more writes (one warning, not one per report)."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    n = new_trial(url)
+    in_a_job(monkeypatch, Identity("s", url, n))
+    assert trial.report(0, 1.0) is False
+    study = optuna.load_study(study_name="s", storage=url)
+    study.tell(n, state=optuna.trial.TrialState.FAIL)
+    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.job"):
+        assert [trial.report(s, 1.0) for s in (1, 2, 3)] == [False] * 3
+    assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.job"] == [
+        f"trial {n} is already finished; not reporting any more"]
+
+
+def test_a_candidates_rung_value_is_the_lowest_of_its_trials():
+    """A killed sweeper's trial and its retry ran the same run: the other candidates are judged
+    against the lower of the two, and a job's own candidate is never among the others."""
+    from qknorm.sweep.job import rung_values
+    from qknorm.sweep.study import RACE_CANDIDATE_ATTR, RACE_RUNG_ATTR
+
+    def t(label, value):
+        return optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, user_attrs={
+            RACE_CANDIDATE_ATTR: label, RACE_RUNG_ATTR + BLOCK: {"250": value}})
+
+    trials = [t("p=2", 2.3), t("p=2", 2.4), t("p=4", 2.6), t("p=1", 2.0)]
+    assert rung_values(trials, BLOCK, 250, "p=1") == {"p=2": 2.3, "p=4": 2.6}
