@@ -22,6 +22,7 @@ def _check_spread(s: dict, n: int) -> None:
     assert s["iqr"] == pytest.approx(s["q3"] - s["q1"])
 
 
+@pytest.mark.timeout(1200)  # its benchmark run is given 900 s (pyproject.toml's default: 600)
 @pytest.mark.slow
 def test_bench_cli_writes_json_with_every_section(cli):
     out = cli.cwd / "b.json"

@@ -34,7 +34,9 @@ from tests.helpers.cli import FAST, ok
 from tests.helpers.cluster import report_states
 from tests.helpers.studies import age_heartbeat, counted, study_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# timeout: the services start first (tests/helpers/cluster.py), then sweepers waited on up to
+# 400 s each
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(1200)]
 # Under pytest-xdist (--dist loadgroup) the tests of one service share a worker, so each session
 # starts one PostgreSQL and one SLURM cluster, and the two chains run side by side.
 ON_POSTGRES, ON_SLURM = pytest.mark.xdist_group("postgres"), pytest.mark.xdist_group("slurm")

@@ -16,10 +16,12 @@ from tests.helpers.holm import holm_by_hand
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 
 
-def props(*rows, stopped=(), done=()):
-    """Proposals from value lists (None: not run); `stopped`/`done`: indices not live."""
+def props(*rows, stopped=(), done=(), failed=()):
+    """Proposals from value lists (None: not run); `stopped`/`done`/`failed`: indices not live
+    (`failed`: a run of it failed)."""
     return [Proposal(i, {b: v for b, v in enumerate(r) if v is not None}, i in stopped,
-                     i not in stopped and i not in done) for i, r in enumerate(rows)]
+                     i not in stopped and i not in done and i not in failed,
+                     failed=i in failed) for i, r in enumerate(rows)]
 
 
 def test_a_challenger_clearly_behind_is_worse_at_its_first_look():
@@ -132,9 +134,12 @@ def test_the_sampler_is_told_values_on_the_incumbents_folds():
 
 
 def test_a_failed_first_proposal_hands_the_incumbent_to_the_next():
-    ps = props([], [1.0, 1.1], done=(0,))
+    ps = props([], [1.0, 1.1], failed=(0,))
     s = intensify.replay(ps, RULES)
     assert s.incumbent == 1 and s.judged[0].outcome == "failed"
+    # Closed with no block and no failure (the search ended before it ran): not run.
+    s = intensify.replay(props([], [1.0, 1.1], done=(0,)), RULES)
+    assert s.incumbent == 1 and s.judged[0].outcome == "not run"
 
 
 def test_a_first_proposal_stopped_at_a_rung_is_stopped_not_failed():

@@ -362,6 +362,7 @@ def test_a_misspelt_race_key_or_a_wrong_type_is_one_line_before_the_study(cli, o
     assert len(lines) == 1 and lines[0].startswith(message), r.stderr
 
 
+@pytest.mark.timeout(900)  # its race is given 600 s (pyproject.toml's default: 600)
 @pytest.mark.slow
 def test_p_race_without_a_grid_names_what_a_race_needs_and_a_command_that_runs(cli):
     """search=p_race on an experiment with no grid: the error is a race's, not TPE's interval."""

@@ -17,8 +17,10 @@ from scipy import stats
 
 from qknorm.sweep import readback
 from qknorm.sweep.race import (
+    FAILED,
     INCUMBENT,
     LEVEL,
+    NOT_RUN,
     PARKED,
     RACING,
     STOPPED,
@@ -241,6 +243,53 @@ def test_a_search_with_two_slots_never_launches_past_its_budget(budget, runs):
     assert driver.spent(props) == RUN * runs
     assert driver.spent(props) <= max(budget, RUN)
 
+
+
+def test_a_proposal_the_budget_never_ran_is_not_run_not_failed():
+    """search=p_tpe's n_jobs 2 with budget_steps=10 (issue 68): the incumbent a runs fold 0
+    alone (a run's length unknown), b is proposed beside it, and then no further run fits. b
+    never ran: its answer is `not run`, and `failed` is left for a proposal whose run failed
+    (the answer said `failed: norm.p=1`)."""
+    rules = Rules(n_blocks=5, min_blocks=1, alpha=0.05, equivalence=0.02)
+    table = {k: [1.0 + 0.1 * i + 0.01 * f for f in range(5)] for i, k in enumerate("abc")}
+    props, launches, answer = drive(table, rules, budget=10, slots=2, explore=0.7)
+    assert launches == [[("a", 0)]] and [p.key for p in props] == ["a", "b"]
+    assert outcomes(props, answer) == {"a": INCUMBENT, "b": NOT_RUN}
+    assert driver.fits(props, 10) == 0  # what ended it
+    # A closed proposal whose run failed, with no block: failed.
+    failed = [props[0], dataclasses.replace(props[1], failed=True)]
+    assert outcomes(failed, driver.answer(failed, rules)[1])["b"] == FAILED
+
+
+def test_the_answer_line_says_the_budget_ended_the_search_and_what_it_never_ran():
+    """The console's last line of that search, from its study: the unrun proposal named `not
+    run (budget spent)`, and the budget named as what ended the search; a failed proposal is
+    still `failed`. Without a budget, or with room for a run, nothing is said of it."""
+    import optuna
+
+    from qknorm.sweep.study import RACE_RUNS_ATTR, STATUS_ATTR
+
+    settings = {"blocks": ["fold=0", "fold=1"], "min_replicates": 1, "alpha": 0.05,
+                "equivalence": 0.02, "search": "gp", "sign": 1.0, "budget_steps": 10}
+    dist = {"x": optuna.distributions.FloatDistribution(0, 8)}
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(
+        params={"x": 8.0}, distributions=dist, value=3.79,
+        user_attrs={RACE_RUNS_ATTR: {"fold=0": {"value": 3.79, "steps": 30}}}))
+    study.add_trial(optuna.trial.create_trial(params={"x": 1.0}, distributions=dist,
+                                              state=optuna.trial.TrialState.PRUNED))
+    study.add_trial(optuna.trial.create_trial(params={"x": 2.0}, distributions=dist,
+                                              state=optuna.trial.TrialState.FAIL,
+                                              user_attrs={STATUS_ATTR: "failed"}))
+    rows = readback.answer(study.trials, settings)
+    assert [r["answer"] for r in rows] == ["best", NOT_RUN, FAILED]
+    line = readback.answer_lines(rows, settings)[0]
+    assert line == ("search: best x=8 (mean 3.7900 over 1 replicates; no proposal level with "
+                    "it); not run (budget spent): x=1; failed: x=2; 3 proposals, 30 training steps; its budget of 10 "
+                    "training steps ended the search: no further run fits")
+    for room in ({**settings, "budget_steps": None}, {**settings, "budget_steps": 60}):
+        line = readback.answer_lines(readback.answer(study.trials, room), room)[0]
+        assert "budget" not in line and "; not run: x=1;" in line
 
 # -- hydra.sweeper.race's documented defaults and bounds --------------------------------------
 

@@ -93,15 +93,14 @@ def test_per_rung_margins_that_do_not_match_the_rungs_are_one_line(monkeypatch):
         monkeypatch.setenv(key, value)
     assert identity.identity().margins == (0.1, 0.05)  # one per rung: as the sweeper wrote them
     monkeypatch.setenv(identity.MARGINS, "0.1")
-    with pytest.raises(UserError) as e:
+    with pytest.raises(ValueError) as e:
         trial.report(250, 2.4)
     assert str(e.value) == (
-        "QKNORM_MARGINS='0.1' gives 1 margin(s) for the 2 rung(s) of QKNORM_RUNGS='500,1000'; "
-        "give one per rung; the qknorm_optuna sweeper sets the QKNORM_* variables on its jobs: "
-        "unset them")
+        "QKNORM_MARGINS='0.1' gives 1 margin(s) for the 2 rung(s) of QKNORM_RUNGS='500,1000', "
+        "which the qknorm_optuna sweeper never sets (one per rung): unset them")
     monkeypatch.setenv(identity.MARGINS, "0.1,big")
-    with pytest.raises(UserError, match=r"^QKNORM_MARGINS='0.1,big' is not comma-separated "
-                                         r"numbers, one per rung, e.g. 0.1,0.05; "):
+    with pytest.raises(ValueError, match=r"^QKNORM_MARGINS='0.1,big' is not numbers separated "
+                                         r"by commas, as the qknorm_optuna sweeper sets it"):
         trial.report(250, 2.4)
 
 

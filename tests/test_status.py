@@ -361,13 +361,13 @@ def test_a_search_counts_its_proposals_by_their_answer_and_its_best_is_the_answe
         "norm.p=2.5; worse: norm.p=4.873, norm.p=8; undecided: norm.p=1.5; "
         "racing: norm.p=1.2, norm.p=6; failed: norm.p=3; 8 proposals, 420 training steps")
     # every proposal counted is named: the failed one too (issue 54: "4 proposals", 3 named)
-    # Its end: every proposal has an answer (p=1.2's one fold: undecided; p=6 ran none:
-    # failed), none races, and the time runs from the first start (600 s before NOW) to the
-    # last end (p=6's: 530 - 50 s before NOW).
+    # Its end: every proposal has an answer (p=1.2's one fold: undecided; p=6 ran none, and
+    # none of it failed: not run), none races, and the time runs from the first start (600 s
+    # before NOW) to the last end (p=6's: 530 - 50 s before NOW).
     ended = status_lines(search_study(f"sqlite:///{tmp_path}/e.db", ended=True), 8, now=NOW)
     assert ended[:2] == [
-        "trials 8/8: 1 best, 2 worse, 1 level, 2 undecided, 2 failed, 0 racing; elapsed 2m00s, "
-        "done", "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"]
+        "trials 8/8: 1 best, 2 worse, 1 level, 2 undecided, 1 failed, 0 racing, 1 not run; "
+        "elapsed 2m00s, done", "best: trial 0 (norm.p=2) 2.1000 ± 0.1000 (n=3)"]
 
 
 def test_a_search_with_a_step_budget_paces_its_eta_by_the_budgets_steps_left(tmp_path):

@@ -155,6 +155,7 @@ def test_sweep_stops_when_failures_exceed_max_failure_rate(cli):
     assert len(trials) == 2 and all(t.state == TrialState.FAIL for t in trials)
 
 
+@pytest.mark.timeout(900)  # its sweepers are given 600 s (pyproject.toml's default: 600)
 def test_two_sweepers_on_one_sqlite_study_finish_with_exactly_n_trials(cli):
     cmd = [sys.executable, "-m", "qknorm.train", "search=p_tpe_plain", *FAST, "train.max_iters=10",
            "hydra.sweeper.study_name=duo", "hydra.sweeper.n_trials=7", "hydra.sweeper.n_jobs=2",

@@ -7,9 +7,9 @@ sides of it share, so that neither imports the other's code.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NoReturn
 
 # The variables the sweeper sets on each job (sweeper side: env_overrides).
 STUDY, STORAGE, TRIAL = "QKNORM_STUDY", "QKNORM_STORAGE", "QKNORM_TRIAL"
@@ -36,48 +36,50 @@ class Identity:
     margins: tuple[float, ...] = ()  # each rung's own margin; (): `margin` at every rung
 
 
-# The end of each message about a bad value: the sweeper writes these, so a bad one was set by
-# hand (a job started outside a sweep, or a leftover in the shell).
-_FIX = "the qknorm_optuna sweeper sets the QKNORM_* variables on its jobs: unset them"
-
-
 def identity() -> Identity | None:
-    """The identity the sweeper set on this job, or None outside a sweep. A value that does not
-    parse is a UserError naming the variable (one line, not a traceback from deep in the job)."""
+    """The identity the sweeper set on this job, or None outside a sweep (QKNORM_TRIAL unset or
+    empty). A variable the sweeper would not have set (a trial that is not a whole number, no
+    study or storage beside a trial, a rung that is not a number) raises ValueError in one
+    line naming it: someone set it by hand."""
     env = os.environ
     if not env.get(TRIAL):
         return None
-    (trial,) = _numbers(env, TRIAL, int, "a trial number, e.g. 3", one=True)
-    rungs = _numbers(env, RUNGS, int, "comma-separated training steps, e.g. 500,1000")
-    margin = _numbers(env, MARGIN, float, "a number (val loss units), e.g. 0.05", one=True)
-    margins = _numbers(env, MARGINS, float, "comma-separated numbers, one per rung, e.g. 0.1,0.05")
+    missing = [name for name in (STUDY, STORAGE) if not env.get(name)]
+    if missing:
+        raise ValueError(f"{TRIAL}={env[TRIAL]!r} is set without {' and '.join(missing)}; "
+                         f"{', '.join(ENV)} are set by the qknorm_optuna sweeper on its jobs "
+                         "(hydra.job.env_set): unset them")
+    rungs, margins = _numbers(env, RUNGS, int), _numbers(env, MARGINS, float)
     if rungs and margins and len(margins) != len(rungs):  # the job zips them (job.judge)
-        _refuse(f"{MARGINS}={env[MARGINS]!r} gives {len(margins)} margin(s) for the "
-                f"{len(rungs)} rung(s) of {RUNGS}={env[RUNGS]!r}; give one per rung")
-    return Identity(env.get(STUDY, ""), env.get(STORAGE, ""), trial, env.get(BLOCK, ""), rungs,
-                    margin[0] if margin else None, margins)
+        raise ValueError(f"{MARGINS}={env[MARGINS]!r} gives {len(margins)} margin(s) for the "
+                         f"{len(rungs)} rung(s) of {RUNGS}={env[RUNGS]!r}, which the "
+                         "qknorm_optuna sweeper never sets (one per rung): unset them")
+    return Identity(env[STUDY], env[STORAGE], _one(env, TRIAL, int), env.get(BLOCK, ""), rungs,
+                    _one(env, MARGIN, float) if env.get(MARGIN) else None, margins)
 
 
-def _numbers(env: Mapping[str, str], name: str, kind: type, form: str, one: bool = False
-             ) -> tuple:
-    """The variable's comma-separated values as `kind` (one: a single value); () when unset or
-    empty."""
+def _numbers(env: Mapping[str, str], name: str, kind: type) -> tuple:
+    """The comma-separated numbers of variable `name` (() when unset or empty)."""
     text = env.get(name)
-    if not text:
-        return ()
     try:
-        values = tuple(kind(x) for x in text.split(","))
+        return tuple(kind(x) for x in text.split(",")) if text else ()
     except ValueError:
-        values = ()
-    if not values or (one and len(values) > 1):
-        _refuse(f"{name}={text!r} is not {form}")
-    return values
+        raise _odd(name, text, f"{_WHAT[kind]}s separated by commas") from None
 
 
-def _refuse(problem: str) -> NoReturn:
-    from qknorm.errors import UserError  # here: outside a sweep, trial.report imports no Hydra
+def _one(env: Mapping[str, str], name: str, kind: type) -> int | float:
+    try:
+        return kind(env[name])
+    except ValueError:
+        raise _odd(name, env[name], f"one {_WHAT[kind]}") from None
 
-    raise UserError(f"{problem}; {_FIX}")
+
+_WHAT = {int: "whole number", float: "number"}
+
+
+def _odd(name: str, text: str | None, what: str) -> ValueError:
+    return ValueError(f"{name}={text!r} is not {what}, as the qknorm_optuna sweeper sets it on "
+                      "its jobs (hydra.job.env_set): unset it")
 
 
 def env_overrides(ident: Identity) -> list[str]:
@@ -94,6 +96,16 @@ def env_overrides(ident: Identity) -> list[str]:
 
 
 def _quoted(text: str) -> str:
-    """A string as Hydra's override grammar reads it back, always quoted (a trial number or a
-    margin stays a string, as env_set's values are)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    r"""`text` as the job's environment gets it back through env_set, always quoted (a trial
+    number or a margin stays a string, as env_set's values are). Two readers unescape it, each
+    a backslash only where its grammar says: Hydra's override parser, a run of backslashes
+    before a quote (the closing quote included: `'a\\'` is `a\`), then OmegaConf, which
+    resolves `${` in the config the override sets (a run before `${`). Every other backslash
+    is read as written: a storage `sqlite:///C:\runs\o.db` is passed as it is."""
+    # OmegaConf: n backslashes then `${` are read back from 2n + 1 of them then `${`.
+    text = re.sub(r"(\\*)\$\{", lambda m: 2 * m[1] + "\\${", text)
+    # Hydra, in single quotes: n backslashes then a quote from 2n + 1 then the quote; n at the
+    # end from 2n (the closing quote follows them).
+    text = re.sub(r"(\\*)'", lambda m: 2 * m[1] + "\\'", text)
+    text = re.sub(r"(\\+)\Z", lambda m: 2 * m[1], text)
+    return f"'{text}'"

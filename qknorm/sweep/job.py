@@ -67,13 +67,24 @@ def reporter(me: Identity) -> Reporter:
     trial = optuna.Trial(study, trial_id)
     lost = judge(storage, study, trial_id, me)  # a race's in-fold stopping
     record = _progress_record()
-    state: dict[str, Any] = {"reporting": True, "stopped": None, "reported": set()}
+    state: dict[str, Any] = {"reporting": True, "stopped": None, "reported": set(),
+                             "last": None, "warned": False}
 
     def report(step: int, value: float) -> bool:
         if state["stopped"] is not None:
             return True
         if not state["reporting"] or not math.isfinite(value):
             return False  # a non-finite value is the task's business (diverged)
+        if state["last"] is not None and step <= state["last"]:
+            # A repeat, or a step that goes back (a count restarted each epoch): the trial has
+            # a value there or past it, and the job's steps stay the furthest it reached.
+            if not state["warned"]:
+                log.warning("trial.report(step=%d) after step %d is ignored, as every step at "
+                            "or before the last one reported: report steps that increase (the "
+                            "global step, not one that restarts each epoch)", step, state["last"])
+                state["warned"] = True
+            return False
+        state["last"] = step
         try:
             prune = _report(step, value)
         except optuna.exceptions.UpdateFinishedTrialError:

@@ -83,7 +83,7 @@ DECIDED = (verdicts.DROPPED, verdicts.LEVEL, verdicts.STOPPED, verdicts.SURVIVED
 
 # A racing search's answers (readback.answer), in the order its status line counts them.
 ANSWERS = (verdicts.BEST, verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.FAILED,
-           verdicts.RACING)
+           verdicts.RACING, verdicts.NOT_RUN)
 
 # run dir -> ((mtime_ns, size) of its final.json, the fields the status reads). A final.json is
 # read once per version: a retried job may write its run dir's final.json again.
@@ -140,7 +140,7 @@ def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int 
                  f"{running} {moving}")
     else:
         words = ", ".join(f"{n} {'stopped' if halted and w == verdicts.RACING else w}"
-                          for w, n in by.items())
+                          for w, n in by.items() if n or w != verdicts.NOT_RUN)  # rare: if any
     shown = f"{finished}/{total}" if total is not None else f"{finished} so far"
     line = f"trials {shown}: {words}"
     if not starts:

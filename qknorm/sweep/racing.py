@@ -632,6 +632,8 @@ def _shown(trial: FrozenTrial | optuna.Trial) -> str:
 def _words(j: Judgement) -> str:
     if j.outcome == INCUMBENT:
         return f"the incumbent after {j.n} replicates"
+    if j.outcome in (RACING, PARKED) and j.n == 0:  # proposed, then no further run fit
+        return "not run: the search ended before its first replicate"
     if j.outcome in (RACING, PARKED):
         return f"still in the search when it ended, after {j.n} replicates"
     if j.delta is None:

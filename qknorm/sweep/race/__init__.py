@@ -48,6 +48,7 @@ from qknorm.sweep.race.verdicts import (
     FAILED,
     INCUMBENT,
     LEVEL,
+    NOT_RUN,
     NOT_STARTED,
     PARKED,
     RACING,
@@ -66,6 +67,6 @@ __all__ = [
     "Dropped", "checked_rungs", "judged_at", "resolve_rungs",
     "SEARCH_SAMPLERS", "RaceConf", "RaceSpec", "checked_race", "race_conf", "replicate_test",
     "step_margins",
-    "BEST", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "NOT_STARTED",
+    "BEST", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "NOT_RUN", "NOT_STARTED",
     "PARKED", "RACING", "STAYS", "STOPPED", "SURVIVED", "UNDECIDED", "WORSE",
 ]

@@ -97,7 +97,7 @@ def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
 
 
 OUT = (verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.STOPPED,
-       verdicts.FAILED)  # decided: its trial is told and runs no more
+       verdicts.FAILED, verdicts.NOT_RUN)  # decided: its trial is told and runs no more
 
 
 def closed(step: SearchTurn) -> set[int]:

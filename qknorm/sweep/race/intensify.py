@@ -68,6 +68,7 @@ from qknorm.sweep.race.verdicts import (
     ANSWER_OF,
     FAILED,
     INCUMBENT,
+    NOT_RUN,
     PARKED,
     RACING,
     STOPPED,
@@ -84,6 +85,8 @@ class Proposal:
     rung_delta: float | None = None  # stopped: how far behind the best run it was at the rung
     steps: int = 0  # training steps its runs took (a stopped run: up to its rung)
     run: int = 0  # the steps of its longest completed run (a whole run's length)
+    failed: bool = False  # a run of it failed (its trial failed); not live without a block and
+    # not failed: the search ended before it ran one (not run)
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,8 @@ def verdict(low: float, high: float, p: float, rules: Rules, otherwise: str) -> 
 
 def replay(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -> Search:
     """The search so far. Proposals in order (a proposal's index is its place); a finished
-    proposal that is not decided here ends as `failed` (its runs stopped for another reason).
+    proposal that is not decided here ends as `failed` (a run of it failed), or `not run` when
+    it has no block and none failed (the search ended before its first).
     `confirm`: the search no longer explores (see the module docstring)."""
     search = Search()
     for i, prop in enumerate(proposals):
@@ -152,7 +156,7 @@ def replay(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -
                 search.incumbent = i
                 search.judged[i] = Judgement(INCUMBENT, len(contiguous(prop.values)))
             else:  # stopped at a rung in its first block (out, as any stopped one), or failed
-                search.judged[i] = Judgement(STOPPED if prop.stopped else FAILED, 0)
+                search.judged[i] = Judgement(STOPPED if prop.stopped else _unrun(prop), 0)
             continue
         _challenge(search, proposals, i, rules, confirm)
     for _ in range(len(proposals)):  # racing against an incumbent that lost its place since
@@ -176,7 +180,8 @@ def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rul
         search.judged[i] = Judgement(STOPPED, len(mine), inc)
         return
     if n == 0:
-        search.judged[i] = Judgement(RACING if proposals[i].live else FAILED, 0, inc)
+        search.judged[i] = Judgement(RACING if proposals[i].live else _unrun(proposals[i])
+                                     if not mine else FAILED, 0, inc)
         return
     delta = statistics.fmean(a - b for a, b in zip(mine[:n], theirs[:n], strict=True))
     if delta < 0 and len(mine) >= pace(proposals[inc], rules):
@@ -198,6 +203,12 @@ def _challenge(search: Search, proposals: Sequence[Proposal], i: int, rules: Rul
         search.judged[i] = Judgement(outcome, len(mine), inc, delta)
         return
     search.judged[i] = _against(look, inc, UNDECIDED)
+
+
+def _unrun(prop: Proposal) -> str:
+    """A closed proposal that completed no block: failed (a run of it failed), else not run
+    (the search ended before its first block: no further run fit in the budget)."""
+    return FAILED if prop.failed else NOT_RUN
 
 
 def _against(look: Judgement, inc: int, outcome: str | None = None) -> Judgement:
@@ -259,7 +270,8 @@ def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[i
         else:  # one block in common: its difference there, no test
             n = min(len(mine), len(best))
             delta = mine[0] - best[0] if n else None
-            out[i] = Judgement(UNDECIDED if mine or prop.live else FAILED, len(mine), inc, delta)
+            out[i] = Judgement(UNDECIDED if mine or prop.live else _unrun(prop), len(mine), inc,
+                               delta)
     # Holm over every proposal compared with the incumbent, the untested ones at p = 1: the
     # search chose which to test from their values (screened on one block, stopped at a rung),
     # so the family is every proposal, as the grid's is every p.

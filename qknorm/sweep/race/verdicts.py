@@ -9,6 +9,8 @@ How it left, or stands (the trial's outcome):
   STOPPED   a run of it was stopped inside its replicate, at a rung (the margin rule)
   SURVIVED  in the race at its end
   FAILED    a run of it failed
+  NOT_RUN   a search's proposal the search ended before it ran a replicate (its budget: no
+            further run fit), its trial closed with none
   RACING    still running replicates (a search's challenger on its way to a takeover)
   NOT_STARTED  a race's candidate no sweeper has asked for yet
   INCUMBENT the racing search's best of the moment
@@ -33,6 +35,7 @@ from qknorm import decision
 DROPPED, SURVIVED, FAILED, STOPPED = "dropped", "survived", "failed", "stopped"
 LEVEL = decision.LEVEL  # left the race level with the leader (equivalence, TOST)
 RACING, NOT_STARTED = "racing", "not started"
+NOT_RUN = "not run"  # a proposal the search ended (its budget) before it ran anything
 INCUMBENT = "incumbent"
 PARKED = "parked"  # behind by less than δ while the search explores: confirmed later, or told
 WORSE, BEST, UNDECIDED = decision.WORSE, "best", "undecided"

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from optuna.trial import FrozenTrial, TrialState
 
+from qknorm.rundir import FAILED
 from qknorm.sweep.race import Proposal
 from qknorm.sweep.study import (
     RACE_CANDIDATE_ATTR,
@@ -90,8 +91,8 @@ def proposals(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 def ledger(trials: list[FrozenTrial], settings: dict, sign: float = 1.0
            ) -> tuple[list[FrozenTrial], list[Proposal]]:
     """The proposals' trials, and what the driver reads of each: its completed blocks, whether
-    a run of it stopped at a rung (and how far behind there), whether it can run more, and the
-    steps its runs took."""
+    a run of it stopped at a rung (and how far behind there), whether it can run more, the
+    steps its runs took, and whether it failed."""
     props_t = proposals(trials)
     return props_t, [_proposal(t, settings, sign) for t in props_t]
 
@@ -103,4 +104,6 @@ def _proposal(t: FrozenTrial, settings: dict, sign: float) -> Proposal:
         tuple(t.params.values()), block_values(t.user_attrs, settings["blocks"], sign),
         stopped is not None, t.state == TrialState.RUNNING and stopped is None,
         runs[stopped].get("delta") if stopped else None,
-        steps_spent([t]), run_steps([t]))
+        steps_spent([t]), run_steps([t]),
+        # failed: its trial did (a fail_value tells it COMPLETE, its status says failed)
+        t.state == TrialState.FAIL or t.user_attrs.get(STATUS_ATTR) == FAILED)

@@ -122,9 +122,9 @@ def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> 
 
 def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
     """One row per proposal: label, trial number, answer (best, level, worse, undecided,
-    racing, failed), replicates run, mean (and sample std) over the completed ones, Δ vs the
-    best with its interval and Holm-adjusted p, steps; None when the settings are not a racing
-    search's."""
+    racing, failed, not run), replicates run, mean (and sample std) over the completed ones, Δ
+    vs the best with its interval and Holm-adjusted p, steps and its longest completed run's;
+    None when the settings are not a racing search's."""
     if kind(settings) != SEARCH:
         return None
     props_t, props = ledger(trials, settings, settings.get("sign", 1.0))
@@ -146,5 +146,6 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
                      "delta": j.delta if j else None,
                      "low": j.low if j else None, "high": j.high if j else None,
                      "p_adjusted": j.p if j else None,
-                     "steps": props[i].steps})  # the ledger summed its runs
+                     "steps": props[i].steps,  # the ledger summed its runs
+                     "run": props[i].run})  # its longest completed run: the budget's unit
     return rows

@@ -11,12 +11,15 @@ from qknorm.sweep.race import (
     BEST,
     DROPPED,
     LEVEL,
+    NOT_RUN,
     NOT_STARTED,
     RACING,
     STOPPED,
     SURVIVED,
     UNDECIDED,
     WORSE,
+    Proposal,
+    driver,
 )
 from qknorm.sweep.readback.kinds import settings_of
 from qknorm.sweep.readback.tables import Elimination, answer
@@ -97,7 +100,8 @@ def _config_values(params: dict) -> dict[str, Any]:
 
 def answer_lines(rows: list[dict], settings: dict) -> list[str]:
     """The search's answer in words: the best, level, worse, undecided (what the sweeper prints
-    at its end and qknorm.status prints any time)."""
+    at its end and qknorm.status prints any time), and, when no further run fits in its budget,
+    that the budget ended it (a proposal made before then and never run: not run)."""
     by: dict[str, list[dict]] = {}
     for r in rows:
         by.setdefault(r["answer"], []).append(r)
@@ -109,15 +113,24 @@ def answer_lines(rows: list[dict], settings: dict) -> list[str]:
     undecided = by.pop(UNDECIDED, [])
     by[UNDECIDED] = [r for r in undecided if not r["stopped"]]
     by[STOPPED] = [r for r in undecided if r["stopped"]]
+    budget = settings.get("budget_steps")
+    spent = budget is not None and driver.fits(
+        [Proposal(r["number"], {}, steps=r["steps"], run=r.get("run", 0)) for r in rows],
+        budget) == 0
     for word, what in ((LEVEL, f"level with it within ±{delta:g}" if delta else ""),
                        (WORSE, "worse"), (UNDECIDED, "undecided"),
-                       (STOPPED, "undecided, stopped at a rung"), (RACING, "racing")):
+                       (STOPPED, "undecided, stopped at a rung"), (RACING, "racing"),
+                       (NOT_RUN, "not run (budget spent)" if spent else "")):
         if by.get(word):
             line += f"; {what or word}: " + ", ".join(short(r) for r in by[word])
-    for word in [w for w in by if w not in (BEST, LEVEL, WORSE, UNDECIDED, STOPPED, RACING)]:
+    for word in [w for w in by if w not in (BEST, LEVEL, WORSE, UNDECIDED, STOPPED, RACING,
+                                             NOT_RUN)]:
         line += f"; {word}: " + ", ".join(short(r) for r in by[word])  # failed, ...: all named
     steps = sum(r["steps"] for r in rows)
-    return [line + f"; {len(rows)} proposals, {steps:,} training steps"]
+    line += f"; {len(rows)} proposals, {steps:,} training steps"
+    if spent:  # the driver's rule: the search is over once no further run fits
+        line += f"; its budget of {budget:,} training steps ended the search: no further run fits"
+    return [line]
 
 
 def level_range(rows: list[dict]) -> dict[str, tuple[float, float]]:
