@@ -284,9 +284,10 @@ def test_the_answer_line_says_the_budget_ended_the_search_and_what_it_never_ran(
     rows = readback.answer(study.trials, settings)
     assert [r["answer"] for r in rows] == ["best", NOT_RUN, FAILED]
     line = readback.answer_lines(rows, settings)[0]
-    assert line == ("search: best x=8 (mean 3.7900 over 1 replicates; no proposal level with "
-                    "it); not run (budget spent): x=1; failed: x=2; 3 proposals, 30 training steps; its budget of 10 "
-                    "training steps ended the search: no further run fits")
+    assert line == ("search: best x=8 (mean 3.7900 over 1 replicates; no proposal level "
+                    "with it); not run (budget spent): x=1; failed: x=2; 3 proposals, 30 "
+                    "training steps; its budget of 10 training steps ended the search: no "
+                    "further run fits")
     for room in ({**settings, "budget_steps": None}, {**settings, "budget_steps": 60}):
         line = readback.answer_lines(readback.answer(study.trials, room), room)[0]
         assert "budget" not in line and "; not run: x=1;" in line

@@ -23,6 +23,7 @@ from qknorm.report import (
     lrplots,
     lrsens,
     plots,
+    racerebuild,
     results,
     stats,
     stepplots,
@@ -30,6 +31,7 @@ from qknorm.report import (
 )
 from qknorm.report.computed import Options, compute
 from qknorm.report.summary import summarize
+from qknorm.sweep import readback
 
 
 @dataclass
@@ -200,6 +202,13 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
     tables = {"results.csv": collection.runs.to_csv(index=False).encode()}
     if has_curves(collection, curves):
         tables["curves.csv"] = curves[results.curves_csv_columns(curves)].to_csv(index=False).encode()
+    races = {name: readback.settings_of(study) for (name, _), study in collection.studies.items()
+             if readback.kind(study) == readback.RACE}
+    if races:  # so that a report rebuilt from results.csv reports the race too (racerebuild)
+        tables[racerebuild.RACE_FILE] = racerebuild.settings_json(races)
+    elif collection.rebuilt and racerebuild.read_settings(collection.root):
+        tables[racerebuild.RACE_FILE] = racerebuild.settings_json(
+            racerebuild.read_settings(collection.root))
     files = {**tables, "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)
 

@@ -10,7 +10,15 @@ import pandas as pd
 from qknorm import rundir
 from qknorm.cells import num
 from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
-from qknorm.report import lrsection, paxis, readings, results, searchsection, stats
+from qknorm.report import (
+    lrsection,
+    paxis,
+    racerebuild,
+    readings,
+    results,
+    searchsection,
+    stats,
+)
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, pval
 from qknorm.report.timing import TIMING
@@ -87,7 +95,7 @@ def _holm_sentence(paired: pd.DataFrame, baseline: str) -> str:
     left_out = f" ({untested} without a t-test left out)" if untested else ""
     return (f"Holm p: Holm–Bonferroni step-down over the {m} comparison(s) against p={baseline} "
             f"in this table{left_out}, on the t-test's p-values; it controls the family-wise "
-            "error rate: calling a difference wherever Holm p < α makes any false call with "
+            "error rate: calling a difference wherever Holm p ≤ α makes any false call with "
             "probability at most α, whatever the dependence between the tests (they share the "
             "baseline's runs). d_z = mean Δ / sd(Δ) (sd with ddof=1): Cohen's paired effect "
             "size, Δ in units of its spread over pairs.")
@@ -142,11 +150,7 @@ def summarize(collection: results.Collection, options: Options,
     if s.lr is not None:
         out += lrsection.section(s.lr)
     out += _best_section(s.best, s.keys, metric) + answer
-    for (name, _), study in collection.studies.items():
-        if readback.kind(study) == readback.RACE:  # its elimination table and compute spent
-            out += race_section(readback.elimination(study), name)
-        elif name in searches:  # a racing search's answer
-            out += searchsection.section(*searches[name], name)
+    out += _study_sections(collection, curves, searches)
     bad = runs[runs["status"] != rundir.COMPLETED]
     if len(bad):
         rows = [[r.run_dir, r.status, _error(r.error)] for r in bad.itertuples()]
@@ -299,6 +303,27 @@ def _attention_section(summary: pd.DataFrame, keys: list[str]) -> list[str]:
             "over the runs: entropy as a fraction of its maximum ln(t+1) (1: uniform over the "
             "visible tokens), the largest weight of a row, the sd of a row's logits.", "",
             markdown_table(keys + ["runs", *columns], rows), ""]
+
+
+def _study_sections(collection: results.Collection, curves: pd.DataFrame | None,
+                    searches: dict[str, tuple[list[dict] | None, dict]]) -> list[str]:
+    """A race's elimination and compute spent, a racing search's answer, from their studies;
+    a rebuilt report's race replayed from its runs (racerebuild)."""
+    out = []
+    for (name, _), study in collection.studies.items():
+        if readback.kind(study) == readback.RACE:
+            out += race_section(readback.elimination(study), name)
+        elif name in searches:
+            out += searchsection.section(*searches[name], name)
+    if collection.rebuilt and curves is not None:
+        for name, settings in racerebuild.read_settings(collection.root).items():
+            out += race_section(racerebuild.elimination(collection.runs, curves, settings), name)
+            out[-1:] = [f"Rebuilt from results.csv, curves.csv and {racerebuild.RACE_FILE} "
+                        "(qknorm/report/racerebuild.py): the race replayed by the sweeper's "
+                        "driver; a stop's best at the rung is the best of its replicate's "
+                        "other runs at that step, all of them (the order in which they reached "
+                        "it is not recorded).", ""]
+    return out
 
 
 def _search_answer(searches: dict[str, tuple[list[dict] | None, dict]]) -> list[str]:

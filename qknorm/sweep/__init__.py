@@ -51,6 +51,12 @@ _FACE = {
     # a preset's rungs (fractions of train.max_iters) as steps, for the replays (qknorm/research)
     "resolve_rungs": "qknorm.sweep.race",
     "step_margins": "qknorm.sweep.race",
+    # a race's runs and outcome as its study keeps them: what the report writes to rebuild a
+    # committed race without its study (qknorm/report/racerebuild.py)
+    "run_entry": "qknorm.sweep.racing",
+    "stopped_entry": "qknorm.sweep.racing",
+    "RACE_RUNS_ATTR": "qknorm.sweep.study",
+    "RACE_OUTCOME_ATTR": "qknorm.sweep.study",
 }
 # Modules the rest may import whole: trial (the job-side API, any task's), identity (what the
 # sweeper hands a job), cost (the plan line, the basic sweeper's too), the race package

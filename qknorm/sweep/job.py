@@ -50,16 +50,7 @@ def reporter(me: Identity) -> Reporter:
     """The report function of one job (trial.report calls it)."""
     import optuna
 
-    from qknorm.sweep import specs
-
-    storage = specs.open_storage(me.storage)
-    try:
-        study_id = storage.get_study_id_from_name(me.study_name)
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, me.trial)
-    except KeyError:
-        raise UserError(f"{TRIAL}={me.trial}: trial {me.trial} of study {me.study_name!r} is not "
-                        f"in {me.storage}; {STUDY}, {STORAGE} and {TRIAL} are set by the "
-                        "qknorm_optuna sweeper on its jobs: unset them") from None
+    storage, trial_id = _open_trial(me)
     study = _trial_study(storage, trial_id, me.study_name)
     # Optuna neither stores intermediate values nor prunes multi-objective studies.
     single = len(study.directions) == 1
@@ -76,14 +67,7 @@ def reporter(me: Identity) -> Reporter:
         if not state["reporting"] or not math.isfinite(value):
             return False  # a non-finite value is the task's business (diverged)
         if state["last"] is not None and step <= state["last"]:
-            # A repeat, or a step that goes back (a count restarted each epoch): the trial has
-            # a value there or past it, and the job's steps stay the furthest it reached.
-            if not state["warned"]:
-                log.warning("trial.report(step=%d) after step %d is ignored, as every step at "
-                            "or before the last one reported: report steps that increase (the "
-                            "global step, not one that restarts each epoch)", step, state["last"])
-                state["warned"] = True
-            return False
+            return _ignored(state, step)
         state["last"] = step
         try:
             prune = _report(step, value)
@@ -117,6 +101,31 @@ def reporter(me: Identity) -> Reporter:
         return lost is not None and lost(step, value)
 
     return report
+
+
+def _open_trial(me: Identity) -> tuple[Any, int]:
+    """The storage and the trial's id the identity names; one line when it names none."""
+    from qknorm.sweep import specs
+
+    storage = specs.open_storage(me.storage)
+    try:
+        study_id = storage.get_study_id_from_name(me.study_name)
+        return storage, storage.get_trial_id_from_study_id_trial_number(study_id, me.trial)
+    except KeyError:
+        raise UserError(f"{TRIAL}={me.trial}: trial {me.trial} of study {me.study_name!r} is not "
+                        f"in {me.storage}; {STUDY}, {STORAGE} and {TRIAL} are set by the "
+                        "qknorm_optuna sweeper on its jobs: unset them") from None
+
+
+def _ignored(state: dict[str, Any], step: int) -> bool:
+    """A repeat, or a step that goes back (a count restarted each epoch): the trial has a value
+    there or past it, and the job's steps stay the furthest it reached. Said once a job."""
+    if not state["warned"]:
+        log.warning("trial.report(step=%d) after step %d is ignored, as every step at or before "
+                    "the last one reported: report steps that increase (the global step, not "
+                    "one that restarts each epoch)", step, state["last"])
+        state["warned"] = True
+    return False
 
 
 def _trial_study(storage: Any, trial_id: int, name: str) -> Any:
