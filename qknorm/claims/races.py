@@ -16,7 +16,9 @@ order of p settles over the evals; each through the code that made or reports th
            (which the study's ledger chose; the ledger is not committed), on the folds both ran,
            Holm over the comparisons (qknorm.sweep.race.intensify.final, the sweeper's own at
            this commit); the record's `rules` says so and how that differs from the rules the
-           search ran under (its summary.md)
+           search ran under (its summary.md); on the incumbent's row, range_low and range_high:
+           the lowest and highest p over it and the proposals level with it, what the search
+           cannot tell apart from its best (words.level_range, the rule the console line gives)
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from qknorm.errors import UserError
 from qknorm.report import p_labels, stats
 from qknorm.research import recorded_folds, rung_error_rates
 from qknorm.rundir import COMPLETED
-from qknorm.sweep.race import DROPPED, LEVEL, driver, intensify, looks
+from qknorm.sweep.race import DROPPED, LEVEL, driver, intensify, looks, verdicts
+from qknorm.sweep.readback import words
 
 
 def race(record: Record, runs: Runs) -> Rows:
@@ -125,11 +128,12 @@ def search(record: Record, runs: Runs) -> Rows:
     metric, named = setting(record, "metric"), str(setting(record, "incumbent"))
     test = replicate_test(frame, record)
     # each p as the report labels it: two alike at six digits (a sampler's) keep two rows
+    labels = p_labels(frame["norm.p"])
     proposals = [intensify.Proposal(
         label, {int(r["data.fold"]): float(r[metric]) for _, r in group.iterrows()
                 if r["status"] == COMPLETED},
         stopped=bool((group["status"] != COMPLETED).any()), live=False)
-        for p, label in p_labels(frame["norm.p"]).items()
+        for p, label in labels.items()
         for group in [frame[frame["norm.p"] == p]]]
     names = [prop.key for prop in proposals]
     if named not in names:
@@ -139,5 +143,12 @@ def search(record: Record, runs: Runs) -> Rows:
                             float(setting(record, "alpha")),
                             float(setting(record, "equivalence")), test)
     answer = intensify.final(intensify.Search(incumbent=names.index(named)), proposals, rules)
-    return {names[i]: {"outcome": j.outcome, "n": j.n, "delta": j.delta, "p": j.p,
-                       "low": j.low, "high": j.high} for i, j in answer.items()}
+    rows: Rows = {names[i]: {"outcome": j.outcome, "n": j.n, "delta": j.delta, "p": j.p,
+                             "low": j.low, "high": j.high} for i, j in answer.items()}
+    # the best with what it cannot be told apart from: the search's own rule, on its answers
+    ps = list(labels)
+    spans = words.level_range([{"answer": verdicts.answer(j.outcome),
+                                "params": {"norm.p": float(ps[i])}} for i, j in answer.items()])
+    if "norm.p" in spans:
+        rows[named] |= {"range_low": spans["norm.p"][0], "range_high": spans["norm.p"][1]}
+    return rows
