@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from qknorm import memory, rundir
 from qknorm.config import CONF_DIR, register_configs, to_config
-from qknorm.data import load_splits
+from qknorm.data import check_given_path, load_splits
 from qknorm.effective import task_tree, unique_jobs
 from qknorm.errors import RunDiverged, RunPruned, UserError, exit_with, one_line
 from qknorm.overrides import check_overrides
@@ -142,6 +142,7 @@ def preflight(argv: list[str]) -> None:
             # found in the corpus still do, with the trace in train.log: finding them here
             # would read and tokenize the corpus twice per run.
             config = to_config(compose("config", overrides=fixed))
+            check_given_path(config.data)  # the one corpus mistake found without reading it
             device = resolve_device(config.device)  # the job runs in this process: CUDA may init
             memory.check_fits(config, device, resolve_compile(config.compile, device))
             return

@@ -37,8 +37,10 @@ BAD_INPUTS = [
     ("fold_range", ["data.fold=10"], ["data.fold=10", "use 0..9"], True),
     ("block_vs_val", ["data.path=tiny.txt", "data.sha256=null", "model.block_size=200"],
      ["model.block_size=200", "108 tokens", "lower model.block_size or data.n_folds"], False),
-    ("missing_offline", ["data.path=nodata/input.txt", "data.url=http://127.0.0.1:9/x"],
-     ["nodata/input.txt", "http://127.0.0.1:9/x", "put the file there"], False),
+    # the user's own path, missing: named, and nothing downloaded into it (data.url is set)
+    ("missing_path", ["data.path=no/such.txt", "data.url=http://127.0.0.1:9/x"],
+     ["data.path=no/such.txt does not exist (nothing is downloaded into a path you give)",
+      "drop data.path"], True),
     ("checksum", ["data.path=tiny.txt", f"data.sha256={'0' * 64}"],
      ["checksum mismatch for tiny.txt", "data.sha256=null"], False),
     ("empty_corpus", ["data.path=empty.txt", "data.sha256=null"],
@@ -54,7 +56,7 @@ BAD_INPUTS = [
     # the data group (issue 37)
     ("text_without_path", ["data=text"], ["data=text", "add data.path=<a UTF-8 file>"], True),
     ("text_missing", ["data=text", "data.path=nope.txt"],
-     ["data.path=nope.txt does not exist", "give the path of a UTF-8 text file"], False),
+     ["data.path=nope.txt does not exist", "give the path of a UTF-8 text file"], True),
     ("text_too_short", ["data=text", "data.path=short.txt"],
      ["model.block_size=32", "validation split of 4 tokens", "use a longer text"], False),
     ("tokenizer_name", ["data.tokenizer=word"], ["data.tokenizer='word'", "char, byte, bpe"], True),
