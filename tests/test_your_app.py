@@ -30,7 +30,7 @@ from qknorm.sweep.launcher import returned_fields
 from qknorm.sweep.readback import answer, settings_of
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from tests.helpers import REPO
-from tests.helpers.cli import ok, run_cli
+from tests.helpers.cli import assert_one_line_error, ok, run_cli
 from tests.helpers.holm import holm_by_hand
 
 APP = REPO / "examples" / "noisy_app"
@@ -273,3 +273,32 @@ def test_a_killed_sweep_resumes(app_dir):
     assert [c for c in calls if c.startswith("0:")] == ["0:seed=0", "0:seed=1"]  # not rerun
     assert len(calls) == 2 + 2  # trial 0 before the kill, then trial 1's retry
     assert math.isfinite(done[0].value)
+
+
+@pytest.mark.slow
+def test_another_question_on_the_apps_study_is_refused(app_dir):
+    """One study, one question, for any app: after a sweep of lr over an interval, a sweep of
+    lr=choice(0.1,0.3) on the same study name (which returned the earlier sweep's answer), a
+    noise the study's runs did not have, or another task, are refused in one line before
+    anything is asked: in the dry run too."""
+    ok(sweep(app_dir, "lr=interval(0.01,0.1)", "hydra.sweeper.n_trials=2",
+             "hydra.sweeper.study_name=q"))
+    refusals = [
+        (["lr=choice(0.1,0.3)"], "its search space differs from this sweep's (the study's -> "
+         "this sweep's): lr interval(0.01, 0.1) -> choice(0.1, 0.3); "),
+        (["lr=interval(0.01,0.1)", "noise=0.5"], "its runs differ from this sweep's in 1 key "
+         "(the study's value -> this sweep's): noise 0.01 -> 0.5; "),
+        (["lr=interval(0.01,0.1)", "hydra.sweeper.dry_run=true", "steps=7"],
+         "steps 6 -> 7; "),
+    ]
+    for overrides, needle in refusals:
+        r = sweep(app_dir, *overrides, "hydra.sweeper.n_trials=3", "hydra.sweeper.study_name=q")
+        r.stderr = r.stderr.strip().splitlines()[-1]  # after Optuna's "Using an existing study"
+        assert_one_line_error(r, "study 'q' in sqlite:///optuna.db answers another question: ",
+                              needle, "start a new study with hydra.sweeper.study_name=NEW_NAME")
+    shutil.copy(app_dir / "app.py", app_dir / "other.py")  # the same config, another task
+    r = sweep(app_dir, "lr=interval(0.01,0.1)", "hydra.sweeper.n_trials=3",
+              "hydra.sweeper.study_name=q", app="other.py")
+    r.stderr = r.stderr.strip().splitlines()[-1]
+    assert_one_line_error(r, "its task is app.main, this sweep's other.main; ")
+    assert len(study_in(app_dir, "q").get_trials()) == 2  # nothing asked
