@@ -137,7 +137,14 @@ def preflight(argv: list[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         primary = compose("config", overrides=fixed, return_hydra_config=True)
         check_overrides(args.overrides, primary)
-        if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
+        multirun = args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")
+        # The folder Hydra makes first (its log goes there): a file or a read-only folder on
+        # its path is one line now, not a NotADirectoryError from Hydra's mkdir.
+        if multirun:
+            rundir.check_writable("hydra.sweep.dir", primary.hydra.sweep.dir)
+        else:
+            rundir.check_writable("hydra.run.dir", primary.hydra.run.dir)
+        if not multirun:
             # A bad value leaves no run dir (Hydra makes one before the task starts). Mistakes
             # found in the corpus still do, with the trace in train.log: finding them here
             # would read and tokenize the corpus twice per run.

@@ -50,6 +50,15 @@ BAD_INPUTS = [
     # 200 KB of NUL bytes: one symbol, which a model predicts at loss 0 learning nothing
     ("one_symbol", ["data.path=nul.txt", "data.sha256=null"],
      ["nul.txt has 1 distinct character", "at least 2"], False),
+    # issue 67: a count of 0 (a ZeroDivisionError), a width no memory holds (the allocator's
+    # trace), a run dir under a file (a NotADirectoryError from Hydra's mkdir)
+    ("n_head_zero", ["model.n_head=0"], ["model.n_head=0 must be >= 1"], True),
+    ("too_wide", ["model.n_embd=1000000", "model.n_head=1"],
+     ["model.n_embd=1000000 model.n_layer=1 does not fit: the model's weights need about",
+      "lower model.n_embd or model.n_layer"], True),
+    ("run_dir_under_file", ["hydra.run.dir=tiny.txt/out"],
+     ["hydra.run.dir=tiny.txt/out cannot be written: tiny.txt is a file, not a folder; give "
+      "hydra.run.dir a folder you can write to"], True),
     ("progress_negative", ["tracker.progress_s=-1"],
      ["tracker.progress_s=-1.0", "seconds >= 0 (0: no progress line)"], True),
     ("sweep_without_m", ["norm.p=1,2"], ["norm.p=1,2", "add -m"], True),
@@ -92,6 +101,24 @@ def test_bad_input_is_one_line_and_writes_no_result(cli, overrides, needles, com
         (run_dir,) = runs
         log = (run_dir / "train.log").read_text()
         assert "Traceback" in log and "UserError" in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides, line", [
+    (["hydra.sweep.dir=tiny.txt/sweep"], "error: hydra.sweep.dir=tiny.txt/sweep cannot be "
+     "written: tiny.txt is a file, not a folder; give hydra.sweep.dir a folder you can write to"),
+    (["hydra.sweeper.storage=sqlite:///tiny.txt/optuna.db", "hydra.sweeper.dry_run=true"],
+     "error: hydra.sweeper.storage='sqlite:///tiny.txt/optuna.db' cannot be written: tiny.txt is "
+     "a file, not a folder; give hydra.sweeper.storage a file in a folder you can write to"),
+], ids=["sweep_dir", "storage_dry_run"])
+def test_a_sweep_that_could_not_write_its_outputs_is_refused_before_its_study(cli, overrides, line):
+    """A sweep dir under a file failed late: the study was made, then every trial failed with a
+    traceback in its log. A storage under a file passed the dry run. Both: one line, exit 2,
+    nothing made."""
+    _write_corpora(cli.cwd)
+    r = cli("-m", "qknorm.train", "search=p_grid", *SMOKE, *overrides)
+    assert (r.returncode, r.stderr.strip()) == (2, line), r.stderr[-2000:]
+    assert not (cli.cwd / "outputs").exists()
 
 
 @pytest.mark.slow

@@ -302,3 +302,21 @@ def test_another_question_on_the_apps_study_is_refused(app_dir):
     r.stderr = r.stderr.strip().splitlines()[-1]
     assert_one_line_error(r, "its task is app.main, this sweep's other.main; ")
     assert len(study_in(app_dir, "q").get_trials()) == 2  # nothing asked
+
+
+@pytest.mark.slow
+def test_an_apps_sweep_whose_outputs_cannot_be_written_is_refused_before_its_study(app_dir):
+    """A sweep dir under a file (every trial failed with a traceback, after the study was
+    made) and a study file under one: one line, exit 2, in the dry run as in the real run,
+    and no study."""
+    for override, line in [
+        ("hydra.sweep.dir=app.py/sweep", "error: hydra.sweep.dir=app.py/sweep cannot be written: "
+         "app.py is a file, not a folder; give hydra.sweep.dir a folder you can write to"),
+        ("hydra.sweeper.storage=sqlite:///app.py/optuna.db",
+         "error: hydra.sweeper.storage='sqlite:///app.py/optuna.db' cannot be written: app.py is "
+         "a file, not a folder; give hydra.sweeper.storage a file in a folder you can write to"),
+    ]:
+        for dry in ("true", "false"):
+            r = sweep(app_dir, "lr=choice(0.1,0.12)", f"hydra.sweeper.dry_run={dry}", override)
+            assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-2000:]
+    assert sorted(p.name for p in app_dir.iterdir()) == ["app.py", "config.yaml"]  # nothing made

@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from qknorm import rundir
 from qknorm.config import P_KINDS, Config, to_config
 from qknorm.effective import flatten, task_tree
 from qknorm.errors import UserError
@@ -166,6 +167,7 @@ class Planner:
             raise UserError(f"hydra.sweeper.heartbeat_interval={self.s.heartbeat_interval} "
                             "must be >= 1 second")
         slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
+        self._check_outputs()
         replicates, arguments = cli_replicates(self.s.replicates, arguments)
         space, base = parse_space(self.s.params, arguments)
         if not space.params and self.s.race and self.s.sampler_spec.get("name") != "grid":
@@ -204,6 +206,13 @@ class Planner:
                     pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
                     job=task_config(job), question=self._question(job, space, varied),
                     varied=varied, task=self.task)
+
+    def _check_outputs(self) -> None:
+        """Where the sweep writes (any app's): its study's file and its jobs' folder. Checked
+        in the plan, so a dry run refuses them too, and the real run before the study is
+        created (a sweep dir under a file failed every trial, after the study was made)."""
+        specs.check_storage_folder(self.s.storage)
+        rundir.check_writable("hydra.sweep.dir", self.config.hydra.sweep.dir)
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
