@@ -28,7 +28,14 @@ from qknorm import memory, rundir
 from qknorm.config import CONF_DIR, register_configs, to_config
 from qknorm.data import check_given_path, load_splits
 from qknorm.effective import task_tree, unique_jobs
-from qknorm.errors import RunDiverged, RunPruned, UserError, exit_with, one_line
+from qknorm.errors import (
+    RunDiverged,
+    RunPruned,
+    UserError,
+    exit_interrupted,
+    exit_with,
+    one_line,
+)
 from qknorm.overrides import check_overrides
 from qknorm.sweep import trial
 from qknorm.train import resolve_compile, resolve_device, train
@@ -38,8 +45,7 @@ from qknorm.train import resolve_compile, resolve_device, train
 BASIC_SWEEPERS = ("BasicSweeper", "DedupBasicSweeper")
 # conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
 
-# Ctrl-C: the shell's code for SIGINT (128 + 2), and the one line printed instead of a trace
-INTERRUPTED_EXIT = 130
+# Ctrl-C: the one line printed instead of a trace (a sweep's: the sweeper's, plugin's sweeper.py)
 INTERRUPTED_HINT = ("stopped by Ctrl-C; a run that had started has final.json status failed with "
                     "error 'interrupted (Ctrl-C)'; rerun the same command to start again (a search "
                     "resumes its study; a run saved with train.save_checkpoint=true continues "
@@ -97,8 +103,7 @@ def main() -> None:
     except KeyboardInterrupt:
         if wants_trace:
             raise
-        print(f"interrupted: {INTERRUPTED_HINT}", file=sys.stderr)
-        sys.exit(INTERRUPTED_EXIT)
+        exit_interrupted(INTERRUPTED_HINT)
     except Exception as e:
         if wants_trace:
             raise

@@ -304,6 +304,43 @@ def test_another_question_on_the_apps_study_is_refused(app_dir):
     assert len(study_in(app_dir, "q").get_trials()) == 2  # nothing asked
 
 
+INTERRUPTED_APP = '''"""The example app, interrupted by Ctrl-C in trial 1 (SIGINT raises KeyboardInterrupt in
+the job, which the basic launcher runs in the sweeper's process)."""
+import os
+
+import hydra
+
+import app
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg):
+    if os.environ.get("QKNORM_TRIAL") == "1":
+        raise KeyboardInterrupt
+    return app.main.__wrapped__(cfg)
+
+
+main()
+'''
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_an_apps_sweep_is_one_line_and_exit_130(app_dir):
+    """Ctrl-C during another app's sweep: one line (was Hydra's 40-line KeyboardInterrupt
+    trace), exit 130 as qknorm.train's own Ctrl-C; the study keeps trial 0."""
+    (app_dir / "interrupted.py").write_text(INTERRUPTED_APP)
+    r = sweep(app_dir, "lr=choice(0.1,0.12)", "hydra.sweeper.sampler.name=grid",
+              "hydra.sweeper.n_trials=null", "hydra.sweeper.study_name=ctrlc", app="interrupted.py")
+    assert r.returncode == 130, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("[I ")]  # Optuna's
+    assert lines == ["interrupted: stopped by Ctrl-C; study 'ctrlc' in sqlite:///optuna.db keeps "
+                     "its finished trials, and the ones that were running run again; rerun the "
+                     "same command to resume it"]
+    assert "Traceback" not in r.stdout + r.stderr
+    states = [t.state for t in study_in(app_dir, "ctrlc").get_trials()]
+    assert states == [TrialState.COMPLETE, TrialState.RUNNING]  # stale once its beats stop
+
+
 @pytest.mark.slow
 def test_an_apps_sweep_whose_outputs_cannot_be_written_is_refused_before_its_study(app_dir):
     """A sweep dir under a file (every trial failed with a traceback, after the study was

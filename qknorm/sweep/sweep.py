@@ -92,6 +92,15 @@ class OptunaSweep:
         if stop_message:
             raise UserError(stop_message, exit_code=1)
 
+    def interrupted_hint(self) -> str:
+        """What a Ctrl-C leaves (the plugin prints it in one line, exit 130): the study keeps
+        every trial told; the ones this sweeper ran stop getting heartbeats, and the rerun
+        retries them once they are grace_period old (as after a kill)."""
+        s = self.settings
+        return (f"stopped by Ctrl-C; study {s.study_name!r} in {s.storage} keeps its finished "
+                "trials, and the ones that were running run again; rerun the same command to "
+                "resume it")
+
     def _check_existing_study(self, plan: Plan, schedule_class: type[Schedule]) -> None:
         """A dry run refuses what the real run would (UserError): the study it would extend, if
         one exists, is read with the same checks, and nothing is created or written (a storage
