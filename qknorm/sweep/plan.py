@@ -204,8 +204,22 @@ class Planner:
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
                     pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
-                    job=task_config(job), question=self._question(job, space, varied),
+                    job=self._fits(task_config(job)), question=self._question(job, space, varied),
                     varied=varied, task=self.task)
+
+    def _fits(self, job: Config | None) -> Config | None:
+        """The first qknorm.train job, checked to fit this machine's memory (qknorm/memory.py)
+        when its jobs run here (any launcher but SLURM's, whose nodes are not this machine):
+        each job would refuse itself at its start, after the study was made, and the dry run
+        would have passed (model.n_embd=1000000: the plan's line said "no time estimate")."""
+        if job is None or slurm.is_slurm(self.config.hydra.launcher):
+            return job
+        from qknorm import memory  # torch: a qknorm.train job only (another app's sweep has none)
+        from qknorm.train import resolve_compile, resolve_device
+
+        device = resolve_device(job.device)
+        memory.check_fits(job, device, resolve_compile(job.compile, device))
+        return job
 
     def _check_outputs(self) -> None:
         """Where the sweep writes (any app's): its study's file and its jobs' folder. Checked
