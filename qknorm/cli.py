@@ -172,7 +172,8 @@ def preflight(argv: list[str]) -> None:
             parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
             (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
             jobs = _launched_jobs(jobs, primary.hydra.sweeper._target_)
-        _check_jobs(jobs)
+        launcher = str(OmegaConf.select(primary, "hydra.launcher._target_") or "")
+        _check_jobs(jobs, here=not launcher.endswith("SlurmLauncher"))  # SLURM: other machines
 
 
 _ABSENT = object()
@@ -208,12 +209,16 @@ def _sweeper_class(target: str) -> str:
     return target.rpartition(".")[2]
 
 
-def _check_jobs(jobs: list[list[str]]) -> None:
-    """Compose each job's config and load its corpus and fold once; UserError names the job."""
+def _check_jobs(jobs: list[list[str]], here: bool = True) -> None:
+    """Compose each job's config and load its corpus and fold once; UserError names the job.
+    here: the jobs run on this machine (not SLURM's nodes), so each must fit its memory."""
     checked_data: set[tuple] = set()
     for num, job in enumerate(jobs):
         try:
             config = to_config(compose("config", overrides=list(job)))
+            if here:  # as the job checks itself at its start (train.setup), before any job runs
+                device = resolve_device(config.device)
+                memory.check_fits(config, device, resolve_compile(config.compile, device))
             data_key = (*vars(config.data).values(), config.model.block_size)
             if data_key not in checked_data:  # the corpus, its checksum, the fold sizes
                 load_splits(config.data, config.model.block_size)

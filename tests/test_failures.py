@@ -136,6 +136,16 @@ def test_multirun_validates_every_job_before_any_starts(cli):
 
 
 @pytest.mark.slow
+def test_multirun_checks_every_jobs_memory_before_any_starts(cli):
+    """Job #1 would refuse itself at its start (qknorm/memory.py), after job #0 trained."""
+    r = cli("-m", "qknorm.train", "-m", *SMOKE, "model.n_head=1", "model.n_embd=32,1000000")
+    assert_one_line_error(r, "error: model.n_embd=1000000 model.n_layer=1 does not fit: the "
+                          "model's weights need about 192000.0 GB", "[multirun job #1: ",
+                          "no job was started")
+    assert not (cli.cwd / "outputs").exists()
+
+
+@pytest.mark.slow
 def test_a_search_whose_key_is_fixed_says_so_before_any_study(cli):
     """search=p_tpe searches 1/norm.p; norm.p=3 on the command line removes that param (and
     any other on norm.p), which leaves nothing to search: one line, exit 2, no study."""
