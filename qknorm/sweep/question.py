@@ -1,8 +1,8 @@
-"""The question a study answers: the config its runs share, kept in the study (study user attr
-QUESTION_ATTR) and checked by every sweeper that opens it.
+"""The question a study answers: its task, its search space and the config its runs share,
+kept in the study and checked by every sweeper that opens it, for any app.
 
-A study's trials are answers to one question: "which p, for this model, these data, this
-optimizer, this many steps?". That question is the effective config of its jobs
+A study's trials are answers to one question: "which p, over these p, for this model, these
+data, this optimizer, this many steps?". Its config part is the effective config of its jobs
 (qknorm.effective) less what a sweep varies inside it: the searched keys (a trial's params)
 and the replicate keys (a trial's value is the mean over them). A rerun that asks another
 question (train.max_iters=2000 after 10, optimizer.lr=3e-3 after 1e-3, another experiment)
