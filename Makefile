@@ -8,7 +8,9 @@ BIN := $(VENV)/bin
 # does not answer within 3 s is skipped (scripts/install_torch.py), not retried for minutes.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-SWEEP ?= $(shell ls -d outputs/sweeps/*/* 2>/dev/null | sort | tail -n 1)
+# The newest sweep by modification time (a resumed sweep writes into its old folder), not by
+# name: names sort by preset before time (p_grid's folders before p_tpe's).
+SWEEP ?= $(shell ls -dt outputs/sweeps/*/* 2>/dev/null | head -n 1)
 PYTEST_ARGS ?=
 # Tests in parallel (pytest-xdist): most run 1-thread training jobs, so 2 workers use both cores.
 # --dist loadgroup keeps the tests of one cluster service on one worker (tests/test_cluster.py).
@@ -41,7 +43,7 @@ train: install  ## one training run with defaults (pass ARGS="norm.p=4 ...")
 sweep: install  ## the default p sweep (8-point grid over p incl. inf, 2 jobs in parallel), then its report
 	$(BIN)/python -m qknorm.train search=p_grid hydra/launcher=parallel train.max_iters=500 \
 		'hydra.sweeper.study_name=p_grid_$${now:%Y-%m-%d_%H-%M-%S}'
-	@$(MAKE) --no-print-directory report SWEEP=$$(ls -d outputs/sweeps/p_grid/* | sort | tail -n 1)
+	@$(MAKE) --no-print-directory report SWEEP=$$(ls -dt outputs/sweeps/p_grid/* | head -n 1)
 
 report: install  ## results.csv, summary.md and figures for SWEEP=DIR (default: the newest sweep)
 	@test -n "$(SWEEP)" || { echo "error: no sweep found under outputs/sweeps; pass SWEEP=DIR" >&2; exit 2; }

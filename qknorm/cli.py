@@ -26,9 +26,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from qknorm import memory, rundir
 from qknorm.config import CONF_DIR, register_configs, to_config
-from qknorm.data import load_splits
+from qknorm.data import check_given_path, load_splits
 from qknorm.effective import task_tree, unique_jobs
-from qknorm.errors import RunDiverged, RunPruned, UserError, exit_with, one_line
+from qknorm.errors import (
+    RunDiverged,
+    RunPruned,
+    UserError,
+    exit_interrupted,
+    exit_with,
+    one_line,
+)
 from qknorm.overrides import check_overrides
 from qknorm.sweep import trial
 from qknorm.train import resolve_compile, resolve_device, train
@@ -38,8 +45,7 @@ from qknorm.train import resolve_compile, resolve_device, train
 BASIC_SWEEPERS = ("BasicSweeper", "DedupBasicSweeper")
 # conf/config.yaml sets hydra.job.name=train, so the run log stays train.log.
 
-# Ctrl-C: the shell's code for SIGINT (128 + 2), and the one line printed instead of a trace
-INTERRUPTED_EXIT = 130
+# Ctrl-C: the one line printed instead of a trace (a sweep's: the sweeper's, plugin's sweeper.py)
 INTERRUPTED_HINT = ("stopped by Ctrl-C; a run that had started has final.json status failed with "
                     "error 'interrupted (Ctrl-C)'; rerun the same command to start again (a search "
                     "resumes its study; a run saved with train.save_checkpoint=true continues "
@@ -97,8 +103,7 @@ def main() -> None:
     except KeyboardInterrupt:
         if wants_trace:
             raise
-        print(f"interrupted: {INTERRUPTED_HINT}", file=sys.stderr)
-        sys.exit(INTERRUPTED_EXIT)
+        exit_interrupted(INTERRUPTED_HINT)
     except Exception as e:
         if wants_trace:
             raise
@@ -137,11 +142,19 @@ def preflight(argv: list[str]) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         primary = compose("config", overrides=fixed, return_hydra_config=True)
         check_overrides(args.overrides, primary)
-        if not (args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")):
+        multirun = args.multirun or str(primary.hydra.mode) in ("MULTIRUN", "RunMode.MULTIRUN")
+        # The folder Hydra makes first (its log goes there): a file or a read-only folder on
+        # its path is one line now, not a NotADirectoryError from Hydra's mkdir.
+        if multirun:
+            rundir.check_writable("hydra.sweep.dir", primary.hydra.sweep.dir)
+        else:
+            rundir.check_writable("hydra.run.dir", primary.hydra.run.dir)
+        if not multirun:
             # A bad value leaves no run dir (Hydra makes one before the task starts). Mistakes
             # found in the corpus still do, with the trace in train.log: finding them here
             # would read and tokenize the corpus twice per run.
             config = to_config(compose("config", overrides=fixed))
+            check_given_path(config.data)  # the one corpus mistake found without reading it
             device = resolve_device(config.device)  # the job runs in this process: CUDA may init
             memory.check_fits(config, device, resolve_compile(config.compile, device))
             return
@@ -159,7 +172,8 @@ def preflight(argv: list[str]) -> None:
             parsed = OverridesParser.create().parse_overrides([*params, *args.overrides])
             (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
             jobs = _launched_jobs(jobs, primary.hydra.sweeper._target_)
-        _check_jobs(jobs)
+        launcher = str(OmegaConf.select(primary, "hydra.launcher._target_") or "")
+        _check_jobs(jobs, here=not launcher.endswith("SlurmLauncher"))  # SLURM: other machines
 
 
 _ABSENT = object()
@@ -195,12 +209,16 @@ def _sweeper_class(target: str) -> str:
     return target.rpartition(".")[2]
 
 
-def _check_jobs(jobs: list[list[str]]) -> None:
-    """Compose each job's config and load its corpus and fold once; UserError names the job."""
+def _check_jobs(jobs: list[list[str]], here: bool = True) -> None:
+    """Compose each job's config and load its corpus and fold once; UserError names the job.
+    here: the jobs run on this machine (not SLURM's nodes), so each must fit its memory."""
     checked_data: set[tuple] = set()
     for num, job in enumerate(jobs):
         try:
             config = to_config(compose("config", overrides=list(job)))
+            if here:  # as the job checks itself at its start (train.setup), before any job runs
+                device = resolve_device(config.device)
+                memory.check_fits(config, device, resolve_compile(config.compile, device))
             data_key = (*vars(config.data).values(), config.model.block_size)
             if data_key not in checked_data:  # the corpus, its checksum, the fold sizes
                 load_splits(config.data, config.model.block_size)

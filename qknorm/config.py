@@ -229,14 +229,19 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     _check(value in allowed, f"{key}={value!r} is not one of {', '.join(allowed)}; pick one of those")
 
 
+# model.* keys that count something (layers, heads, widths, tokens): whole numbers >= 1
+POSITIVE_MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
+
+
 def validate(config: Config) -> None:
     """Every check that needs no data. Messages name the value and the fix."""
     m, n, o, t, d = config.model, config.norm, config.optimizer, config.train, config.data
+    # First: the divisibility check below divides by n_head (model.n_head=0 was a ZeroDivisionError)
+    for key in POSITIVE_MODEL_KEYS:
+        _check(getattr(m, key) >= 1, f"model.{key}={getattr(m, key)} must be >= 1")
     _check(m.n_embd % m.n_head == 0,
            f"model.n_embd={m.n_embd} is not divisible by model.n_head={m.n_head}; "
            f"pick n_embd as a multiple of n_head (e.g. n_embd={m.n_head * max(1, m.n_embd // m.n_head)})")
-    for key in ("n_layer", "n_head", "n_embd", "block_size"):
-        _check(getattr(m, key) >= 1, f"model.{key}={getattr(m, key)} must be >= 1")
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     _choice("model.attention", m.attention, ATTENTIONS)
     _check(m.attn_softcap is None or (math.isfinite(m.attn_softcap) and m.attn_softcap > 0),

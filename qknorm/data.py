@@ -104,14 +104,28 @@ def kjv_text() -> str:
         return "".join(json.loads(line)["text"] + "\n" for line in f if line.strip())
 
 
+def check_given_path(cfg: DataConfig) -> None:
+    """A data.path that does not exist is a mistake to name, never a place to download into:
+    data.url is where Tiny Shakespeare comes from, and its file is not the user's (a typo in
+    the path would get Shakespeare trained under the user's file name). Cheap: the command
+    line calls it before a run dir is made."""
+    if not cfg.path or Path(cfg.path).expanduser().exists():
+        return
+    if cfg.corpus == "text":
+        raise UserError(f"data.path={cfg.path} does not exist; give the path of a UTF-8 "
+                        "text file")
+    raise UserError(f"data.path={cfg.path} does not exist (nothing is downloaded into a path "
+                    "you give); give the path of your copy of the corpus, or drop data.path "
+                    f"to read it from ${DATA_DIR_ENV} or the user cache, downloaded there when "
+                    "missing")
+
+
 def _file_text(cfg: DataConfig) -> str:
     """A corpus file (data.path, or Tiny Shakespeare's usual places), downloaded when missing
     and data.url allows it."""
     path = corpus_path(cfg)
     if not path.exists():
-        if cfg.corpus == "text":
-            raise UserError(f"data.path={cfg.path} does not exist; give the path of a UTF-8 "
-                            "text file")
+        check_given_path(cfg)
         if not cfg.url:
             raise UserError(f"corpus not found at {path}; set data.path or ${DATA_DIR_ENV}")
         try:

@@ -53,6 +53,17 @@ def exit_with(e: UserError) -> NoReturn:
     raise SystemExit(e.exit_code) from None
 
 
+# Ctrl-C: the shell's code for SIGINT (128 + 2); a command prints one line instead of a trace
+INTERRUPTED_EXIT = 130
+
+
+def exit_interrupted(hint: str) -> NoReturn:
+    """The one printer of a Ctrl-C: `interrupted: <hint>` (what was kept, how to go on), exit
+    130."""
+    print(f"interrupted: {hint}", file=sys.stderr)
+    raise SystemExit(INTERRUPTED_EXIT) from None
+
+
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """A command's `if __name__ == "__main__"`: call main and exit with its code; a UserError is
     one line on stderr and exit 2 (no traceback)."""

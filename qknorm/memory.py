@@ -1,4 +1,10 @@
-"""Whether a run's T x T tensors fit the device's memory, checked before anything is built.
+"""Whether a run's weights and its T x T tensors fit the device's memory, checked before
+anything is built.
+
+The weights grow with width and depth: each layer holds at least 12 n_embd^2 of them (the
+attention's 4 n_embd^2, the MLP's 8; anGPT's SwiGLU holds more), and training keeps each one's
+gradient and AdamW's two moments beside it, all float32 (autocast keeps the weights float32).
+model.n_embd=1000000 asks 48 TB of them: without the check, the allocator's traceback.
 
 Every other tensor of a run grows with the block size T; three grow with T^2, and they are what
 ends a long-context run with an allocator's traceback (model.block_size=20000 asks 25.6 GB per
@@ -30,6 +36,12 @@ DIAG_TENSORS = 6
 # (the logits and the softmax's weights): at least these two.
 EXPLICIT_TENSORS = 2
 GB = 1e9
+# Weights every block holds, in units of n_embd^2: attention's q, k, v and output (4), the MLP's
+# two 4x-wide maps (8). A lower bound for both architectures (qknorm/model.py, qknorm/angpt.py).
+BLOCK_WEIGHTS = 12
+# float32 copies of each weight while training: the weight, its gradient, AdamW's exp_avg and
+# exp_avg_sq (train.max_iters=0 only evaluates: the weights alone)
+TRAINING_COPIES = 4
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -59,17 +71,25 @@ def _explicit(cfg: Config, device: torch.device, compiled: bool) -> bool:
 
 def check_fits(cfg: Config, device: torch.device, compiled: bool,
                available: int | None = None) -> None:
-    """Raise UserError when the T x T tensors of a run on `device` (`compiled`: under
+    """Raise UserError when the weights or the T x T tensors of a run on `device` (`compiled`: under
     torch.compile) exceed `available` bytes (default: what `available_bytes(device)` reads):
     one line naming the value, the sizes and the fix."""
     free = available_bytes(device) if available is None else available
     if free is None:
         return
     m, t = cfg.model, cfg.train
+    where = f"this {device.type} has {free / GB:.1f} GB available"
+    copies = TRAINING_COPIES if t.max_iters else 1
+    weights = BLOCK_WEIGHTS * m.n_layer * m.n_embd ** 2 * FLOAT_BYTES * copies
+    if weights > free:  # first: the model is built before any T x T tensor
+        held = ", each with its gradient and AdamW's two moments" if copies > 1 else ""
+        raise UserError(f"model.n_embd={m.n_embd} model.n_layer={m.n_layer} does not fit: the "
+                        f"model's weights need about {weights / GB:.1f} GB (at least "
+                        f"{BLOCK_WEIGHTS} x model.n_layer x model.n_embd^2 float32{held}) and "
+                        f"{where}; lower model.n_embd or model.n_layer")
     square = m.block_size ** 2 * FLOAT_BYTES
     masks = m.n_layer * square
     per_batch = t.batch_size * m.n_head * square  # one (B, nh, T, T) float32 tensor
-    where = f"this {device.type} has {free / GB:.1f} GB available"
     parts = [("the model's causal masks", masks,
               f"model.n_layer={m.n_layer} x block_size^2 float32", "lower model.block_size")]
     if _explicit(cfg, device, compiled):

@@ -53,6 +53,35 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def unwritable(path: Path) -> str | None:
+    """Why a folder could not be made at `path`, or written into, without making anything: the
+    nearest part of it that exists must be a directory this process may write into. None when
+    nothing stands in the way (what is checked before a run or sweep writes its first file, so
+    that `hydra.run.dir=README.md/out` is one line, not a NotADirectoryError)."""
+    given = Path(path)
+    path = given.absolute()
+    for at in (path, *path.parents):
+        if not at.exists():
+            continue
+        # named as the user typed it: relative to the working directory when given so
+        shown = at.relative_to(Path.cwd()) if not given.is_absolute() and at != Path.cwd() \
+            and at.is_relative_to(Path.cwd()) else at
+        if not at.is_dir():
+            return f"{shown} is a file, not a folder"
+        if not os.access(at, os.W_OK | os.X_OK):
+            return f"{shown} is not writable"
+        return None
+    return None
+
+
+def check_writable(key: str, path: Any) -> None:
+    """UserError naming `key` (e.g. hydra.run.dir) when a folder cannot be made at `path`."""
+    why = unwritable(Path(str(path)))
+    if why is not None:
+        raise UserError(f"{key}={path} cannot be written: {why}; give {key} a folder you can "
+                        "write to")
+
+
 def jsonable(value: Any) -> Any:
     """inf and nan are not JSON: write them, anywhere in a tree of dicts and lists, as the
     strings Python's float() reads back."""

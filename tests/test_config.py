@@ -132,6 +132,22 @@ def test_guards_name_the_value_and_the_fix(override, message):
         compose_config(*override.split())
 
 
+# Every model key that counts something, at 0 and below: n_head=0 was a ZeroDivisionError (the
+# divisibility check divided by it first); each is one line naming the key.
+@pytest.mark.parametrize("override, message", [
+    ("model.n_head=0", "model.n_head=0 must be >= 1"),
+    ("model.n_head=-2", "model.n_head=-2 must be >= 1"),
+    ("model.n_layer=0", "model.n_layer=0 must be >= 1"),
+    ("model.n_embd=0", "model.n_embd=0 must be >= 1"),
+    ("model.block_size=0", "model.block_size=0 must be >= 1"),
+    ("model.block_size=-1", "model.block_size=-1 must be >= 1"),
+])
+def test_a_model_count_below_1_is_one_line_not_a_division_by_zero(override, message):
+    with pytest.raises(UserError) as e:
+        compose_config(override)
+    assert str(e.value) == message
+
+
 def test_first_line_and_did_you_mean():
     assert first_line(RuntimeError("storage down\n  detail")) == "storage down"
     assert first_line(EOFError()) == "EOFError"  # an exception with no message: its type

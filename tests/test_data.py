@@ -64,7 +64,8 @@ def test_validation_windows_come_from_the_held_out_fold():
         assert any(torch.equal(text_tokens[s:s + 64], row) for s in starts.tolist())
 
 
-def test_a_download_that_fails_its_checksum_leaves_nothing_where_the_next_run_reads(tmp_path):
+def test_a_download_that_fails_its_checksum_leaves_nothing_where_the_next_run_reads(
+        tmp_path, monkeypatch):
     import hashlib
 
     import pytest
@@ -74,8 +75,10 @@ def test_a_download_that_fails_its_checksum_leaves_nothing_where_the_next_run_re
     source = tmp_path / "served.txt"  # a file:// URL stands for the server (no internet here)
     source.write_text("To be, or not to be\n", encoding="utf-8")
     good = hashlib.sha256(source.read_bytes()).hexdigest()
-    dest = tmp_path / "cache" / "input.txt"
-    bad = DataConfig(path=str(dest), url=source.as_uri(), sha256="0" * 64)
+    # downloaded where the corpus is looked for without data.path: $QKNORM_DATA_DIR's copy
+    monkeypatch.setenv("QKNORM_DATA_DIR", str(tmp_path / "cache"))
+    dest = tmp_path / "cache" / "tinyshakespeare" / "input.txt"
+    bad = DataConfig(url=source.as_uri(), sha256="0" * 64)
     with pytest.raises(UserError) as e:
         load_text(bad)
     assert str(e.value) == (
@@ -85,6 +88,24 @@ def test_a_download_that_fails_its_checksum_leaves_nothing_where_the_next_run_re
     assert list(dest.parent.iterdir()) == []  # no corpus, no temp file
     with pytest.raises(UserError, match="^downloaded "):  # the next run downloads again
         load_text(bad)
-    assert load_text(DataConfig(path=str(dest), url=source.as_uri(), sha256=good)) == \
-        "To be, or not to be\n"
+    assert load_text(DataConfig(url=source.as_uri(), sha256=good)) == "To be, or not to be\n"
     assert [p.name for p in dest.parent.iterdir()] == ["input.txt"]
+
+
+def test_a_data_path_that_does_not_exist_is_named_and_never_downloaded_into(tmp_path):
+    """data.path is the user's file: a missing one is a mistake (a typo), not a place to put
+    Tiny Shakespeare (data.url, which the default config keeps) under the user's name."""
+    import pytest
+
+    from qknorm.errors import UserError
+
+    source = tmp_path / "served.txt"  # would download fine: nothing may be fetched all the same
+    source.write_text("To be, or not to be\n", encoding="utf-8")
+    missing = tmp_path / "no" / "such.txt"
+    with pytest.raises(UserError) as e:
+        load_text(DataConfig(path=str(missing), url=source.as_uri(), sha256=None))
+    assert str(e.value) == (
+        f"data.path={missing} does not exist (nothing is downloaded into a path you give); give "
+        "the path of your copy of the corpus, or drop data.path to read it from "
+        "$QKNORM_DATA_DIR or the user cache, downloaded there when missing")
+    assert list(tmp_path.iterdir()) == [source]  # no folder made, no file fetched

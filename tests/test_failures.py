@@ -37,8 +37,10 @@ BAD_INPUTS = [
     ("fold_range", ["data.fold=10"], ["data.fold=10", "use 0..9"], True),
     ("block_vs_val", ["data.path=tiny.txt", "data.sha256=null", "model.block_size=200"],
      ["model.block_size=200", "108 tokens", "lower model.block_size or data.n_folds"], False),
-    ("missing_offline", ["data.path=nodata/input.txt", "data.url=http://127.0.0.1:9/x"],
-     ["nodata/input.txt", "http://127.0.0.1:9/x", "put the file there"], False),
+    # the user's own path, missing: named, and nothing downloaded into it (data.url is set)
+    ("missing_path", ["data.path=no/such.txt", "data.url=http://127.0.0.1:9/x"],
+     ["data.path=no/such.txt does not exist (nothing is downloaded into a path you give)",
+      "drop data.path"], True),
     ("checksum", ["data.path=tiny.txt", f"data.sha256={'0' * 64}"],
      ["checksum mismatch for tiny.txt", "data.sha256=null"], False),
     ("empty_corpus", ["data.path=empty.txt", "data.sha256=null"],
@@ -48,13 +50,22 @@ BAD_INPUTS = [
     # 200 KB of NUL bytes: one symbol, which a model predicts at loss 0 learning nothing
     ("one_symbol", ["data.path=nul.txt", "data.sha256=null"],
      ["nul.txt has 1 distinct character", "at least 2"], False),
+    # issue 67: a count of 0 (a ZeroDivisionError), a width no memory holds (the allocator's
+    # trace), a run dir under a file (a NotADirectoryError from Hydra's mkdir)
+    ("n_head_zero", ["model.n_head=0"], ["model.n_head=0 must be >= 1"], True),
+    ("too_wide", ["model.n_embd=1000000", "model.n_head=1"],
+     ["model.n_embd=1000000 model.n_layer=1 does not fit: the model's weights need about",
+      "lower model.n_embd or model.n_layer"], True),
+    ("run_dir_under_file", ["hydra.run.dir=tiny.txt/out"],
+     ["hydra.run.dir=tiny.txt/out cannot be written: tiny.txt is a file, not a folder; give "
+      "hydra.run.dir a folder you can write to"], True),
     ("progress_negative", ["tracker.progress_s=-1"],
      ["tracker.progress_s=-1.0", "seconds >= 0 (0: no progress line)"], True),
     ("sweep_without_m", ["norm.p=1,2"], ["norm.p=1,2", "add -m"], True),
     # the data group (issue 37)
     ("text_without_path", ["data=text"], ["data=text", "add data.path=<a UTF-8 file>"], True),
     ("text_missing", ["data=text", "data.path=nope.txt"],
-     ["data.path=nope.txt does not exist", "give the path of a UTF-8 text file"], False),
+     ["data.path=nope.txt does not exist", "give the path of a UTF-8 text file"], True),
     ("text_too_short", ["data=text", "data.path=short.txt"],
      ["model.block_size=32", "validation split of 4 tokens", "use a longer text"], False),
     ("tokenizer_name", ["data.tokenizer=word"], ["data.tokenizer='word'", "char, byte, bpe"], True),
@@ -93,11 +104,45 @@ def test_bad_input_is_one_line_and_writes_no_result(cli, overrides, needles, com
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("overrides, line", [
+    (["hydra.sweep.dir=tiny.txt/sweep"], "error: hydra.sweep.dir=tiny.txt/sweep cannot be "
+     "written: tiny.txt is a file, not a folder; give hydra.sweep.dir a folder you can write to"),
+    (["hydra.sweeper.storage=sqlite:///tiny.txt/optuna.db", "hydra.sweeper.dry_run=true"],
+     "error: hydra.sweeper.storage='sqlite:///tiny.txt/optuna.db' cannot be written: tiny.txt is "
+     "a file, not a folder; give hydra.sweeper.storage a file in a folder you can write to"),
+    # each job would refuse itself at its start (qknorm/memory.py), after the study was made
+    (["model.n_embd=1000000", "model.n_head=1", "hydra.sweeper.dry_run=true"],
+     "error: model.n_embd=1000000 model.n_layer=1 does not fit: the model's weights need about "
+     "192000.0 GB (at least 12 x model.n_layer x model.n_embd^2 float32, each with its gradient "
+     "and AdamW's two moments) and this "),
+], ids=["sweep_dir", "storage_dry_run", "too_wide_dry_run"])
+def test_a_sweep_that_could_not_write_its_outputs_is_refused_before_its_study(cli, overrides, line):
+    """A sweep dir under a file failed late: the study was made, then every trial failed with a
+    traceback in its log. A storage under a file passed the dry run. Both: one line, exit 2,
+    nothing made."""
+    _write_corpora(cli.cwd)
+    r = cli("-m", "qknorm.train", "search=p_grid", *SMOKE, *overrides)
+    assert r.returncode == 2 and r.stderr.strip().startswith(line), r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (cli.cwd / "outputs").exists()
+
+
+@pytest.mark.slow
 def test_multirun_validates_every_job_before_any_starts(cli):
     r = cli("-m", "qknorm.train", "-m", *SMOKE, "norm.p=2,0.5")
     line = assert_one_line_error(r, "norm.p=0.5", "multirun job #1", "no job was started")
     assert "use a float >= 1" in line
     assert not (cli.cwd / "outputs").exists()  # job #0 (p=2, valid) never ran either
+
+
+@pytest.mark.slow
+def test_multirun_checks_every_jobs_memory_before_any_starts(cli):
+    """Job #1 would refuse itself at its start (qknorm/memory.py), after job #0 trained."""
+    r = cli("-m", "qknorm.train", "-m", *SMOKE, "model.n_head=1", "model.n_embd=32,1000000")
+    assert_one_line_error(r, "error: model.n_embd=1000000 model.n_layer=1 does not fit: the "
+                          "model's weights need about 192000.0 GB", "[multirun job #1: ",
+                          "no job was started")
+    assert not (cli.cwd / "outputs").exists()
 
 
 @pytest.mark.slow

@@ -148,3 +148,17 @@ def test_the_layer_needs_torch_alone_and_make_install_adds_every_extra_the_tests
         f'{tmp_path}/venv/bin/pip install --quiet -e '
         '".[sweep,dev,postgres,slurm,tracking,dashboard,kjv,bpe,replay]"']
     assert '-e ".[sweep,dev]"' in (REPO / ".ci" / "floors.sh").read_text()
+
+
+def test_make_report_takes_the_newest_sweep_by_time_not_by_name(tmp_path):
+    """`make report` (the README: "the newest sweep") read an older p_tpe sweep after a newer
+    p_grid one: its default SWEEP sorted folders by name, preset first."""
+    sweeps = tmp_path / "outputs" / "sweeps"
+    for i, folder in enumerate(["p_tpe/2026-11-28_10-00-00", "p_grid/2026-11-28_09-00-00",
+                                "p_grid/2026-11-28_08-00-00"]):
+        (sweeps / folder).mkdir(parents=True)
+        os.utime(sweeps / folder, (1_000_000 + i * 60,) * 2)  # written in this order
+    shown = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "--eval",
+                            "show-sweep: ; @echo $(SWEEP)", "show-sweep"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert shown.stdout.strip() == "outputs/sweeps/p_grid/2026-11-28_08-00-00", shown.stderr

@@ -51,6 +51,29 @@ def test_a_block_whose_masks_cannot_fit_is_refused_before_the_model_is_built():
     assert str(e.value).endswith("lower model.block_size")
 
 
+def test_a_model_too_wide_or_too_deep_is_refused_by_its_weights():
+    # by hand, 4 float32 copies (weight, gradient, AdamW's two moments) of 12 n_embd^2 a layer:
+    # width, model.n_embd=1000000 model.n_head=1 on model=cpu's 4 layers: 12 * 4 * 10^12 * 16 B
+    wide = Config(model=ModelConfig(n_layer=4, n_head=1, n_embd=1_000_000, block_size=64))
+    with pytest.raises(UserError) as e:
+        check_fits(wide, CPU, compiled=False, available=21 * GB)
+    assert str(e.value) == (
+        "model.n_embd=1000000 model.n_layer=4 does not fit: the model's weights need about "
+        "768000.0 GB (at least 12 x model.n_layer x model.n_embd^2 float32, each with its "
+        "gradient and AdamW's two moments) and this cpu has 21.0 GB available; lower "
+        "model.n_embd or model.n_layer")
+    # depth, model.n_layer=100000 at width 128: 12 * 10^5 * 128^2 * 16 B = 314.6 GB
+    deep = Config(model=ModelConfig(n_layer=100_000, n_head=4, n_embd=128, block_size=64))
+    with pytest.raises(UserError, match=r"weights need about 314\.6 GB"):
+        check_fits(deep, CPU, compiled=False, available=21 * GB)
+    # train.max_iters=0 evaluates only: the weights alone, 12 * 10^5 * 128^2 * 4 B = 78.6 GB
+    deep.train.max_iters = 0
+    with pytest.raises(UserError, match=r"weights need about 78\.6 GB \(at least 12 x model"
+                                        r"\.n_layer x model\.n_embd\^2 float32\) and"):
+        check_fits(deep, CPU, compiled=False, available=21 * GB)
+    check_fits(deep, CPU, compiled=False, available=80 * GB)
+
+
 def test_the_explicit_path_counts_its_attention_matrices():
     # 2 * 1 layer * 8 * 2 * 4000^2 * 4 B = 2.048 GB, plus the mask 0.064 GB: 2.112 GB
     config = _smoke(4000, diag_batches=0)

@@ -142,8 +142,10 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     assert said == [
         "trial 0 [norm.p=2] COMPLETE: best_val_loss=1.05 (mean of 2)",
         "trial 0 [norm.p=2]: the incumbent after 2 replicates",
-        "trial 1 [norm.p=4.873]: worse against the incumbent after 2 replicates: Δ +0.305, "
-        "interval [+0.2734, +0.3366], one-sided p 0.00522"]
+        "trial 1 [norm.p=4.873]: worse against the incumbent of the moment after 2 replicates: "
+        "Δ +0.305, interval [+0.2734, +0.3366], one-sided p 0.00522; its answer comes at the "
+        "end, tested against the final best with Holm over every proposal (it may read "
+        "undecided)"]
     assert readback.search_lines(study) == [  # the same names as the answer
         "search: best norm.p=2 (mean 1.0500 over 2 replicates; no proposal level with it); "
         "worse: norm.p=4.873; "

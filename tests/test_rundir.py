@@ -62,3 +62,48 @@ def test_git_sha_is_the_checkouts_and_the_env_only_outside_one(monkeypatch):
     rundir.git_sha.cache_clear()
     assert rundir.git_sha() is None
     rundir.git_sha.cache_clear()
+
+
+def test_a_folder_under_a_file_or_a_read_only_folder_cannot_be_written(tmp_path, monkeypatch):
+    """rundir.unwritable names the nearest existing part of the path, and makes nothing."""
+    (tmp_path / "README.md").write_text("x")
+    (tmp_path / "ro").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert rundir.unwritable(Path("README.md/out")) == "README.md is a file, not a folder"
+    assert rundir.unwritable(Path("README.md")) == "README.md is a file, not a folder"
+    assert rundir.unwritable(Path("new/deeper")) is None  # made when the run starts
+    assert rundir.unwritable(tmp_path / "ro" / "x") is None
+    # read-only for this process (os.access: a test as root is refused nothing by chmod)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != tmp_path / "ro"
+                        and real_access(p, mode))
+    assert rundir.unwritable(Path("ro/x/y")) == "ro is not writable"
+    assert rundir.unwritable(tmp_path / "ro") == f"{tmp_path / 'ro'} is not writable"
+    with pytest.raises(rundir.UserError) as e:
+        rundir.check_writable("hydra.run.dir", "ro/run")
+    assert str(e.value) == ("hydra.run.dir=ro/run cannot be written: ro is not writable; give "
+                            "hydra.run.dir a folder you can write to")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "ro"]
+
+
+def test_a_study_file_in_a_read_only_folder_is_refused_without_opening_it(tmp_path, monkeypatch):
+    """The storage's folder, checked as opening it would find it (specs.check_storage_folder,
+    which the plan runs: a dry run refuses it too), without making the folder or the file."""
+    from qknorm.sweep import specs
+
+    (tmp_path / "ro").mkdir()
+    monkeypatch.chdir(tmp_path)
+    specs.check_storage_folder("sqlite:///ro/optuna.db")
+    specs.check_storage_folder("sqlite:///ro/new/optuna.db")  # outputs/ is made when missing
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != tmp_path / "ro"
+                        and real_access(p, mode))
+    for url in ("sqlite:///ro/optuna.db", "journal:///ro/new/optuna.log"):
+        with pytest.raises(rundir.UserError) as e:
+            specs.check_storage_folder(url)
+        assert str(e.value) == (f"hydra.sweeper.storage={url!r} cannot be written: ro is not "
+                                "writable; give hydra.sweeper.storage a file in a folder you "
+                                "can write to")
+    with pytest.raises(rundir.UserError, match="directory no/such does not exist; create it"):
+        specs.check_storage_folder("sqlite:///no/such/dir/optuna.db")
+    assert [p.name for p in tmp_path.iterdir()] == ["ro"] and not list((tmp_path / "ro").iterdir())

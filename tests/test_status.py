@@ -411,8 +411,9 @@ def test_a_killed_sweeper_reads_as_stopped_with_the_command_that_resumes_it(tmp_
     assert "ETA ≤ " in live[1]
     assert age_heartbeats(tmp_path) == 3  # as 20 s after a kill -9: no beat since
     stopped = run(parse_args([url, "--n-trials", "10"]))
-    # Elapsed from the first start (600 s before NOW) to the last event (p=3's end, 500 s
-    # before NOW: search_trial), not growing with the clock; the racing two are stopped.
+    # Elapsed from the first start (600 s before NOW) to now, but never before the last event
+    # (p=3's end, 500 s before NOW: search_trial; this machine's clock reads before it);
+    # the racing two are stopped.
     assert stopped[1] == (
         "  trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, 2 stopped; elapsed "
         "1m40s, stopped: no sweeper runs it (the heartbeats of its 3 running trials stopped "
@@ -457,8 +458,16 @@ def test_a_sweep_with_no_trial_running_and_none_told_lately_is_stopped(tmp_path)
     assert gone.line() == ("stopped: no sweeper runs it (no trial running and none told for "
                            "over 20s); resume: cd /w && python -m qknorm.train search=p_tpe "
                            "experiment=smoke")
+    # elapsed runs from the first start (100 s before NOW) to now, stopped or not: read 40 s
+    # before NOW (in grace: running) it was 60 s; read at NOW, stopped, 100 s (was 50 s: the
+    # last end, a reading that went back after a kill -9)
+    assert status_lines(study, 4, now=NOW - 40)[0].startswith(
+        "trials 1/4: 1 complete, 0 pruned, 0 failed, 0 running; elapsed 1m00s, ")
     assert status_lines(study, 4, now=NOW, stopped=gone)[0] == (
-        "trials 1/4: 1 complete, 0 pruned, 0 failed, 0 stopped; elapsed 50s, " + gone.line())
+        "trials 1/4: 1 complete, 0 pruned, 0 failed, 0 stopped; elapsed 1m40s, " + gone.line())
+    assert status_lines(study, 4, now=NOW + 60, stopped=gone)[0].startswith(
+        "trials 1/4: 1 complete, 0 pruned, 0 failed, 0 stopped; elapsed 2m40s, stopped: ")
+    # done: from the first start to the last end, whenever it is read
     assert status_lines(study, 1, now=NOW, stopped=gone)[0].endswith("elapsed 50s, done")
 
 

@@ -30,7 +30,7 @@ from qknorm.sweep.launcher import returned_fields
 from qknorm.sweep.readback import answer, settings_of
 from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from tests.helpers import REPO
-from tests.helpers.cli import ok, run_cli
+from tests.helpers.cli import assert_one_line_error, ok, run_cli
 from tests.helpers.holm import holm_by_hand
 
 APP = REPO / "examples" / "noisy_app"
@@ -273,3 +273,87 @@ def test_a_killed_sweep_resumes(app_dir):
     assert [c for c in calls if c.startswith("0:")] == ["0:seed=0", "0:seed=1"]  # not rerun
     assert len(calls) == 2 + 2  # trial 0 before the kill, then trial 1's retry
     assert math.isfinite(done[0].value)
+
+
+@pytest.mark.slow
+def test_another_question_on_the_apps_study_is_refused(app_dir):
+    """One study, one question, for any app: after a sweep of lr over an interval, a sweep of
+    lr=choice(0.1,0.3) on the same study name (which returned the earlier sweep's answer), a
+    noise the study's runs did not have, or another task, are refused in one line before
+    anything is asked: in the dry run too."""
+    ok(sweep(app_dir, "lr=interval(0.01,0.1)", "hydra.sweeper.n_trials=2",
+             "hydra.sweeper.study_name=q"))
+    refusals = [
+        (["lr=choice(0.1,0.3)"], "its search space differs from this sweep's (the study's -> "
+         "this sweep's): lr interval(0.01, 0.1) -> choice(0.1, 0.3); "),
+        (["lr=interval(0.01,0.1)", "noise=0.5"], "its runs differ from this sweep's in 1 key "
+         "(the study's value -> this sweep's): noise 0.01 -> 0.5; "),
+        (["lr=interval(0.01,0.1)", "hydra.sweeper.dry_run=true", "steps=7"],
+         "steps 6 -> 7; "),
+    ]
+    for overrides, needle in refusals:
+        r = sweep(app_dir, *overrides, "hydra.sweeper.n_trials=3", "hydra.sweeper.study_name=q")
+        r.stderr = r.stderr.strip().splitlines()[-1]  # after Optuna's "Using an existing study"
+        assert_one_line_error(r, "study 'q' in sqlite:///optuna.db answers another question: ",
+                              needle, "start a new study with hydra.sweeper.study_name=NEW_NAME")
+    shutil.copy(app_dir / "app.py", app_dir / "other.py")  # the same config, another task
+    r = sweep(app_dir, "lr=interval(0.01,0.1)", "hydra.sweeper.n_trials=3",
+              "hydra.sweeper.study_name=q", app="other.py")
+    r.stderr = r.stderr.strip().splitlines()[-1]
+    assert_one_line_error(r, "its task is app.main, this sweep's other.main; ")
+    assert len(study_in(app_dir, "q").get_trials()) == 2  # nothing asked
+
+
+INTERRUPTED_APP = '''"""The example app, interrupted by Ctrl-C in trial 1 (SIGINT raises KeyboardInterrupt in
+the job, which the basic launcher runs in the sweeper's process)."""
+import os
+
+import hydra
+
+import app
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg):
+    if os.environ.get("QKNORM_TRIAL") == "1":
+        raise KeyboardInterrupt
+    return app.main.__wrapped__(cfg)
+
+
+main()
+'''
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_an_apps_sweep_is_one_line_and_exit_130(app_dir):
+    """Ctrl-C during another app's sweep: one line (was Hydra's 40-line KeyboardInterrupt
+    trace), exit 130 as qknorm.train's own Ctrl-C; the study keeps trial 0."""
+    (app_dir / "interrupted.py").write_text(INTERRUPTED_APP)
+    r = sweep(app_dir, "lr=choice(0.1,0.12)", "hydra.sweeper.sampler.name=grid",
+              "hydra.sweeper.n_trials=null", "hydra.sweeper.study_name=ctrlc", app="interrupted.py")
+    assert r.returncode == 130, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("[I ")]  # Optuna's
+    assert lines == ["interrupted: stopped by Ctrl-C; study 'ctrlc' in sqlite:///optuna.db keeps "
+                     "its finished trials, and the ones that were running run again; rerun the "
+                     "same command to resume it"]
+    assert "Traceback" not in r.stdout + r.stderr
+    states = [t.state for t in study_in(app_dir, "ctrlc").get_trials()]
+    assert states == [TrialState.COMPLETE, TrialState.RUNNING]  # stale once its beats stop
+
+
+@pytest.mark.slow
+def test_an_apps_sweep_whose_outputs_cannot_be_written_is_refused_before_its_study(app_dir):
+    """A sweep dir under a file (every trial failed with a traceback, after the study was
+    made) and a study file under one: one line, exit 2, in the dry run as in the real run,
+    and no study."""
+    for override, line in [
+        ("hydra.sweep.dir=app.py/sweep", "error: hydra.sweep.dir=app.py/sweep cannot be written: "
+         "app.py is a file, not a folder; give hydra.sweep.dir a folder you can write to"),
+        ("hydra.sweeper.storage=sqlite:///app.py/optuna.db",
+         "error: hydra.sweeper.storage='sqlite:///app.py/optuna.db' cannot be written: app.py is "
+         "a file, not a folder; give hydra.sweeper.storage a file in a folder you can write to"),
+    ]:
+        for dry in ("true", "false"):
+            r = sweep(app_dir, "lr=choice(0.1,0.12)", f"hydra.sweeper.dry_run={dry}", override)
+            assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-2000:]
+    assert sorted(p.name for p in app_dir.iterdir()) == ["app.py", "config.yaml"]  # nothing made

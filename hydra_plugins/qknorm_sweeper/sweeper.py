@@ -20,9 +20,11 @@ class QknormOptunaSweeper(Sweeper):
         self._sweep.setup(hydra_context, task_function, config)
 
     def sweep(self, arguments: list[str]) -> None:
-        from qknorm.errors import UserError, exit_with
+        from qknorm.errors import UserError, exit_interrupted, exit_with
 
         try:
             self._sweep.sweep(list(arguments))
         except UserError as e:
             exit_with(e)  # one line, no traceback: Hydra would add its own hint line
+        except KeyboardInterrupt:  # any app's sweep: one line and 130, as qknorm.train's run
+            exit_interrupted(self._sweep.interrupted_hint())

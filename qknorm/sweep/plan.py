@@ -16,11 +16,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import HydraContext
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from qknorm import rundir
 from qknorm.config import P_KINDS, Config, to_config
 from qknorm.effective import flatten, task_tree
 from qknorm.errors import UserError
 from qknorm.sweep import slurm, specs
-from qknorm.sweep.question import question
+from qknorm.sweep.question import any_question, question
 from qknorm.sweep.race import RaceSpec, judged_at, race_conf, replicate_test
 from qknorm.sweep.raceplan import plan_race
 from qknorm.sweep.readback import kind
@@ -120,9 +121,11 @@ class Plan:
     fail_values: list[float] | None
     race: RaceSpec | None = None  # hydra.sweeper.race: a race over the replicates
     job: Config | None = None  # the first job's config, when the task is qknorm.train (cost.py)
-    # the question its study answers (question.py); None: the task is not qknorm's
+    # the config part of the question its study answers (question.py): its jobs' config less
+    # the varied keys; None: not compared (a plan built in memory)
     question: dict[str, Any] | None = None
     varied: tuple[str, ...] = ()  # the keys its trials vary: the searched and replicate keys
+    task: str | None = None  # the task its jobs run (question.task_name); None: not compared
 
     @property
     def kind(self) -> str:
@@ -134,8 +137,10 @@ class Planner:
     """Composes the task's config for every value a sweep will use, so a key that is not in the
     config (or a value of the wrong type) fails now, not in job 37."""
 
-    def __init__(self, settings: Settings, hydra_context: HydraContext, config: DictConfig):
+    def __init__(self, settings: Settings, hydra_context: HydraContext, config: DictConfig,
+                 task: str | None = None):
         self.s = settings
+        self.task = task
         self.hydra_context = hydra_context
         self.config = config
         overrides = list(config.hydra.overrides.hydra)
@@ -162,6 +167,7 @@ class Planner:
             raise UserError(f"hydra.sweeper.heartbeat_interval={self.s.heartbeat_interval} "
                             "must be >= 1 second")
         slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
+        self._check_outputs()
         replicates, arguments = cli_replicates(self.s.replicates, arguments)
         space, base = parse_space(self.s.params, arguments)
         if not space.params and self.s.race and self.s.sampler_spec.get("name") != "grid":
@@ -198,8 +204,29 @@ class Planner:
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
                     pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
-                    job=task_config(job), question=self._question(job, space, varied),
-                    varied=varied)
+                    job=self._fits(task_config(job)), question=self._question(job, space, varied),
+                    varied=varied, task=self.task)
+
+    def _fits(self, job: Config | None) -> Config | None:
+        """The first qknorm.train job, checked to fit this machine's memory (qknorm/memory.py)
+        when its jobs run here (any launcher but SLURM's, whose nodes are not this machine):
+        each job would refuse itself at its start, after the study was made, and the dry run
+        would have passed (model.n_embd=1000000: the plan's line said "no time estimate")."""
+        if job is None or slurm.is_slurm(self.config.hydra.launcher):
+            return job
+        from qknorm import memory  # torch: a qknorm.train job only (another app's sweep has none)
+        from qknorm.train import resolve_compile, resolve_device
+
+        device = resolve_device(job.device)
+        memory.check_fits(job, device, resolve_compile(job.compile, device))
+        return job
+
+    def _check_outputs(self) -> None:
+        """Where the sweep writes (any app's): its study's file and its jobs' folder. Checked
+        in the plan, so a dry run refuses them too, and the real run before the study is
+        created (a sweep dir under a file failed every trial, after the study was made)."""
+        specs.check_storage_folder(self.s.storage)
+        rundir.check_writable("hydra.sweep.dir", self.config.hydra.sweep.dir)
 
     def _resolve(self, kind: str, spec: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
         """The spec with another pruner's/sampler's options dropped (logged: nothing silent)."""
@@ -258,14 +285,19 @@ class Planner:
         return cfg
 
     def _question(self, cfg: DictConfig, space: SearchSpace,
-                  varied: tuple[str, ...]) -> dict[str, Any] | None:
-        """The question the sweep's study answers (question.py), from the first job's config
-        (`cfg`, composed by _check_keys) with the space's fixed values every job gets."""
+                  varied: tuple[str, ...]) -> dict[str, Any]:
+        """The config part of the question the sweep's study answers (question.py), from the
+        first job's config (`cfg`, composed by _check_keys) with the space's fixed values every
+        job gets: qknorm's effective config, or another app's whole config."""
         if space.fixed:
             cfg = self._compose([*self.job_overrides, *space.fixed], "hydra.sweeper.params",
                                 "check the key's spelling and type")
         tree = task_tree(cfg)
-        return None if tree is None else question(flatten(tree), varied)
+        if tree is not None:
+            return question(flatten(tree), varied)
+        tree = OmegaConf.to_container(cfg, resolve=False)  # ${now:...} as written, not a time
+        tree.pop("hydra", None)
+        return any_question(tree, varied)
 
     def _judged(self, race: RaceSpec, test: str, space: SearchSpace, base: list[str],
                 combo: list[str], job: list[str], replicates: dict) -> RaceSpec:

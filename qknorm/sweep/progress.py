@@ -145,13 +145,17 @@ def _progress(trials: list[FrozenTrial], counted: list[FrozenTrial], total: int 
     line = f"trials {shown}: {words}"
     if not starts:
         return line + "; not started"
-    if done or halted:  # over or stopped: its elapsed time stays what it was
-        ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete]
-        elapsed = duration(max([*ends, *starts], default=now) - min(starts))
-        if done:
-            return line + f"; elapsed {elapsed}, done"
-        return line + f"; elapsed {elapsed}, {stopped.line()}"
-    elapsed = now - min(starts)
+    last = max([t.datetime_complete.timestamp() for t in trials if t.datetime_complete],
+               default=max(starts))
+    if done:  # over: its elapsed time stays what it was
+        return line + f"; elapsed {duration(max(last, *starts) - min(starts))}, done"
+    # Not over, stopped or not: the clock runs from the first start, as it did while a sweeper
+    # ran it, so a reading never goes back (a stopped sweep read 34 s after reading 41 s
+    # running, counted to its last end); never before the last event the study holds (the
+    # clock of a machine behind the sweeper's).
+    elapsed = max(now, last, *starts) - min(starts)
+    if halted:
+        return line + f"; elapsed {duration(elapsed)}, {stopped.line()}"
     line += f"; elapsed {duration(elapsed)}, "
     if total is None:
         return line + "ETA unknown (the total is not known: give n_trials)"

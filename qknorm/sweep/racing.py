@@ -629,6 +629,13 @@ def _shown(trial: FrozenTrial | optuna.Trial) -> str:
     return readback.short({"params": dict(trial.params)})
 
 
+# A proposal's log line is the search's step, not its answer: the answer (readback.answer) tests
+# every proposal once more against the final best, Holm-adjusted over all of them, so a "worse"
+# here may read "undecided" there (issue 67: the log and the answer disagreed without a word).
+FINAL_TEST = ("; its answer comes at the end, tested against the final best with Holm over "
+              "every proposal (it may read undecided)")
+
+
 def _words(j: Judgement) -> str:
     if j.outcome == INCUMBENT:
         return f"the incumbent after {j.n} replicates"
@@ -638,7 +645,8 @@ def _words(j: Judgement) -> str:
         return f"still in the search when it ended, after {j.n} replicates"
     if j.delta is None:
         return f"{j.outcome} after {j.n} replicates"
-    words = f"{j.outcome} against the incumbent after {j.n} replicates: Δ {j.delta:+.4g}"
-    if j.p is None:  # one replicate: no test (screened out on its first)
-        return words
-    return f"{words}, interval [{j.low:+.4g}, {j.high:+.4g}], one-sided p {j.p:.3g}"
+    words = (f"{j.outcome} against the incumbent of the moment after {j.n} replicates: "
+             f"Δ {j.delta:+.4g}")
+    if j.p is not None:  # one replicate: no test (screened out on its first)
+        words += f", interval [{j.low:+.4g}, {j.high:+.4g}], one-sided p {j.p:.3g}"
+    return words + FINAL_TEST

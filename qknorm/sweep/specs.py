@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from optuna.trial import TrialState
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 
+from qknorm import rundir
 from qknorm.errors import UserError, first_line
 from qknorm.sweep.study import HEARTBEAT_ATTR, holds_slot, retried_numbers, retry
 
@@ -217,12 +219,31 @@ def absolute_url(url: str, cwd: Path) -> str:
     return make_url(url).set(database=str(cwd / path)).render_as_string(hide_password=False)
 
 
-def _make_folder(url: str, path: Path) -> None:
+def check_storage_folder(url: str) -> None:
+    """What opening the storage would refuse of its file's folder, found without making
+    anything (the plan's check: a dry run refuses it too). The folder itself is made when it is
+    missing (outputs/), but never a whole mistyped path; a file or a read-only folder on the
+    way, or a database file that cannot be written, is refused."""
+    path = storage_file(url)
+    if path is None:
+        return
     folder = path.parent
-    if not folder.parent.is_dir():  # make outputs/, but never a whole mistyped path
+    if not folder.parent.exists():
         raise UserError(f"hydra.sweeper.storage={url!r}: directory {folder.parent} "
                         "does not exist; create it or fix the path")
-    folder.mkdir(exist_ok=True)
+    why = rundir.unwritable(folder)
+    if why is None and path.is_dir():
+        why = f"{path} is a folder, not a file"
+    elif why is None and path.exists() and not os.access(path, os.W_OK):
+        why = f"{path} is not writable"
+    if why is not None:
+        raise UserError(f"hydra.sweeper.storage={url!r} cannot be written: {why}; give "
+                        "hydra.sweeper.storage a file in a folder you can write to")
+
+
+def _make_folder(url: str, path: Path) -> None:
+    check_storage_folder(url)
+    path.parent.mkdir(exist_ok=True)
 
 
 class JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):

@@ -55,6 +55,7 @@ N_TRIALS_ATTR = "n_trials"  # the total its latest sweeper was given (the status
 # tells a stopped sweep from a running one and says how to resume it (record_sweeper)
 SWEEPER_ATTR = "sweeper"
 QUESTION_ATTR = "config"  # the config its runs share, less searched and replicate keys (question.py)
+TASK_ATTR = "task"  # the task function its jobs run, module.function (question.py)
 # study: the race's settings, which a rerun must match; a racing search's name its sampler
 # (`search`); none for a plain sweep. The study's kind: readback.kind reads it.
 RACE_SETTINGS_ATTR = "race"

@@ -67,11 +67,12 @@ class OptunaSweep:
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
+        self.task = question.task_name(task_function)  # part of the question its study answers
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
 
     def sweep(self, arguments: list[str]) -> None:
         s = self.settings
-        plan = Planner(s, self.hydra_context, self.config).plan(list(arguments))
+        plan = Planner(s, self.hydra_context, self.config, self.task).plan(list(arguments))
         schedule_class = SCHEDULES[plan.kind]
         if s.dry_run:  # the plan, its cost, and what the real run would refuse of its study
             self._check_existing_study(plan, schedule_class)
@@ -91,6 +92,15 @@ class OptunaSweep:
         if stop_message:
             raise UserError(stop_message, exit_code=1)
 
+    def interrupted_hint(self) -> str:
+        """What a Ctrl-C leaves (the plugin prints it in one line, exit 130): the study keeps
+        every trial told; the ones this sweeper ran stop getting heartbeats, and the rerun
+        retries them once they are grace_period old (as after a kill)."""
+        s = self.settings
+        return (f"stopped by Ctrl-C; study {s.study_name!r} in {s.storage} keeps its finished "
+                "trials, and the ones that were running run again; rerun the same command to "
+                "resume it")
+
     def _check_existing_study(self, plan: Plan, schedule_class: type[Schedule]) -> None:
         """A dry run refuses what the real run would (UserError): the study it would extend, if
         one exists, is read with the same checks, and nothing is created or written (a storage
@@ -105,7 +115,7 @@ class OptunaSweep:
             return
         study = optuna.load_study(study_name=s.study_name, storage=storage)
         check_directions(study, plan, s.study_name, s.storage)  # as _open_study, in its order
-        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
+        question.check(study, plan, s.study_name, s.storage)
         schedule_class.check_study(plan, study, s.study_name)
 
     def _open_study(self, storage: optuna.storages.BaseStorage, plan: Plan,
@@ -116,9 +126,9 @@ class OptunaSweep:
                                     directions=plan.directions, load_if_exists=True)
         check_directions(study, plan, s.study_name, s.storage)
         # another config's study: refused before anything is asked (its answer is not this one's)
-        question.check(study, plan.question, s.study_name, s.storage, plan.varied)
+        question.check(study, plan, s.study_name, s.storage)
         schedule_class.prepare_study(plan, study, s.study_name)
-        question.record(study, plan.question, s.study_name, s.storage)
+        question.record(study, plan, s.study_name, s.storage)
         record_total(study, plan.n_trials)  # the status's total, read from the URL alone
         # when its heartbeats are stale, and how to resume it (the status, read from the URL)
         record_sweeper(study, s.heartbeat_interval, s.grace_period, sys.orig_argv,
