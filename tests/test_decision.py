@@ -10,6 +10,7 @@ import math
 import subprocess
 
 import pandas as pd
+import pytest
 from scipy import stats as sps
 
 from qknorm import decision
@@ -72,6 +73,11 @@ def test_strength_is_marginal_within_a_tenth_of_delta_of_the_line():
     assert decision.strength(decision.NOT_SHOWN, 0.0001, 0.29, 0.02) == decision.MARGINAL
     assert decision.strength(decision.NOT_SHOWN, -0.05, 0.05, 0.02) == decision.CLEAR
     assert decision.strength(decision.LEVEL, -0.01, 0.01, None) == ""
+    # on the line (δ = 10: δ/10 = 1 exactly in floats): clear, marginal only inside it
+    assert decision.strength(decision.LEVEL, -9.0, 9.0, 10.0) == decision.CLEAR
+    assert decision.strength(decision.LEVEL, -9.5, 9.0, 10.0) == decision.MARGINAL
+    assert decision.strength(decision.WORSE, 1.0, 5.0, 10.0) == decision.CLEAR
+    assert decision.strength(decision.WORSE, 0.5, 5.0, 10.0) == decision.MARGINAL
     assert decision.Outcome(decision.WORSE, decision.MARGINAL).worded({"worse": "more"}) == \
         "more (marginal)"
 
@@ -98,6 +104,9 @@ def test_every_audience_gives_the_pair_the_same_word(tmp_path):
     assert intensify.compare(v2, v4, rules).outcome == "level"
     judged = grid_runs.judge(grid, alpha=alpha, equivalence=delta)
     assert (judged.best, judged.worse, judged.level) == (4.0, frozenset(), frozenset({2.0}))
+    # its TOST interval: the corrected t's 90% one, by hand (variance × (1/5 + 1/4))
+    half = sps.t.ppf(0.95, 4) * sps.tstd(D) * math.sqrt(1 / 5 + 1 / 4)
+    assert judged.tost[2.0] == pytest.approx((0.01 - half, 0.01 + half))
     df = pd.DataFrame([{"norm.kind": "lp", "norm.p": p, "seed": 0, "data.fold": r["fold"],
                         "status": "completed", "best_val_loss": r["value"]}
                        for p, runs in grid.items() for r in runs])

@@ -18,7 +18,7 @@ from qknorm.errors import UserError
 from qknorm.sweep import readback
 from qknorm.sweep.race import looks
 from tests.helpers import REPO
-from tests.helpers.race import RACE, TASK, calls, race_plan, refused, two_sweepers
+from tests.helpers.race import RACE, TASK, calls, plan, race_plan, refused, two_sweepers
 from tests.helpers.studies import age_heartbeats, frozen, run, study_of
 
 # Four candidates over 4 blocks; the block effect (1, 2, 3, 4) is shared, pairing removes it.
@@ -312,3 +312,28 @@ def test_race_replay_reads_a_results_csv_and_says_each_look(tmp_path):
     bad = subprocess.run([*script, "--metric", "nope"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"error: {path} has no nope column(s); pass a results.csv written by scripts/report.py"]
+
+
+def test_a_maximizing_races_record_gives_delta_and_its_interval_in_the_objectives_units():
+    """Higher is better: the race lowers −value, and the record turns back. p=1 leads (3.0, 3.2,
+    3.1); p=2 is behind by 0.01, 0.015, 0.005: Δ = −0.01 in the objective's units, its 90%
+    paired interval −0.01 ± t(0.95, 2) · sd / √3, low below high, inside ±0.03: level
+    (p=∞, 0.5 or more behind, is the look's other candidate)."""
+    from qknorm.sweep import racing
+    from qknorm.sweep.space import parse_space
+
+    spec = plan({"min_replicates": 3, "baseline": None, "equivalence": 0.03, "test": "paired"},
+                folds=(0, 1, 2), directions=["maximize"])
+    space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
+    folds = [f"data.fold={f}" for f in range(3)]
+    lead, behind, far = [3.0, 3.2, 3.1], [2.99, 3.185, 3.095], [2.5, 2.6, 2.52]
+    trials = [frozen(p, {folds[b]: run(v[b]) for b in range(3)})
+              for p, v in ((1.0, lead), (2.0, behind), (math.inf, far))]
+    r = racing.state(trials, spec, space)
+    d = [a - b for a, b in zip(lead, behind)]  # behind, in the minimized sign: > 0
+    half = stats.t.ppf(0.95, 2) * statistics.stdev(d) / math.sqrt(3)
+    attr = racing.outcome_attr(spec, r, (2.0,), 3)
+    assert (attr["outcome"], attr["leader"]) == ("level", "norm.p=1.0")
+    assert attr["delta"] == pytest.approx(-0.01)
+    assert (attr["low"], attr["high"]) == pytest.approx((-0.01 - half, -0.01 + half))
+    assert attr["p"] == pytest.approx(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
