@@ -306,3 +306,17 @@ def test_update_reruns_one_method_and_keeps_the_others(tmp_path):
     assert data["landscapes"]["bowl"]["tpe"] == tpe
     assert [e["seed"] for e in data["landscapes"]["bowl"]["racing"]] == [0]
     assert len(data["command"]) == 2 and "--update" in data["command"][1]
+
+
+def test_a_best_exactly_delta_from_the_floor_counts_as_within_it():
+    """f rises linearly from 0 at x = 0 (p = ∞) to δ = 0.02 at x = 1 (p = 1): p = 1 is δ from
+    the floor exactly, p = 2 (x = 0.5) δ/2 exactly; both bounds are closed (within: <=), as the
+    race's level is; a level p exactly δ from the best's f is within δ too."""
+    shape = continuous.Shape("slope", "calibrated", (0.0, 1.0), (0.0, 0.02))
+    assert (shape.at(1.0) - shape.floor, shape.at(0.5) - shape.floor) == (0.02, 0.01)
+    entries = [{"best_p": 1.0, "worse": [], "level": [], "undecided": [], "steps": 10},
+               {"best_p": 2.0, "worse": [], "level": [], "undecided": [], "steps": 10},
+               {"best_p": math.inf, "worse": [], "level": [1.0], "undecided": [], "steps": 10}]
+    got = continuous.counts(shape, 0.02, entries)
+    assert (got["best_within_delta"], got["best_within_half"], got["level_within_delta"]) == (
+        3, 2, 3)

@@ -165,3 +165,26 @@ def test_a_candidate_record_sums_its_files_and_names_the_landscapes_short(tmp_pa
     assert replays.candidate(rec, Runs(book)) == {"all": {
         "seeds": 1, "landscapes": 2, "best_within_delta": 2, "best_within_half": 1,
         "short": "c/v", "short_noises": "calibrated"}}
+
+
+def test_a_replays_score_counts_its_seeds_against_the_grids_answer_by_hand():
+    """search_replay.score over three hand-made seeds against a grid whose best is p = 2 and
+    whose worse p are 1, 8 and 16 (so half of them is 1.5): #1 right throughout (it calls the
+    grid's worse p, all of them; its level p = 4 exactly δ behind the best: within, the bound is
+    closed); #2 calls one of the three worse
+    (fewer than half) and picks p = 4; #3 picks a grid-worse p, calls p = 4 worse (wrong) and a
+    p 0.5 behind level (not within δ)."""
+    from qknorm.research import grid_runs, search_replay
+
+    truth = grid_runs.GridAnswer(2.0, {1.0: 0.3, 2.0: 0.0, 4.0: 0.02, 8.0: 0.5, 16.0: 0.6},
+                                 frozenset({1.0, 8.0, 16.0}))
+    outcomes = [
+        {"best_p": 2.0, "worse": [1.0, 8.0, 16.0], "level": [4.0], "steps": 100,
+         "distinct_p": 4},
+        {"best_p": 4.0, "worse": [1.0], "level": [], "steps": 200, "distinct_p": 3},
+        {"best_p": 1.0, "worse": [4.0], "level": [8.0], "steps": 300, "distinct_p": 2}]
+    assert search_replay.score(outcomes, truth, 0.02) == {
+        "seeds": 3, "best_not_grid_worse": 2, "best_is_grid_best": 1,
+        "best_p": {"1.0": 1, "2.0": 1, "4.0": 1}, "worse_all_grid_worse": 2,
+        "level_all_within_delta": 2, "calls_half_of_grid_worse": 1, "steps_median": 200,
+        "steps_max": 300, "distinct_p_median": 3}
