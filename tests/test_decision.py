@@ -170,3 +170,45 @@ def test_the_paired_t_fallback_is_the_same_rule():
     low, high = PAIRED_T.interval([0.01, 0.01, 0.01], 0.90)
     assert (low, high) == (0.01, 0.01)
     assert decision.decide(1.0, 0.05, tost=(low, high), equivalence=0.02).word == decision.LEVEL
+
+
+FLIP = {decision.WORSE: decision.BETTER, decision.BETTER: decision.WORSE}
+
+
+def test_one_pair_reads_one_word_in_every_committed_record():
+    """Issue 66 over the committed records: a Δ table's row (p against its baseline) and the
+    grid yardstick's (p against the grid's best) that compare the same two p of the same runs
+    under the same test and δ (the yardstick's: the corrected t) never disagree on level, and
+    never call it worse one way and worse the other. (A call asked both ways can be
+    `undecided` where the one-way question shows `worse`: twice the p, another Holm family;
+    docs/report.md.) The calibrated CPU grid's p = 2 against p = 4 is one such pair, in three
+    records."""
+    from qknorm.claims import kinds, records
+    from qknorm.claims.inputs import Runs
+
+    book = records.load(REPO)
+    of_words = {v: k for k, v in stats.VERDICT_WORDS.items()}
+    said: dict[tuple, list[tuple[str, str]]] = {}
+    for rid, rec in book.records.items():
+        if rec.kind not in ("deltas", "yardstick"):
+            continue
+        rows = kinds.compute(rec, Runs(book))
+        metric = rec.spec.get("metric", "best_val_loss")
+        ref = (rows["best"]["p"] if rec.kind == "yardstick"
+               else str(stats.format_p(float(rec.spec["baseline"]))))
+        for key, row in rows.items():
+            if key in ("all", "best"):
+                continue
+            word = row["call"] if rec.kind == "yardstick" else of_words[row["verdict"]]
+            a, b = sorted((key, ref))
+            test = "corrected" if rec.kind == "yardstick" else rec.spec["test"]
+            said.setdefault((rec.spec["source"], metric, test, float(rec.spec["equivalence"]),
+                             a, b), []).append(
+                (rid, word if (key, ref) == (a, b) else FLIP.get(word, word)))
+    shared = {pair: words for pair, words in said.items() if len(words) > 1}
+    assert len(shared.get(("cpu_calibrated", "best_val_loss", "corrected", 0.02, "2", "4"),
+                          [])) >= 3
+    for pair, words in shared.items():
+        levels = {w == decision.LEVEL for _, w in words}
+        assert len(levels) == 1, (pair, words)
+        assert not {decision.WORSE, decision.BETTER} <= {w for _, w in words}, (pair, words)
