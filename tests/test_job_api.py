@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from qknorm.sweep import identity, trial
 from qknorm.sweep.identity import Identity
 from qknorm.sweep.launcher import job_result
-from tests.helpers.studies import BLOCK, rung_study
+from tests.helpers.studies import BLOCK, median_pruned_trial, rung_study
 
 # -- the identity, from the sweeper's overrides to the job's environment ----------------------
 
@@ -313,14 +313,7 @@ def test_a_replicate_pruned_stops_its_siblings_at_their_next_report(tmp_path, mo
     is told stop too, whatever its value, and the trial keeps one value per step (the first
     job's)."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
-    study = optuna.create_study(study_name="m", storage=url)
-    for _ in range(2):
-        t = study.ask()
-        for step in range(4):
-            t.report(1.0, step)
-        study.tell(t, 1.0)
-    t = study.ask()
-    t.set_user_attr("pruner", {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 2})
+    study, t = median_pruned_trial(url, 4)
     in_a_job(monkeypatch, Identity("m", url, t.number, "seed=0"))
     assert [trial.report(s, 3.0) for s in range(3)] == [False, False, True]
     in_a_job(monkeypatch, Identity("m", url, t.number, "seed=1"))

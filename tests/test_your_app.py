@@ -32,6 +32,7 @@ from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from tests.helpers import REPO
 from tests.helpers.cli import assert_one_line_error, ok, run_cli
 from tests.helpers.holm import holm_by_hand
+from tests.helpers.studies import median_pruned_trial
 
 APP = REPO / "examples" / "noisy_app"
 
@@ -91,14 +92,7 @@ def test_a_median_pruned_report_says_stop_and_marks_the_trial(tmp_path, monkeypa
     """Optuna's MedianPruner, rebuilt in the job from the trial's pruner spec: two finished
     trials at 1.0 per step, the third at 3.0 is pruned at the first step past the warm-up."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
-    study = optuna.create_study(study_name="m", storage=url)
-    for _ in range(2):
-        t = study.ask()
-        for step in range(5):
-            t.report(1.0, step)
-        study.tell(t, 1.0)
-    t = study.ask()
-    t.set_user_attr("pruner", {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 2})
+    study, t = median_pruned_trial(url, 5)
     monkeypatch.setenv(identity.STUDY, "m")
     monkeypatch.setenv(identity.STORAGE, url)
     monkeypatch.setenv(identity.TRIAL, str(t.number))

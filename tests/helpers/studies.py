@@ -195,3 +195,18 @@ def age_heartbeat(url: str, name: str, number: int) -> None:
             "WHERE trial_id = :id"), {"id": trial_id}).rowcount
     engine.dispose()
     assert changed == 1
+
+
+def median_pruned_trial(url: str, steps: int) -> tuple[optuna.Study, optuna.Trial]:
+    """A study "m" at `url` with two finished trials that reported 1.0 at each of `steps` steps,
+    and a third asked under Optuna's MedianPruner (n_startup_trials 2, n_warmup_steps 2: the
+    trial's pruner spec, which the job rebuilds)."""
+    study = optuna.create_study(study_name="m", storage=url)
+    for _ in range(2):
+        t = study.ask()
+        for step in range(steps):
+            t.report(1.0, step)
+        study.tell(t, 1.0)
+    t = study.ask()
+    t.set_user_attr("pruner", {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 2})
+    return study, t
