@@ -217,7 +217,12 @@ def test_the_racing_search_answers_best_level_worse_undecided(app_dir):
     (best,) = [row for row in rows if row["answer"] == "best"]
     assert best["params"]["lr"] == 0.1  # the initial proposal: the floor's minimum
     assert any(row["answer"] == "worse" for row in rows)
-    assert f"search: best lr=0.1 (mean {best['mean']:.4f} over {best['n']} replicates)" in r.stdout
+    # with its range: the best and the proposals level with it, or none
+    near = [0.1] + [row["params"]["lr"] for row in rows if row["answer"] == "level"]
+    span = (f"; with those level with it, lr in [{min(near):.4g}, {max(near):.4g}]"
+            if len(near) > 1 else "; no proposal level with it")
+    assert (f"search: best lr=0.1 (mean {best['mean']:.4f} over {best['n']} replicates{span})"
+            in r.stdout)
 
 
 KILLING_APP = '''"""The example app, killing its sweep in trial 1's first job (once) and logging its jobs."""
