@@ -204,11 +204,9 @@ def build_report(root: Path | str, options: Options | None = None) -> Report:
         tables["curves.csv"] = curves[results.curves_csv_columns(curves)].to_csv(index=False).encode()
     races = {name: readback.settings_of(study) for (name, _), study in collection.studies.items()
              if readback.kind(study) == readback.RACE}
+    races = races or (racerebuild.read_settings(collection.root) if collection.rebuilt else {})
     if races:  # so that a report rebuilt from results.csv reports the race too (racerebuild)
         tables[racerebuild.RACE_FILE] = racerebuild.settings_json(races)
-    elif collection.rebuilt and racerebuild.read_settings(collection.root):
-        tables[racerebuild.RACE_FILE] = racerebuild.settings_json(
-            racerebuild.read_settings(collection.root))
     files = {**tables, "summary.md": summary.encode(), **files}
     return Report(collection.runs, summary, files)
 

@@ -23,8 +23,16 @@ from types import SimpleNamespace
 import pandas as pd
 
 from qknorm.rundir import COMPLETED, PRUNED
-from qknorm.sweep import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, readback, run_entry, stopped_entry
-from qknorm.sweep.race import STOPPED, driver
+from qknorm.sweep import (
+    RACE_OUTCOME_ATTR,
+    RACE_RUNS_ATTR,
+    outcome_record,
+    readback,
+    run_entry,
+    stopped_entry,
+    stopped_record,
+)
+from qknorm.sweep.race import driver
 
 RACE_FILE = "race.json"  # beside results.csv: {study name: the study's race settings}
 
@@ -91,7 +99,6 @@ def trials(runs: pd.DataFrame, curves: pd.DataFrame, settings: dict) -> dict[str
                                                 _fields(run))
     values = {c: readback.block_values({RACE_RUNS_ATTR: race_runs[c]}, blocks)
               for c in candidates}
-    stopped = {c for c in candidates if readback.stopped_block({RACE_RUNS_ATTR: race_runs[c]})}
     ledger = driver.RaceLedger(candidates, values, set(),
                                sum(r["steps"] or 0 for c in candidates
                                    for r in race_runs[c].values()))
@@ -99,27 +106,12 @@ def trials(runs: pd.DataFrame, curves: pd.DataFrame, settings: dict) -> dict[str
     race = driver.race_turn(ledger, rules, settings.get("baseline"), None, False).race
     out = {}
     for c in candidates:
-        n = len(race_runs[c])
-        if c in stopped:
-            block = readback.stopped_block({RACE_RUNS_ATTR: race_runs[c]})
-            stop = race_runs[c][block]
-            record = {"outcome": STOPPED, "n": n, "after": block, "step": stop["stopped_at"],
-                      "leader": stop["best"], "delta": stop["delta"], "p": None,
-                      "p_adjusted": None}
-        else:
-            v = driver.race_verdict(race, c, rules, failed=not race_runs[c])
-            test = v.test
-            record = {"outcome": v.outcome, "n": n, "after": blocks[n - 1] if n else None}
-            if v.look is not None:
-                record.update(look=v.look.n, leader=v.look.leader,
-                              delta=None if test is None else test.delta,
-                              p=None if test is None else test.p,
-                              p_adjusted=None if test is None else test.p_adjusted)
-            if settings.get("equivalence") is not None:
-                record.update(low=None if test is None else test.low,
-                              high=None if test is None else test.high)
-        out[c] = SimpleNamespace(user_attrs={RACE_RUNS_ATTR: race_runs[c],
-                                             RACE_OUTCOME_ATTR: record})
+        n, runs_c = len(race_runs[c]), {RACE_RUNS_ATTR: race_runs[c]}
+        block = readback.stopped_block(runs_c)
+        record = (stopped_record(race_runs[c], block, n) if block is not None else
+                  outcome_record(driver.race_verdict(race, c, rules, failed=not race_runs[c]), n,
+                                 blocks, str, 1.0, settings.get("equivalence")))
+        out[c] = SimpleNamespace(user_attrs={**runs_c, RACE_OUTCOME_ATTR: record})
     return out
 
 

@@ -55,6 +55,8 @@ _FACE = {
     # committed race without its study (qknorm/report/racerebuild.py)
     "run_entry": "qknorm.sweep.racing",
     "stopped_entry": "qknorm.sweep.racing",
+    "outcome_record": "qknorm.sweep.racing",
+    "stopped_record": "qknorm.sweep.racing",
     "RACE_RUNS_ATTR": "qknorm.sweep.study",
     "RACE_OUTCOME_ATTR": "qknorm.sweep.study",
 }

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -139,17 +139,27 @@ def outcome_attr(race: RaceSpec, result: Race, c: Hashable, n_run: int,
     under today's rule (readback.elimination, looks.answer), so an old study reads as the
     code decides now."""
     v = driver.race_verdict(result, c, rules(race), failed=failed)
+    return outcome_record(v, n_run, race.blocks, race.labels.__getitem__, race.sign,
+                          race.equivalence)
+
+
+def outcome_record(v: driver.RaceVerdict, n_run: int, blocks: Sequence[str],
+                   label: Callable[[Hashable], str], sign: float,
+                   equivalence: float | None) -> dict[str, Any]:
+    """outcome_attr's record of a verdict (also what a report rebuilt without its study writes,
+    qknorm/report/racerebuild.py): Δ and the interval turned back to the objective's sign,
+    the leader by its label."""
     out: dict[str, Any] = {"outcome": v.outcome, "n": n_run,
-                           "after": race.blocks[n_run - 1] if n_run else None}
+                           "after": blocks[n_run - 1] if n_run else None}
     test = v.test
     if v.look is not None:
-        out.update(look=v.look.n, leader=race.labels[v.look.leader],
-                   delta=None if test is None else race.sign * test.delta,
+        out.update(look=v.look.n, leader=label(v.look.leader),
+                   delta=None if test is None else sign * test.delta,
                    p=None if test is None else test.p,
                    p_adjusted=None if test is None else test.p_adjusted)
-    if race.equivalence is not None:
+    if equivalence is not None:
         low, high = ((None, None) if test is None or test.low is None else
-                     sorted((race.sign * test.low, race.sign * test.high)))
+                     sorted((sign * test.low, sign * test.high)))
         out.update(low=low, high=high)
     return out
 
@@ -163,7 +173,12 @@ def stop_attr(race: RaceSpec, trial: FrozenTrial | optuna.Trial, block: str,
               n_run: int) -> dict[str, Any]:
     """The trial user attr `race` of a candidate stopped at a rung: the block, the step, its
     val loss there minus the best other run's (Δ > margin) and which candidate that was."""
-    stop = trial.user_attrs[RACE_RUNS_ATTR][block]
+    return stopped_record(trial.user_attrs[RACE_RUNS_ATTR], block, n_run)
+
+
+def stopped_record(runs: Mapping[str, dict], block: str, n_run: int) -> dict[str, Any]:
+    """stop_attr's record, from the candidate's race_runs (a rebuilt report's too)."""
+    stop = runs[block]
     return {"outcome": STOPPED, "n": n_run, "after": block, "step": stop["stopped_at"],
             "leader": stop.get("best"), "delta": stop.get("delta"), "p": None,
             "p_adjusted": None}
