@@ -228,8 +228,7 @@ def _from_run_dirs(study: optuna.Study, varied: Iterable[str]) -> dict[str, Any]
             config = rundir.read_config(run_dir)
             if config:  # asked as the plan asks it: qknorm's effective config, or all of it
                 qknorms = any(k.startswith("norm.") for k in config)
-                return question(config, varied) if qknorms else \
-                    {k: v for k, v in sorted(config.items()) if k not in set(varied)}
+                return question(config, varied) if qknorms else any_question(config, varied)
     if trials:
         log.warning("study %s holds %d trial(s) from before studies kept their config, and "
                     "none of their run dirs is here: this sweep's config is not compared to "
