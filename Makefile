@@ -21,10 +21,11 @@ PYTEST_WORKERS ?= 2
 help:  ## list the targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml plugins/hydra_racing_sweeper/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/python scripts/install_torch.py "$(TORCH_SPEC)" --index "$(TORCH_INDEX)"
+	$(BIN)/pip install --quiet -e plugins/hydra_racing_sweeper  # the sweeper, qknorm's dependency (not on PyPI)
 	$(BIN)/pip install --quiet -e ".[sweep,dev,postgres,slurm,tracking,dashboard,kjv,bpe,replay]"  # the sweeps, the tests, the cluster, tracker, dashboard, corpus and replay tests' extras
 	touch $@
 
@@ -53,7 +54,7 @@ bench: install  ## speed benchmark (JSON to outputs/bench.json)
 	$(BIN)/python scripts/bench.py --out outputs/bench.json
 
 lint: install  ## ruff
-	$(BIN)/ruff check qknorm scripts tests hydra_plugins
+	$(BIN)/ruff check qknorm scripts tests hydra_plugins plugins
 
 clean:  ## remove outputs (keeps .venv)
 	find outputs -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

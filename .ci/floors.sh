@@ -29,9 +29,10 @@ python3 .ci/floors.py --torch "$TORCH_VERSION" > "$VENV/floors.txt"
 # minutes; antlr4-python3-runtime (hydra-core's pin) is published as source only.
 # --no-compile: tests import a fraction of torch, compiled on first import.
 "$VENV/bin/pip" install --quiet --no-compile --only-binary :all: \
-    --no-binary antlr4-python3-runtime -c "$VENV/floors.txt" -e ".[sweep,dev]"
+    --no-binary antlr4-python3-runtime -c "$VENV/floors.txt" -e ./plugins/hydra_racing_sweeper \
+    -e ".[sweep,dev]"
 echo "floors: installed $(tr '\n' ' ' < "$VENV/floors.txt")in $((SECONDS - start)) s"
-"$VENV/bin/ruff" check qknorm scripts tests hydra_plugins
+"$VENV/bin/ruff" check qknorm scripts tests hydra_plugins plugins
 # Old releases' deprecation warnings about their own dependencies are noise here.
 # Two workers, as make test: the tests are independent and CI has two cores.
 "$VENV/bin/python" -m pytest -p no:cacheprovider -q -n 2 -W ignore::DeprecationWarning \

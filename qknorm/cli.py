@@ -22,6 +22,7 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
+from hydra_racing_sweeper import trial
 from omegaconf import DictConfig, OmegaConf
 
 from qknorm import memory, rundir
@@ -37,7 +38,6 @@ from qknorm.errors import (
     one_line,
 )
 from qknorm.overrides import check_overrides
-from qknorm.sweep import trial
 from qknorm.train import resolve_compile, resolve_device, train
 
 # The basic sweepers, by their _target_'s class: Hydra's, and ours minus repeats (the plugin's

@@ -143,7 +143,7 @@ class OptunaTrialConfig:
 
     They record which trial the run was (the run-dir report and the trackers read them). The
     job reports to its trial, and learns its race's rungs, from its environment instead
-    (qknorm/sweep/identity.py), so that any Hydra task can be swept.
+    (hydra_racing_sweeper/identity.py), so that any Hydra task can be swept.
     """
 
     study_name: str | None = None

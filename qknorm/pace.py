@@ -1,6 +1,6 @@
 """How fast a run trains: `time_steps` runs a built run's real training step (qknorm.train's
 train_step, at the mid-schedule LR) and times it. One timer for the step benchmarks
-(qknorm/bench/steps.py) and the sweep plan's cost line (qknorm/sweep/cost.py), which sits
+(qknorm/bench/steps.py) and the sweep plan's cost line (hydra_racing_sweeper/cost.py), which sits
 below the bench: so it stands here, beside the run it times."""
 
 from __future__ import annotations

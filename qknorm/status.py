@@ -1,4 +1,4 @@
-"""`python -m qknorm.status STORAGE [--study NAME]`: a sweep's status (qknorm/sweep/progress.py)
+"""`python -m qknorm.status STORAGE [--study NAME]`: a sweep's status (hydra_racing_sweeper/progress.py)
 from any terminal or machine, while it runs or after. docs/status.md explains the lines.
 
 STORAGE is the sweeper's storage URL (sqlite:///outputs/optuna.db, journal:///outputs/optuna.log,
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> list[str]:
-    from qknorm.sweep import open_reader, read_study, status_lines, stopped_sweep
+    from hydra_racing_sweeper import open_reader, read_study, status_lines, stopped_sweep
 
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials={args.n_trials} must be >= 1 (the sweep's total trials)")
@@ -124,7 +124,7 @@ def _from_jobs(root: Path) -> list[Target]:
 def from_results(root: Path) -> list[Target]:
     """From optimization_results.yaml files (written when a sweep ends; their one reader is
     qknorm.sweep's studies_named)."""
-    from qknorm.sweep import studies_named
+    from hydra_racing_sweeper import studies_named
 
     return [Target(s["storage"], s["study_name"], s["n_trials"]) for s in studies_named(root)]
 

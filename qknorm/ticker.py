@@ -18,17 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-
-def duration(seconds: float) -> str:
-    """45s, 12m30s, 2h05m, 3d04h: two units, enough for an ETA."""
-    s = max(int(round(seconds)), 0)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+from hydra_racing_sweeper.units import duration
 
 
 def line(step: int, total: int, loss: float, tokens_per_s: float, elapsed: float,

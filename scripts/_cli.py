@@ -15,10 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # run from a checkout without install
 
+from hydra_racing_sweeper.multitest import AUTO as AUTO_TEST  # noqa: E402
+from hydra_racing_sweeper.multitest import TESTS  # noqa: E402
+
 from qknorm import rundir  # noqa: E402
 from qknorm.errors import UserError  # noqa: E402
-from qknorm.multitest import AUTO as AUTO_TEST  # noqa: E402
-from qknorm.multitest import TESTS  # noqa: E402
 from qknorm.report import (  # noqa: E402
     AUTO,
     DEFAULT_EQUIVALENCE,
@@ -92,7 +93,7 @@ def save_figure(fig, out: Path) -> Path:
 
 def add_test_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test", choices=[AUTO_TEST, *TESTS], default="auto",
-                        help="the replicate test (qknorm.multitest; auto: corrected where "
+                        help="the replicate test (hydra_racing_sweeper.multitest; auto: corrected where "
                         "the runs span several folds, else paired, as the race and the report)")
     parser.add_argument("--n-folds", type=int, default=None, metavar="K",
                         help="data.n_folds, for a results.csv written before that column")

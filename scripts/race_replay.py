@@ -1,6 +1,6 @@
 """Replay a race's looks on recorded runs: `python scripts/race_replay.py RESULTS_CSV` reads a
 report's results.csv (a grid's, or a race's own), takes each p's completed runs by fold, and
-replays the race's looks over them with qknorm.sweep.race.looks.replay, the sweeper's own rule:
+replays the race's looks over them with hydra_racing_sweeper.race.looks.replay, the sweeper's own rule:
 which p each look drops, which leave level, and where the race would end. A p that lacks a fold
 a look needs (stopped at a rung, or never run) leaves there without a test. No run is trained:
 it answers "what would this race have said, with these settings, on these runs?"."""
@@ -12,12 +12,12 @@ import math
 from pathlib import Path
 
 import _cli
+from hydra_racing_sweeper.race import LEVEL, STAYS, driver, looks
 
 from qknorm.errors import run_main
 from qknorm.report import format_p
 from qknorm.research.recorded_folds import completed_by_fold, replicate_test
 from qknorm.research.search_replay import preset
-from qknorm.sweep.race import LEVEL, STAYS, driver, looks
 
 
 def main() -> None:

@@ -343,8 +343,7 @@ def test_a_race_over_p_runs_in_angpt_through_the_sweeper(cli):
     (whole folds, no rungs) over 3 folds on the tiny model."""
     import optuna
     import yaml
-
-    from qknorm.sweep.study import RACE_OUTCOME_ATTR
+    from hydra_racing_sweeper.study import RACE_OUTCOME_ATTR
 
     r = cli("-m", "qknorm.train", "search=p_race", "experiment=smoke", "model.arch=angpt",
             "optimizer=angpt", "threads=1", "train.max_iters=20", "train.eval_interval=10",

@@ -1,4 +1,4 @@
-"""qknorm.cells.num, the one number formatter: the digits by size or by spec, and a mark where
+"""hydra_racing_sweeper.units.num, the one number formatter: the digits by size or by spec, and a mark where
 there is no number (expected strings written by hand)."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
-from qknorm.cells import num
+from hydra_racing_sweeper.units import num
 
 
 @pytest.mark.parametrize("x, written", [

@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from hydra_racing_sweeper.multitest import PAIRED_T
 
 from qknorm.claims import check, kinds, page, printed, records, verdicts
 from qknorm.claims.inputs import Runs
 from qknorm.errors import UserError
-from qknorm.multitest import PAIRED_T
 
 REPO = Path(__file__).resolve().parents[1]
 T975_2 = 4.302652729749462  # scipy.stats.t.ppf(0.975, 2)
@@ -136,7 +136,7 @@ def test_deltas_record_on_hand_made_runs(book):
     assert one["holm"] == pytest.approx(2 * p1)  # Holm: the smaller p of 2, doubled
     assert four["holm"] == pytest.approx(max(2 * p1, p4))
     assert (one["verdict"], four["verdict"]) == ("worse", "undecided")  # 2 p1 = 0.032, p4 = 0.12
-    # Strength (qknorm.decision): p = 1's 95% interval clears 0 by far more than δ/10; p = 4's
+    # Strength (hydra_racing_sweeper.decision): p = 1's 95% interval clears 0 by far more than δ/10; p = 4's
     # undecided one straddles 0 with both edges over δ/10 = 0.002 away (low ≈ -0.013): clear.
     assert four["low"] < -0.002 and four["high"] > 0.002
     assert (one["strength"], four["strength"]) == ("clear", "clear")

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+from hydra_racing_sweeper import slurm as _slurm
+from hydra_racing_sweeper import specs as _specs
+from hydra_racing_sweeper.study import HEARTBEAT_ATTR
 from optuna.trial import TrialState
 
-from qknorm.sweep import slurm as _slurm
-from qknorm.sweep import specs as _specs
-from qknorm.sweep.study import HEARTBEAT_ATTR
 from tests.helpers import REPO
 from tests.helpers.cli import FAST, ok
 from tests.helpers.cluster import report_states

@@ -11,16 +11,16 @@ import statistics
 
 import optuna
 import pytest
+from hydra_racing_sweeper import racing
+from hydra_racing_sweeper.launcher import JobResult
+from hydra_racing_sweeper.race import RaceSpec
+from hydra_racing_sweeper.racing import RaceSearchSchedule
+from hydra_racing_sweeper.space import parse_space, replicate_combinations
+from hydra_racing_sweeper.sweep import OptunaSweep
 
 from qknorm.errors import UserError
 from qknorm.research import continuous, search_replay
 from qknorm.rundir import COMPLETED
-from qknorm.sweep import racing
-from qknorm.sweep.launcher import JobResult
-from qknorm.sweep.race import RaceSpec
-from qknorm.sweep.racing import RaceSearchSchedule
-from qknorm.sweep.space import parse_space, replicate_combinations
-from qknorm.sweep.sweep import OptunaSweep
 from tests.helpers import REPO
 from tests.helpers.race import sweep_plan
 from tests.helpers.studies import Beats

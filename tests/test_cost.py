@@ -1,5 +1,6 @@
-"""A sweep's plan before it starts (qknorm/sweep/cost.py): the work at most, counted by hand,
-the time from a measured pace, and the dry run that stops before the study is opened."""
+"""A sweep's plan before it starts (hydra_racing_sweeper/cost.py; its time from qknorm/sweep/hook.py): the
+work at most, counted by hand, the time from a measured pace, and the dry run that stops before the study
+is opened."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import math
 
 import pytest
 import torch
-
-from qknorm.sweep import cost
+from hydra_racing_sweeper import cost
 
 
 def test_the_work_is_trials_x_blocks_runs_of_max_iters_steps_with_their_evals():
@@ -37,14 +37,16 @@ def test_the_line_adds_setups_steps_and_evals_at_the_measured_pace():
         "(budget_steps) and 121 evals; about 35m08s")
     assert cost.line(cost.work(3, 1, None, None), None) == (
         "plan: at most 3 runs (3 trials x 1 replicate); steps and a time once a job has "
-        "reported them (qknorm.sweep.trial)")
+        "reported them (hydra_racing_sweeper.trial)")
 
 
 def test_measure_times_the_jobs_step_on_its_threads_and_restores_the_callers():
     from qknorm.bench.steps import compose
 
     before = torch.get_num_threads()
-    pace = cost.measure(compose("tiny", ["threads=1", "train.eval_iters=3"]))
+    from qknorm.sweep.hook import measure
+
+    pace = measure(compose("tiny", ["threads=1", "train.eval_iters=3"]))
     assert torch.get_num_threads() == before
     assert pace.where == "cpu, 1 thread"
     assert all(0 < x < 60 and math.isfinite(x) for x in (pace.setup_s, pace.step_s, pace.eval_s))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import optuna
 import pytest
+from hydra_racing_sweeper import readback
 
-from qknorm.sweep import readback
 from tests.helpers.cli import run_cli
 from tests.helpers.race import RACE, SEARCH, TASK, check_table
 

@@ -1,4 +1,4 @@
-"""qknorm.decision: the one rule every verdict is decided by (issue 66), checked against scipy
+"""hydra_racing_sweeper.decision: the one rule every verdict is decided by (issue 66), checked against scipy
 on hand-made differences, and every audience that answers a comparison (the race's look and
 answer, the racing search, the report's Δ table, the claims' words, the grid yardstick, the
 rung error rates) held to the same word for the same pair."""
@@ -11,14 +11,14 @@ import subprocess
 
 import pandas as pd
 import pytest
+from hydra_racing_sweeper import decision
+from hydra_racing_sweeper.multitest import PAIRED_T, for_folds
+from hydra_racing_sweeper.race import intensify, looks
 from scipy import stats as sps
 
-from qknorm import decision
 from qknorm.claims import verdicts as claim_words
-from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report import stats
 from qknorm.research import grid_runs, rung_error_rates
-from qknorm.sweep.race import intensify, looks
 from tests.helpers import REPO
 
 # Five folds of p = 2 behind p = 4 by 0.008 … 0.012: shown behind (tiny one-sided p) and surely
@@ -28,7 +28,7 @@ D = [0.008, 0.009, 0.010, 0.011, 0.012]
 
 
 def scipy_tost(d, level=0.90):
-    """The paired t-interval of mean(d) from scipy, independent of qknorm.multitest."""
+    """The paired t-interval of mean(d) from scipy, independent of hydra_racing_sweeper.multitest."""
     return sps.t.interval(level, len(d) - 1, loc=sps.tmean(d), scale=sps.sem(d))
 
 
@@ -155,14 +155,18 @@ def _compares(path) -> list[tuple[int, str]]:
     return out
 
 
+PLUGIN = "plugins/hydra_racing_sweeper"
+DECISION = f"{PLUGIN}/hydra_racing_sweeper/decision.py"
+
+
 def test_no_module_but_decision_compares_a_p_with_alpha_or_an_interval_with_delta():
-    files = subprocess.run(["git", "ls-files", "qknorm", "hydra_plugins", "scripts"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split()
-    found = {f: hits for f in files if f.endswith(".py") and f != "qknorm/decision.py"
+    files = subprocess.run(["git", "ls-files", "qknorm", "hydra_plugins", "scripts", PLUGIN],
+                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    found = {f: hits for f in files if f.endswith(".py") and f != DECISION
              for hits in [_compares(REPO / f)] if hits}
     assert found == {}
     # and the finder finds one: the rule as decision.py writes it
-    assert _compares(REPO / "qknorm/decision.py")
+    assert _compares(REPO / DECISION)
 
 
 def test_the_paired_t_fallback_is_the_same_rule():

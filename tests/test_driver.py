@@ -1,4 +1,4 @@
-"""The racing engine's driver (qknorm.sweep.race.driver) on hand-made tables: the steps it asks for,
+"""The racing engine's driver (hydra_racing_sweeper.race.driver) on hand-made tables: the steps it asks for,
 its budget, what the sampler is told, the answer with Holm, and the order of retried proposals;
 then one test that the live search and the replay make the same runs and the same answer on
 the same values. Expected numbers come from scipy and hand computation."""
@@ -10,17 +10,17 @@ import math
 
 import optuna
 import pytest
+from hydra_racing_sweeper import raceplan, readback
+from hydra_racing_sweeper.multitest import PAIRED_T
+from hydra_racing_sweeper.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver, looks
+from hydra_racing_sweeper.racing import propose
+from hydra_racing_sweeper.space import Param, SearchSpace
+from hydra_racing_sweeper.study import RACE_RUNS_ATTR, RETRIED_ATTR
 from optuna.distributions import FloatDistribution
 from scipy import stats
 
 from qknorm.errors import UserError
-from qknorm.multitest import PAIRED_T
 from qknorm.research import race_sims
-from qknorm.sweep import raceplan, readback
-from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver, looks
-from qknorm.sweep.racing import propose
-from qknorm.sweep.space import Param, SearchSpace
-from qknorm.sweep.study import RACE_RUNS_ATTR, RETRIED_ATTR
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 

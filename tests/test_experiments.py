@@ -47,9 +47,9 @@ def test_paper_presets_run_the_grid_through_our_sweeper(preset, folds):
     replicates), in one study per gamma_init whose sweep dir a rerun resumes into."""
     hydra_cfg = compose_hydra_config(f"experiment={preset}", "norm.gamma_init=calibrated").hydra
     sweeper = hydra_cfg.sweeper
-    assert sweeper._target_.endswith("QknormOptunaSweeper")
+    assert sweeper._target_.endswith("RacingSweeper")
     assert sweeper.sampler.name == "grid" and sweeper.n_trials is None
-    from qknorm.sweep.space import parse_param
+    from hydra_racing_sweeper.space import parse_param
     assert list(parse_param("norm.p", sweeper.params["norm.p"]).grid) == P_GRID
     assert list(sweeper.replicates["data.fold"]) == list(range(folds))
     assert sweeper.study_name == f"{preset}_calibrated"

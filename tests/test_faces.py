@@ -124,7 +124,7 @@ def test_the_run_does_not_import_the_sweep_wing():
         path = REPO / rel
         for module, name, line in imports(path):
             target = f"{module}.{name}" if name else module
-            if (target + ".").startswith("qknorm.sweep."):
+            if (target + ".").startswith("hydra_racing_sweeper."):
                 bad.append(f"{where(path, line)}: {target}")
     assert not bad, "the run imports the sweep wing:\n" + "\n".join(bad)
 
@@ -135,7 +135,7 @@ NOT_MODULES = {"qknorm.key", "qknorm.level"}  # MLflow tag names (qknorm/trackin
 
 
 def test_docstrings_and_comments_name_modules_that_exist():
-    """`qknorm.sweep.job`, `qknorm/report/results.py`, `qknorm.report.stats.paired_test`: the
+    """`hydra_racing_sweeper.job`, `qknorm/report/results.py`, `qknorm.report.stats.paired_test`: the
     longest prefix that is a module must be one, and what follows it a name in it."""
     bad = []
     for path in source_files():
@@ -164,14 +164,13 @@ def _has_name(module: list[str], name: str) -> bool:
 # or from one below, never from one above. A package named here is one room, all its files on
 # that layer; every module of qknorm/, hydra_plugins/ and scripts/ must be on one.
 LAYERS = [
-    ("qknorm.errors", "qknorm.multitest", "qknorm.decision", "qknorm.cells", "qknorm.nn",
-     "qknorm.hooks", "qknorm.ticker", "qknorm.jsonfile"),
+    ("qknorm.errors", "qknorm.nn", "qknorm.hooks", "qknorm.ticker", "qknorm.jsonfile"),
     ("qknorm.config",),
     ("qknorm.effective", "qknorm.rundir", "qknorm.norms", "qknorm.tokenizer", "qknorm.data"),
     ("qknorm.model", "qknorm.angpt", "qknorm.arch", "qknorm.diagnostics", "qknorm.tracking",
      "qknorm.memory", "qknorm.overrides"),
     ("qknorm.train", "qknorm.sample", "qknorm.pace"),  # the run
-    ("qknorm.sweep.race",),  # the race's pure rules: below the rest of the sweep wing
+    ("hydra_racing_sweeper.race",),  # the race's pure rules: below the rest of the sweep wing
     ("qknorm.sweep",),
     ("qknorm.report", "qknorm.status", "qknorm.cli", "hydra_plugins"),
     ("qknorm.bench",),
@@ -229,7 +228,7 @@ def test_no_import_runs_up_a_layer():
     assert not stale, f"KNOWN_UP names imports that no longer run up: {sorted(stale)}; strike them"
 
 
-RACE = "qknorm.sweep.race"
+RACE = "hydra_racing_sweeper.race"
 
 
 def test_the_race_imports_nothing_of_the_sweep_wing_outside_it():
@@ -240,14 +239,14 @@ def test_the_race_imports_nothing_of_the_sweep_wing_outside_it():
         for module, name, line in imports(path):
             target = f"{module}.{name}" if name and is_module(f"{module}.{name}") else module
             if module.split(".")[0] == "optuna" or (
-                    (target + ".").startswith("qknorm.sweep.")
+                    (target + ".").startswith("hydra_racing_sweeper.")
                     and not (target + ".").startswith(RACE + ".")):
                 bad.append(f"{where(path, line)}: {target}")
     assert not bad, "the race imports outside its layer:\n" + "\n".join(bad)
 
 
 def test_the_race_is_used_through_its_face():
-    """From outside qknorm/sweep/race/: `from qknorm.sweep.race import X` with X in its __all__
+    """From outside qknorm/sweep/race/: `from hydra_racing_sweeper.race import X` with X in its __all__
     (a name, or one of the modules it names as a namespace), as Optuna's users write
     `optuna.pruners.MedianPruner`; no module of it imported by path."""
     offered = set(importlib.import_module(RACE).__all__)

@@ -1,6 +1,6 @@
 """qknorm.research.fold_power: the power of the corrected (and plain) t over K folds, checked against
 formulas written out here and against a simulation of Nadeau & Bengio's correlated folds run
-through qknorm.multitest's own test."""
+through hydra_racing_sweeper.multitest's own test."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import pytest
+from hydra_racing_sweeper import multitest
 from scipy import integrate
 from scipy.stats import chi2, nct, norm, t
 
-from qknorm import multitest
 from qknorm.research import fold_power, power
 
 

@@ -4,11 +4,11 @@ the fix (the command-line side of them: tests/test_failures.py, tests/test_searc
 from __future__ import annotations
 
 import pytest
+from hydra_racing_sweeper.space import parse_param
 
 from qknorm.config import DataConfig
 from qknorm.data import load_text
 from qknorm.errors import UserError
-from qknorm.sweep.space import parse_param
 
 
 def _text_config(path) -> DataConfig:
@@ -154,7 +154,7 @@ def test_an_empty_mapping_over_a_presets_is_refused(override, needles):
 
 def test_p_race_without_a_grid_names_the_baseline_given():
     """It named 'the baseline 2' whatever baseline the command line gave (issue 54)."""
-    from qknorm.sweep.plan import race_needs_a_grid
+    from hydra_racing_sweeper.plan import race_needs_a_grid
 
     five = race_needs_a_grid(5)
     assert "choice(...) with the baseline 5 in it" in five

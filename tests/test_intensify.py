@@ -1,4 +1,4 @@
-"""The racing search's rules (qknorm.sweep.race.intensify) on tables with a known answer: each look,
+"""The racing search's rules (hydra_racing_sweeper.race.intensify) on tables with a known answer: each look,
 the takeover, the extension of an open pair, in-fold stops, the answer and what the sampler is
 told. Values are losses (lower is better); blocks are folds in order."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from hydra_racing_sweeper.multitest import PAIRED_T
+from hydra_racing_sweeper.race import INCUMBENT, PARKED, RACING, Proposal, Rules, intensify
 from scipy import stats
 
-from qknorm.multitest import PAIRED_T
-from qknorm.sweep.race import INCUMBENT, PARKED, RACING, Proposal, Rules, intensify
 from tests.helpers.holm import holm_by_hand
 
 RULES = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)

@@ -1,4 +1,4 @@
-"""The job-side API in memory (qknorm/sweep/trial.py, identity.py, job.py; issue 68): how a
+"""The job-side API in memory (hydra_racing_sweeper/trial.py, identity.py, job.py; issue 68): how a
 job's identity travels through Hydra to its environment, what trial.report answers (after a
 stop, at a rung judged late, on a value or a step it does not take), and what the launcher
 reads back of a job that reported. Studies are SQLite files in tmp_path; Hydra composes the
@@ -22,11 +22,11 @@ from hydra.conf import HydraConf
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus, env_override
+from hydra_racing_sweeper import identity, trial
+from hydra_racing_sweeper.identity import Identity
+from hydra_racing_sweeper.launcher import job_result
 from omegaconf import OmegaConf
 
-from qknorm.sweep import identity, trial
-from qknorm.sweep.identity import Identity
-from qknorm.sweep.launcher import job_result
 from tests.helpers.studies import BLOCK, median_pruned_trial, rung_study
 
 # -- the identity, from the sweeper's overrides to the job's environment ----------------------
@@ -187,11 +187,11 @@ def test_a_step_that_goes_back_or_repeats_is_ignored_with_one_warning(tmp_path, 
     back was taken, and final.json recorded steps: 0)."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
     in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
-    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.job"):
+    with caplog.at_level(logging.WARNING, logger="hydra_racing_sweeper.job"):
         said = [trial.report(s, v) for s, v in ((5, 1.0), (3, 0.9), (5, 0.8), (6, 0.7))]
     assert said == [False] * 4
     assert stored(url) == {5: 1.0, 6: 0.7}
-    warned = [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.job"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "hydra_racing_sweeper.job"]
     assert len(warned) == 1 and warned[0].startswith(
         "trial.report(step=3) after step 5 is ignored")
 
@@ -300,9 +300,9 @@ def test_the_first_step_not_after_the_last_is_the_one_warned_of(tmp_path, monkey
     is named, once."""
     url = f"sqlite:///{tmp_path / 'o.db'}"
     in_a_job(monkeypatch, Identity("s", url, new_trial(url)))
-    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.job"):
+    with caplog.at_level(logging.WARNING, logger="hydra_racing_sweeper.job"):
         assert [trial.report(s, 1.0 - s / 10) for s in steps] == [False] * 4
-    warned = [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.job"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "hydra_racing_sweeper.job"]
     assert len(warned) == 1 and warned[0].startswith(f"trial.report(step={ignored}) after step 5")
     assert sorted(stored(url)) == [5, 6]
 
@@ -360,17 +360,17 @@ def test_a_trial_finished_elsewhere_is_reported_to_no_more_with_one_warning(tmp_
     assert trial.report(0, 1.0) is False
     study = optuna.load_study(study_name="s", storage=url)
     study.tell(n, state=optuna.trial.TrialState.FAIL)
-    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.job"):
+    with caplog.at_level(logging.WARNING, logger="hydra_racing_sweeper.job"):
         assert [trial.report(s, 1.0) for s in (1, 2, 3)] == [False] * 3
-    assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.job"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hydra_racing_sweeper.job"] == [
         f"trial {n} is already finished; not reporting any more"]
 
 
 def test_a_candidates_rung_value_is_the_lowest_of_its_trials():
     """A killed sweeper's trial and its retry ran the same run: the other candidates are judged
     against the lower of the two, and a job's own candidate is never among the others."""
-    from qknorm.sweep.job import rung_values
-    from qknorm.sweep.study import RACE_CANDIDATE_ATTR, RACE_RUNG_ATTR
+    from hydra_racing_sweeper.job import rung_values
+    from hydra_racing_sweeper.study import RACE_CANDIDATE_ATTR, RACE_RUNG_ATTR
 
     def t(label, value):
         return optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, user_attrs={

@@ -198,7 +198,7 @@ def test_a_report_rebuilt_from_results_csv_gives_the_same_sensitivity(sweep, tmp
 def test_preset_is_a_log_lr_grid_by_norm_over_seeds_through_our_sweeper():
     cfg = compose_hydra_config("search=lr_sensitivity", "norm.gamma_init=calibrated")
     sweeper = cfg.hydra.sweeper
-    assert sweeper._target_.endswith("QknormOptunaSweeper") and sweeper.sampler.name == "grid"
+    assert sweeper._target_.endswith("RacingSweeper") and sweeper.sampler.name == "grid"
     lrs = [float(x) for x in sweeper.params["optimizer.lr"][len("choice("):-1].split(",")]
     assert len(lrs) >= 7 and math.log10(max(lrs) / min(lrs)) >= 2.5
     assert np.allclose(np.diff(np.log10(lrs)), 0.5, atol=0.03)  # half decades: 1, 3, 10

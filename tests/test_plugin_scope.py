@@ -47,7 +47,7 @@ def sweeper_target(*overrides: str) -> str:
 @pytest.mark.slow
 def test_qknorm_multiruns_dedup_and_presets_take_their_own_sweeper():
     assert sweeper_target() == "hydra_plugins.qknorm_sweeper.basic.DedupBasicSweeper"
-    optuna = "hydra_plugins.qknorm_sweeper.sweeper.QknormOptunaSweeper"
+    optuna = "hydra_plugins.hydra_racing_sweeper.racing_sweeper.RacingSweeper"
     assert sweeper_target("search=p_grid") == optuna
     assert sweeper_target("experiment=paper_cpu") == optuna
     # Hydra's own, on request

@@ -10,9 +10,9 @@ import math
 import optuna
 import pandas as pd
 import pytest
+from hydra_racing_sweeper import readback
 from optuna.trial import TrialState
 
-from qknorm.sweep import readback
 from tests.helpers import REPO
 from tests.helpers.studies import DONE_BLOCK, finished_study, frozen, new_study, run, trial
 
@@ -48,8 +48,8 @@ def test_a_race_that_ends_with_survivors_says_how_many_are_undecided():
 
 
 def test_trials_csv_says_level_for_a_candidate_that_left_level(tmp_path):
-    from qknorm.sweep import outputs
-    from qknorm.sweep.study import PARAMS_ATTR, RACE_OUTCOME_ATTR, STATUS_ATTR
+    from hydra_racing_sweeper import outputs
+    from hydra_racing_sweeper.study import PARAMS_ATTR, RACE_OUTCOME_ATTR, STATUS_ATTR
 
     study = new_study(None, "r")
     dist = {"norm.p": optuna.distributions.CategoricalDistribution([1.0, 4.0])}

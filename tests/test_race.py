@@ -12,14 +12,14 @@ import numpy as np
 import optuna
 import pandas as pd
 import pytest
+from hydra_racing_sweeper import racing, readback
+from hydra_racing_sweeper.multitest import PAIRED_T, for_folds
+from hydra_racing_sweeper.race import looks
 from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.errors import UserError
-from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.report.summary import race_section
-from qknorm.sweep import racing, readback
-from qknorm.sweep.race import looks
 from tests.helpers import REPO
 from tests.helpers.config import compose_hydra_config
 from tests.helpers.race import RACE, TASK, calls, plan, two_sweepers
@@ -292,10 +292,10 @@ def test_a_killed_race_resumed_by_two_sweepers_runs_only_the_missing_folds(cli):
         "x=1": TrialState.COMPLETE, "x=2": TrialState.COMPLETE,
         "x=3": TrialState.PRUNED, "x=4": TrialState.PRUNED}
     assert states["x=2"].value == pytest.approx(statistics.fmean(loss(2, f) for f in range(4)))
-    from qknorm.sweep.outputs import trials_frame
+    from hydra_racing_sweeper.outputs import trials_rows
 
-    csv = trials_frame(study, ["best_val_loss"])  # trials.csv's rows, as the last sweeper wrote
-    assert sorted(zip(csv["x"], csv["race"].fillna(""), csv["race_after"].fillna(""))) == [
+    rows = trials_rows(study, ["best_val_loss"])  # trials.csv's rows, as the last sweeper wrote
+    assert sorted((r["x"], r.get("race", ""), r.get("race_after", "")) for r in rows) == [
         (1, "", ""), (1, "survived", "fold=3"), (2, "", ""), (2, "survived", "fold=3"),
         (3, "dropped", "fold=1"), (4, "", ""), (4, "dropped", "fold=2")]  # "": killed trials
     # The sweeper that finishes last prints the whole race; the other what it saw then.
@@ -354,7 +354,7 @@ def test_bad_race_input_exits_2_before_any_job_or_study(cli):
      "assigned: AnyNode is not a ListConfig, list or tuple."),
 ])
 def test_a_misspelt_race_key_or_a_wrong_type_is_one_line_before_the_study(cli, override, message):
-    """hydra.sweeper.race is typed by qknorm/sweep/race/settings.py's RaceConf: OmegaConf refuses
+    """hydra.sweeper.race is typed by hydra_racing_sweeper/race/settings.py's RaceConf: OmegaConf refuses
     the key or the value before the study is touched, in one line."""
     r = cli("-m", "qknorm.train", "experiment=smoke", "search=p_race", override)
     assert r.returncode == 2, r.stderr

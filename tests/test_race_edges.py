@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hydra_racing_sweeper.race import INCUMBENT, STOPPED, UNDECIDED, Proposal, Rules, driver, looks
 from scipy import stats
-
-from qknorm.sweep.race import INCUMBENT, STOPPED, UNDECIDED, Proposal, Rules, driver, looks
 
 
 def test_a_run_level_with_the_best_at_a_rung_plus_the_margin_goes_on():
@@ -80,5 +79,5 @@ def test_a_stopped_proposal_not_yet_told_is_stopped_and_undecided_in_the_answer(
     search, answer = driver.answer(props, rules)
     assert search.judged[1].outcome == STOPPED and answer[1].outcome == STOPPED
     assert answer[0].outcome == INCUMBENT
-    from qknorm.sweep.race import verdicts
+    from hydra_racing_sweeper.race import verdicts
     assert verdicts.answer(answer[1].outcome) == UNDECIDED

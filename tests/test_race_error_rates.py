@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hydra_racing_sweeper.multitest import PAIRED_T, for_folds
 
-from qknorm.multitest import PAIRED_T, for_folds
 from qknorm.research import race_level_error_rates
 
 

@@ -10,13 +10,12 @@ import statistics
 
 import optuna
 import pytest
+from hydra_racing_sweeper import decision, readback
+from hydra_racing_sweeper.race import looks
 from optuna.trial import TrialState
 from scipy import stats
 
-from qknorm import decision
 from qknorm.errors import UserError
-from qknorm.sweep import readback
-from qknorm.sweep.race import looks
 from tests.helpers import REPO
 from tests.helpers.race import RACE, TASK, calls, plan, race_plan, refused, two_sweepers
 from tests.helpers.studies import age_heartbeats, frozen, run, study_of
@@ -131,7 +130,7 @@ def test_bad_equivalence_is_one_line_naming_the_value_and_the_fix(value, message
 
 
 def test_equivalence_is_part_of_the_race_a_study_holds():
-    from qknorm.sweep import racing
+    from hydra_racing_sweeper import racing
 
     off, on = race_plan(), race_plan(equivalence=0.02)
     assert (off.equivalence, on.equivalence) == (None, 0.02)
@@ -146,8 +145,8 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
 
 
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
-    from qknorm.sweep import racing
-    from qknorm.sweep.space import parse_space
+    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper.space import parse_space
 
     spec = race_plan(equivalence=0.03, baseline=None)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
@@ -253,7 +252,7 @@ def test_a_killed_level_race_resumed_by_two_sweepers_decides_as_one_sweeper(cli,
 
 
 def test_the_status_line_counts_a_level_candidate_as_decided():
-    from qknorm.sweep.progress import _race_line
+    from hydra_racing_sweeper.progress import _race_line
 
     folds = [f"data.fold={f}" for f in range(3)]
     settings = {"min_replicates": 2, "alpha": 0.05, "baseline": None, "blocks": folds,
@@ -319,8 +318,8 @@ def test_a_maximizing_races_record_gives_delta_and_its_interval_in_the_objective
     3.1); p=2 is behind by 0.01, 0.015, 0.005: Δ = −0.01 in the objective's units, its 90%
     paired interval −0.01 ± t(0.95, 2) · sd / √3, low below high, inside ±0.03: level
     (p=∞, 0.5 or more behind, is the look's other candidate)."""
-    from qknorm.sweep import racing
-    from qknorm.sweep.space import parse_space
+    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper.space import parse_space
 
     spec = plan({"min_replicates": 3, "baseline": None, "equivalence": 0.03, "test": "paired"},
                 folds=(0, 1, 2), directions=["maximize"])

@@ -3,7 +3,7 @@
 incumbent that can run no more for min_replicates 2, 3 and 4, δ off, a maximizing search, a
 launch cut by the budget, and the documented defaults and bounds of hydra.sweeper.race. The
 expected answers come from scipy (the paired t, its interval) and Holm by hand, never from
-qknorm.multitest; a search is stepped as the sweeper's loop steps it (drive)."""
+hydra_racing_sweeper.multitest; a search is stepped as the sweeper's loop steps it (drive)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import re
 import statistics
 
 import pytest
-from scipy import stats
-
-from qknorm.sweep import readback
-from qknorm.sweep.race import (
+from hydra_racing_sweeper import readback
+from hydra_racing_sweeper.race import (
     FAILED,
     INCUMBENT,
     LEVEL,
@@ -31,6 +29,8 @@ from qknorm.sweep.race import (
     driver,
     intensify,
 )
+from scipy import stats
+
 from tests.helpers import REPO
 from tests.helpers.holm import holm_by_hand
 from tests.helpers.race import refused
@@ -194,8 +194,7 @@ def test_a_maximizing_search_answers_the_highest_mean_best():
     value (readback.ledger), so the rules still lower sign * value: b (0.7, 0.8) takes over
     from a (0.5, 0.6), a is worse, and its Δ reads in the rules' units (+0.2: behind)."""
     import optuna
-
-    from qknorm.sweep.study import RACE_RUNS_ATTR
+    from hydra_racing_sweeper.study import RACE_RUNS_ATTR
 
     settings = {"blocks": ["fold=0", "fold=1"], "min_replicates": 2, "alpha": 0.05,
                 "equivalence": 0.02, "search": "tpe", "sign": -1.0}
@@ -266,8 +265,7 @@ def test_the_answer_line_says_the_budget_ended_the_search_and_what_it_never_ran(
     run (budget spent)`, and the budget named as what ended the search; a failed proposal is
     still `failed`. Without a budget, or with room for a run, nothing is said of it."""
     import optuna
-
-    from qknorm.sweep.study import RACE_RUNS_ATTR, STATUS_ATTR
+    from hydra_racing_sweeper.study import RACE_RUNS_ATTR, STATUS_ATTR
 
     settings = {"blocks": ["fold=0", "fold=1"], "min_replicates": 1, "alpha": 0.05,
                 "equivalence": 0.02, "search": "gp", "sign": 1.0, "budget_steps": 10}

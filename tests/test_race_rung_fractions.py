@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hydra_racing_sweeper.multitest import PAIRED_T
+from hydra_racing_sweeper.race import Dropped, judged_at, replicate_test, resolve_rungs, step_margins
 
 from qknorm.errors import UserError
-from qknorm.multitest import PAIRED_T
-from qknorm.sweep.race import Dropped, judged_at, replicate_test, resolve_rungs, step_margins
 from tests.helpers.race import race_plan, refused
 
 
@@ -118,7 +118,7 @@ def test_judged_at_gives_every_candidate_one_resolution_or_says_which_lengths_di
     the dropped rung (0.05 of 100 -> step 0) in the log line."""
     with pytest.raises(UserError, match=r"different steps .*100, 10, 200, 10"):
         judged_at([0.25], 0.05, [(100, 10), (200, 10)])
-    with caplog.at_level(logging.WARNING, logger="qknorm.sweep.race.rungs"):
+    with caplog.at_level(logging.WARNING, logger="hydra_racing_sweeper.race.rungs"):
         assert judged_at([0.05, 0.25], 0.05, [(100, 10), (100, 10)]) == ((20,), (0.05,))
     assert "dropped rung 0.05 (step 0: before the first eval)" in caplog.text
     with pytest.raises(UserError, match="needs train.max_iters and train.eval_interval > 0"):

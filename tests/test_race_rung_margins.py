@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from hydra_racing_sweeper import identity, racing, trial
+from hydra_racing_sweeper.study import RACE_STOP_ATTR
 
 from qknorm.errors import RunPruned, UserError
-from qknorm.sweep import identity, racing, trial
-from qknorm.sweep.study import RACE_STOP_ATTR
 from tests.helpers.race import race_plan, refused
 from tests.helpers.studies import BLOCK, attrs, job_hook, rung_study
 
@@ -107,7 +107,7 @@ def test_per_rung_margins_that_do_not_match_the_rungs_are_one_line(monkeypatch):
 @pytest.mark.slow
 def test_rungs_and_margins_on_the_command_line_are_checked_against_the_runs(cli):
     """The plan resolves the rungs against the jobs' train.max_iters and eval_interval
-    (qknorm/sweep/plan.py) before any study or job; a step typed as one must be an eval step.
+    (hydra_racing_sweeper/plan.py) before any study or job; a step typed as one must be an eval step.
     A mapping (the form before fractions) cannot merge into the preset's list: the error says
     what to write instead of Hydra's words."""
     base = ["-m", "qknorm.train", "search=p_race", "experiment=smoke",

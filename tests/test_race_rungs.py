@@ -10,18 +10,18 @@ import math
 import optuna
 import pandas as pd
 import pytest
-
-from qknorm.errors import RunPruned, UserError
-from qknorm.report.summary import race_section
-from qknorm.sweep import identity, readback, trial
-from qknorm.sweep.race import looks
-from qknorm.sweep.study import (
+from hydra_racing_sweeper import identity, readback, trial
+from hydra_racing_sweeper.race import looks
+from hydra_racing_sweeper.study import (
     RACE_CANDIDATE_ATTR,
     RACE_OUTCOME_ATTR,
     RACE_RUNG_ATTR,
     RACE_RUNS_ATTR,
     RACE_STOP_ATTR,
 )
+
+from qknorm.errors import RunPruned, UserError
+from qknorm.report.summary import race_section
 from tests.helpers.race import race_plan, refused
 from tests.helpers.studies import BLOCK, attrs, frozen, job_hook, run, rung_study
 
@@ -133,7 +133,7 @@ def test_a_run_that_reached_a_rung_first_is_judged_there_once_another_has(study)
     ({identity.TRIAL: "three"}, "QKNORM_TRIAL='three' is not one whole number"),
 ])
 def test_a_bad_rung_variable_is_one_line_naming_it_and_the_fix(monkeypatch, env, message):
-    """The rungs reach a job through its environment (qknorm/sweep/identity.py): a job started
+    """The rungs reach a job through its environment (hydra_racing_sweeper/identity.py): a job started
     by hand with a bad value gets one line from its first report, naming the variable."""
     for key, value in {identity.STUDY: "r", identity.STORAGE: "sqlite:///o.db",
                        identity.TRIAL: "0", identity.BLOCK: BLOCK, **env}.items():
@@ -179,7 +179,7 @@ def test_bad_rungs_or_margin_are_one_line_naming_the_value_and_the_fix(options, 
 
 
 def test_rungs_are_part_of_the_race_a_study_holds():
-    from qknorm.sweep import racing
+    from hydra_racing_sweeper import racing
 
     off, on = race_plan(), race_plan(rungs=[500, 1000], margin=0.05)
     assert (off.rungs, on.rungs, on.margin) == ((), (500, 1000), 0.05)
@@ -199,8 +199,8 @@ F = [f"data.fold={f}" for f in range(3)]
 
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
-    from qknorm.sweep import racing
-    from qknorm.sweep.space import parse_space
+    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper.space import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])

@@ -9,18 +9,18 @@ import math
 
 import optuna
 import pytest
+from hydra_racing_sweeper import racing, readback
+from hydra_racing_sweeper.launcher import JobResult
+from hydra_racing_sweeper.plan import Plan
+from hydra_racing_sweeper.race import BEST, DROPPED, LEVEL, UNDECIDED, WORSE
+from hydra_racing_sweeper.space import parse_space, replicate_combinations
+from hydra_racing_sweeper.study import RACE_RUNS_ATTR
+from hydra_racing_sweeper.sweep import OptunaSweep
 from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.research import race_sims
 from qknorm.rundir import COMPLETED
-from qknorm.sweep import racing, readback
-from qknorm.sweep.launcher import JobResult
-from qknorm.sweep.plan import Plan
-from qknorm.sweep.race import BEST, DROPPED, LEVEL, UNDECIDED, WORSE
-from qknorm.sweep.space import parse_space, replicate_combinations
-from qknorm.sweep.study import RACE_RUNS_ATTR
-from qknorm.sweep.sweep import OptunaSweep
 from tests.helpers.holm import holm_by_hand
 from tests.helpers.race import plan as race_spec
 from tests.helpers.race import replay_runs, sweep_plan
@@ -169,7 +169,7 @@ def test_a_search_at_two_jobs_never_launches_past_its_budget(budget, runs):
     of 100-step runs launched the incumbent's fold 0 beside the next proposal's (200 steps,
     as `budget_steps=10` of 30-step smoke runs spent 60); now the first launch holds one run
     until a run's length is known, then whole runs that fit."""
-    from qknorm.sweep.racing import RaceSearchSchedule
+    from hydra_racing_sweeper.racing import RaceSearchSchedule
 
     params = {"norm.p": "choice(1.0,2.0,4.0,inf)"}
     space, _ = parse_space(params, [])

@@ -11,8 +11,8 @@ import sys
 
 import optuna
 import pytest
+from hydra_racing_sweeper import readback
 
-from qknorm.sweep import readback
 from tests.helpers.race import (
     SEARCH,
     TASK,
@@ -114,10 +114,10 @@ def test_a_search_ends_within_its_budget_even_with_proposals_still_racing(cli):
 def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     """A TPE proposal's p (4.872838681541604) reads in the trial's log lines as the answer
     line names it, to 4 significant digits: norm.p=4.873, not the float's 16 digits."""
-    from qknorm.sweep.race import RaceSpec
-    from qknorm.sweep.racing import RaceSearchSchedule
-    from qknorm.sweep.space import parse_space
-    from qknorm.sweep.study import RACE_RUNS_ATTR
+    from hydra_racing_sweeper.race import RaceSpec
+    from hydra_racing_sweeper.racing import RaceSearchSchedule
+    from hydra_racing_sweeper.space import parse_space
+    from hydra_racing_sweeper.study import RACE_RUNS_ATTR
 
     space, _ = parse_space({"norm.p": "interval(1.0, 16.0)"}, [])
     blocks = ("data.fold=0", "data.fold=1")

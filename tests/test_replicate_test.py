@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hydra_racing_sweeper import multitest, rundir
+from hydra_racing_sweeper.race import looks
 from scipy import stats as sps
 
-from qknorm import multitest, rundir
 from qknorm.errors import UserError
 from qknorm.report import Options, load, stats, summarize
-from qknorm.sweep.race import looks
 from tests.helpers import REPO
 from tests.helpers.cli import REPORT
 from tests.helpers.synthetic_runs import config, final, write_config, write_curve

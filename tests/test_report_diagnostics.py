@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hydra_racing_sweeper.multitest import holm
 from scipy import stats as sps
 
 from qknorm import rundir
 from qknorm.errors import UserError
-from qknorm.multitest import holm
 from qknorm.report import (
     Options,
     build_report,

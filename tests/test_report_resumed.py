@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import optuna
+from hydra_racing_sweeper.study import JOB_DIRS_ATTR, JOBS_ATTR, RETRIED_ATTR, STATUS_ATTR
 from optuna.trial import TrialState
 
 from qknorm import rundir
@@ -16,7 +17,6 @@ from qknorm.report import results
 from qknorm.report.build import load
 from qknorm.report.computed import Options
 from qknorm.report.summary import summarize
-from qknorm.sweep.study import JOB_DIRS_ATTR, JOBS_ATTR, RETRIED_ATTR, STATUS_ATTR
 from tests.helpers.synthetic_runs import config, final, write_config, write_curve
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -89,7 +89,7 @@ def test_a_folder_under_a_file_or_a_read_only_folder_cannot_be_written(tmp_path,
 def test_a_study_file_in_a_read_only_folder_is_refused_without_opening_it(tmp_path, monkeypatch):
     """The storage's folder, checked as opening it would find it (specs.check_storage_folder,
     which the plan runs: a dry run refuses it too), without making the folder or the file."""
-    from qknorm.sweep import specs
+    from hydra_racing_sweeper import specs
 
     (tmp_path / "ro").mkdir()
     monkeypatch.chdir(tmp_path)

@@ -5,9 +5,8 @@ their expected steps worked out by hand in the comments, not by the engine."""
 from __future__ import annotations
 
 import pytest
-
-from qknorm.multitest import PAIRED_T
-from qknorm.sweep.race import INCUMBENT, RACING, Proposal, Rules, driver, intensify
+from hydra_racing_sweeper.multitest import PAIRED_T
+from hydra_racing_sweeper.race import INCUMBENT, RACING, Proposal, Rules, driver, intensify
 
 RULES = Rules(n_blocks=5, min_blocks=2, alpha=0.05, equivalence=0.02, test=PAIRED_T)
 

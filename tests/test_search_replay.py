@@ -73,9 +73,10 @@ def curve_grid():
 
 
 def test_the_racing_search_replay_stops_at_rungs_and_keeps_to_its_budget():
-    from qknorm.multitest import for_folds
+    from hydra_racing_sweeper.multitest import for_folds
+    from hydra_racing_sweeper.race import Rules
+
     from qknorm.research import race_sims
-    from qknorm.sweep.race import Rules
 
     rules = Rules(n_blocks=3, min_blocks=2, alpha=0.05, equivalence=0.02, test=for_folds(3))
     outs = [race_sims.race_search(curve_grid(), "random", s, 10_000, rules, {500: 0.1})

@@ -1,4 +1,4 @@
-"""A sweep's status (qknorm/sweep/progress.py, python -m qknorm.status) on studies built here with
+"""A sweep's status (hydra_racing_sweeper/progress.py, python -m qknorm.status) on studies built here with
 Optuna in tmp storages, with known durations and run dirs, and once on a real small sweep."""
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import FrozenTrial, TrialState
-
-from qknorm import rundir
-from qknorm.sweep import open_reader, status_lines
-from qknorm.sweep.progress import duration
-from qknorm.sweep.specs import JOURNAL_PREFIX
-from qknorm.sweep.study import (
+from hydra_racing_sweeper import open_reader, status_lines
+from hydra_racing_sweeper.progress import duration
+from hydra_racing_sweeper.specs import JOURNAL_PREFIX
+from hydra_racing_sweeper.study import (
     N_ATTR,
     N_TRIALS_ATTR,
     RACE_CANDIDATE_ATTR,
@@ -31,6 +27,10 @@ from qknorm.sweep.study import (
     STD_ATTR,
     record_total,
 )
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from qknorm import rundir
 from tests.helpers.studies import DONE_BLOCK, NOW, finished_study, new_study, run, trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -387,8 +387,8 @@ ARGV = ["/usr/bin/python3.11", "-m", "qknorm.train", "search=p_tpe", "experiment
 def beating_search(tmp_path: Path) -> str:
     """search_study in tmp_path/outputs/optuna.db, its sweeper recorded (heartbeat every 10 s,
     so stale after 20 s) and a heartbeat just now for each of its 3 running trials."""
-    from qknorm.sweep.specs import open_storage
-    from qknorm.sweep.study import record_sweeper
+    from hydra_racing_sweeper.specs import open_storage
+    from hydra_racing_sweeper.study import record_sweeper
 
     (tmp_path / "outputs").mkdir()
     url = f"sqlite:///{tmp_path}/outputs/optuna.db"
@@ -422,8 +422,8 @@ def test_a_killed_sweeper_reads_as_stopped_with_the_command_that_resumes_it(tmp_
 
 
 def test_one_live_heartbeat_or_a_study_without_the_record_is_not_stopped(tmp_path):
-    from qknorm.sweep.progress import stopped_sweep
-    from qknorm.sweep.study import SWEEPER_ATTR
+    from hydra_racing_sweeper.progress import stopped_sweep
+    from hydra_racing_sweeper.study import SWEEPER_ATTR
 
     url = beating_search(tmp_path)
     storage = open_reader(url)
@@ -446,8 +446,8 @@ def test_one_live_heartbeat_or_a_study_without_the_record_is_not_stopped(tmp_pat
 def test_a_sweep_with_no_trial_running_and_none_told_lately_is_stopped(tmp_path):
     """A sweep stopped between trials (its failures over max_failure_rate, or killed after a
     tell): no running trial, the last told 50 s before, grace 20 s."""
-    from qknorm.sweep.progress import stopped_sweep
-    from qknorm.sweep.study import record_sweeper
+    from hydra_racing_sweeper.progress import stopped_sweep
+    from hydra_racing_sweeper.study import record_sweeper
 
     study = new_study(f"sqlite:///{tmp_path}/o.db")
     study.add_trial(trial(0, TrialState.COMPLETE, 100, 50, 3.0, status="completed", n=1))
@@ -475,7 +475,7 @@ def test_a_searchs_spent_line_says_why_its_steps_differ_from_the_answers(tmp_pat
     """The spent line counts run dirs with a final.json; the search's answer line the runs its
     proposals recorded (race_runs). p=6 (trial 7) finished its fold 0 on disk, but its sweeper
     was killed before recording it: 30 steps on disk, 420 = 14 recorded runs x 30 steps."""
-    from qknorm.sweep.study import JOB_DIRS_ATTR
+    from hydra_racing_sweeper.study import JOB_DIRS_ATTR
 
     study = search_study(f"sqlite:///{tmp_path}/o.db")
     t7 = study.get_trials()[7]
@@ -491,9 +491,9 @@ def test_a_searchs_spent_line_says_why_its_steps_differ_from_the_answers(tmp_pat
 def test_a_journal_sweep_whose_heartbeat_aged_reads_as_stopped(tmp_path):
     """The journal keeps a beat as a trial system attr (specs.JournalHeartbeatStorage): the
     status reads it from a plain reader, on this machine's clock."""
-    from qknorm.sweep.progress import stopped_sweep
-    from qknorm.sweep.specs import open_storage
-    from qknorm.sweep.study import HEARTBEAT_ATTR, record_sweeper
+    from hydra_racing_sweeper.progress import stopped_sweep
+    from hydra_racing_sweeper.specs import open_storage
+    from hydra_racing_sweeper.study import HEARTBEAT_ATTR, record_sweeper
 
     url = f"{JOURNAL_PREFIX}{tmp_path}/o.log"
     writer = open_storage(url, heartbeat_interval=10)

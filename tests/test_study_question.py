@@ -1,4 +1,4 @@
-"""A study answers one question (qknorm/sweep/question.py): a rerun whose jobs' config differs in
+"""A study answers one question (hydra_racing_sweeper/question.py): a rerun whose jobs' config differs in
 a key that changes a run's value is refused before anything is asked, naming the keys; the
 same command, or one that differs only in how fast or where its runs go, resumes it.
 
@@ -14,15 +14,17 @@ import re
 import optuna
 import pytest
 import yaml
+from hydra_racing_sweeper.question import question, task_name
+from hydra_racing_sweeper.schedule import EveryReplicate
+from hydra_racing_sweeper.space import parse_space
+from hydra_racing_sweeper.study import JOB_DIRS_ATTR, QUESTION_ATTR, STATUS_ATTR
+from hydra_racing_sweeper.sweep import OptunaSweep
+from hydra_racing_sweeper.task import TaskHook
 from optuna.trial import TrialState
 
 from qknorm.effective import flatten, task_tree
 from qknorm.errors import UserError
-from qknorm.sweep.question import any_question, question, task_name
-from qknorm.sweep.schedule import EveryReplicate
-from qknorm.sweep.space import parse_space
-from qknorm.sweep.study import JOB_DIRS_ATTR, QUESTION_ATTR, STATUS_ATTR
-from qknorm.sweep.sweep import OptunaSweep
+from qknorm.sweep.hook import QknormTask
 from tests.helpers.cli import FAST, assert_one_line_error
 from tests.helpers.config import compose_hydra_config
 from tests.helpers.race import sweep_plan
@@ -33,7 +35,7 @@ VARIED = ("norm.p", "data.fold")  # search=p_tpe's searched key and replicate ke
 def asked(*overrides: str) -> dict:
     """The question of search=p_tpe's first job under these overrides, as the planner asks it."""
     cfg = compose_hydra_config("search=p_tpe", *overrides)
-    return question(flatten(task_tree(cfg)), VARIED)
+    return question(flatten(task_tree(cfg)), VARIED, QknormTask())
 
 
 def open_study(storage, q: dict | None, params: dict | None = None,
@@ -46,7 +48,8 @@ def open_study(storage, q: dict | None, params: dict | None = None,
                         replicates={}, max_failure_rate=0.0, fail_value=None,
                         heartbeat_interval=1, grace_period=None, params={})
     space, _ = parse_space(params or {"norm.p": "choice(2.0,4.0)"}, [])
-    plan = dataclasses.replace(sweep_plan(space, 2), question=q, varied=VARIED, task=task)
+    plan = dataclasses.replace(sweep_plan(space, 2), question=q, varied=VARIED, task=task,
+                               hook=QknormTask())
     return sweep._open_study(storage, plan, EveryReplicate)
 
 
@@ -124,7 +127,7 @@ def test_the_planner_asks_the_question_of_the_command_line(cli):
     (cli.cwd / "outputs").mkdir()
     study = optuna.create_study(study_name="p_grid", storage="sqlite:///outputs/optuna.db"
                                 .replace("outputs", str(cli.cwd / "outputs")))
-    study.set_user_attr(QUESTION_ATTR, question(flatten(task_tree(cfg)), ["norm.p"]))
+    study.set_user_attr(QUESTION_ATTR, question(flatten(task_tree(cfg)), ["norm.p"], QknormTask()))
     r = cli("-m", "qknorm.train", "search=p_grid", *FAST, "norm.p=choice(2.0,4.0)")
     r.stderr = r.stderr.strip().splitlines()[-1]  # after Optuna's "Using an existing study"
     assert_one_line_error(r, "study 'p_grid' in sqlite:///outputs/optuna.db answers another "
@@ -191,12 +194,12 @@ APP_CONFIG = {"seed": 0, "lr": 0.01, "steps": 100, "noise": 0.01}  # examples/no
 
 
 def test_another_apps_config_and_task_are_its_question():
-    assert any_question(APP_CONFIG, ["lr", "seed"]) == {"noise": 0.01, "steps": 100}
+    assert question(flatten(APP_CONFIG), ["lr", "seed"], TaskHook()) == {"noise": 0.01, "steps": 100}
     # nested keys by their dotted names; a device key counts (the app's, not qknorm's)
-    assert any_question({"model": {"width": 8}, "device": "cpu", "lr": 1}, ["lr"]) == {
+    assert question(flatten({"model": {"width": 8}, "device": "cpu", "lr": 1}), ["lr"], TaskHook()) == {
         "device": "cpu", "model.width": 8}
     storage = optuna.storages.InMemoryStorage()
-    app = any_question(APP_CONFIG, ["lr"])
+    app = question(flatten(APP_CONFIG), ["lr"], TaskHook())
     study = open_study(storage, app, {"lr": "interval(0.01,0.1)"}, task="app.main")
     asked_over(study, {"lr": "interval(0.01,0.1)"})
     assert study.user_attrs["task"] == "app.main"
@@ -209,7 +212,7 @@ def test_another_apps_config_and_task_are_its_question():
         open_study(storage, app, {"lr": "interval(0.01,0.1)"}, task="other.main")
     with pytest.raises(UserError, match=re.escape(
             "in 1 key (the study's value -> this sweep's): noise 0.01 -> 0.5; rerun")):
-        open_study(storage, any_question({**APP_CONFIG, "noise": 0.5}, ["lr"]),
+        open_study(storage, question(flatten({**APP_CONFIG, "noise": 0.5}), ["lr"], TaskHook()),
                    {"lr": "interval(0.01,0.1)"}, task="app.main")
     assert len(open_study(storage, app, {"lr": "interval(0.01,0.1)"},
                           task="app.main").get_trials()) == 1

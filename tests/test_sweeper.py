@@ -19,10 +19,10 @@ import optuna
 import pytest
 import sqlalchemy.exc
 import yaml
+from hydra_racing_sweeper import specs
 from optuna.trial import TrialState
 
 from qknorm import rundir
-from qknorm.sweep import specs
 from tests.helpers.cli import FAST, ok
 from tests.helpers.studies import age_heartbeats, counted, study_of
 
@@ -385,14 +385,15 @@ def test_plugin_is_discovered_outside_the_repo(cli):
     r = cli("-m", "qknorm.train", "--info", "plugins")
     ok(r)
     sweepers = r.stdout.split("Sweeper:")[1].split(":")[0]
-    assert "QknormOptunaSweeper" in sweepers
+    assert "RacingSweeper" in sweepers
     assert "hydra_plugins.qknorm_sweeper.config" in r.stdout  # its config group was registered
+    assert "hydra_plugins.hydra_racing_sweeper.config" in r.stdout
 
 
 def test_surplus_ranks_slots_by_trial_number():
     """The race two sweepers can run into, in one process: both saw room for one more trial
     and both asked. Ranking slot-holding trials by number gives the later one up."""
-    from qknorm.sweep.study import Tally, surplus
+    from hydra_racing_sweeper.study import Tally, surplus
 
     study = optuna.create_study()
     for _ in range(4):
@@ -412,8 +413,9 @@ def test_surplus_ranks_slots_by_trial_number():
 
 
 def test_a_replicate_key_on_the_command_line_replaces_the_presets_values():
+    from hydra_racing_sweeper.space import cli_replicates
+
     from qknorm.errors import UserError
-    from qknorm.sweep.space import cli_replicates
 
     preset = {"data.fold": [0, 1, 2, 3, 4]}
     assert cli_replicates(preset, ["data.fold=3", "norm.p=2,4"]) == ({"data.fold": [3]},
@@ -524,7 +526,8 @@ def test_a_rerun_with_another_replicate_set_or_grid_seed_says_what_the_study_hol
 def two_p_plan():
     """A plain sweep's plan over norm.p in {2, 4}, one job a trial, built in memory: for driving
     a schedule's tells without the CLI."""
-    from qknorm.sweep.space import parse_space
+    from hydra_racing_sweeper.space import parse_space
+
     from tests.helpers.race import sweep_plan
 
     space, _ = parse_space({"norm.p": "choice(2.0,4.0)"}, [])
@@ -534,10 +537,9 @@ def two_p_plan():
 def test_a_trial_failed_as_stale_by_another_sweeper_is_left_to_its_retry(tmp_path, caplog):
     # Seen once in CI: under load this sweeper's heartbeat came late, a second sweeper failed the
     # trial as stale, and telling it raised UpdateFinishedTrialError, ending this whole sweep.
+    from hydra_racing_sweeper import launcher
+    from hydra_racing_sweeper.study import STATUS_ATTR
     from optuna.storages.journal import JournalFileBackend
-
-    from qknorm.sweep import launcher
-    from qknorm.sweep.study import STATUS_ATTR
 
     def handle():  # one sweeper's view of the shared journal file
         backend = JournalFileBackend(str(tmp_path / "optuna.log"))
@@ -562,8 +564,8 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
     # Under load a sweeper's heartbeat can come late between writing a trial's status and
     # telling it: the trial ends FAIL with status "completed", and its retry runs it again. Only
     # the retry may hold the slot, or the study counts one point twice (seen once in make test).
-    from qknorm.sweep import launcher
-    from qknorm.sweep.study import STATUS_ATTR, Tally, retry
+    from hydra_racing_sweeper import launcher
+    from hydra_racing_sweeper.study import STATUS_ATTR, Tally, retry
 
     url = f"sqlite:///{tmp_path}/s.db"
     mine = optuna.create_study(study_name="s", storage=url)
@@ -590,8 +592,8 @@ def test_a_trial_failed_as_stale_after_its_status_was_written_counts_once(tmp_pa
 def test_a_repeat_failed_as_stale_while_it_waits_is_left_to_its_retry(tmp_path, caplog):
     # A repeat stays RUNNING until its original is told; a late heartbeat meanwhile lets another
     # sweeper fail it, and telling it the original's result must not end this sweep.
-    from qknorm.sweep.schedule import EveryReplicate
-    from qknorm.sweep.study import DUPLICATE_ATTR, Heartbeat
+    from hydra_racing_sweeper.schedule import EveryReplicate
+    from hydra_racing_sweeper.study import DUPLICATE_ATTR, Heartbeat
 
     url = f"sqlite:///{tmp_path}/s.db"
     mine = optuna.create_study(study_name="s", storage=url)

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import optuna
 import pytest
 import yaml
+from hydra_racing_sweeper import specs
+from hydra_racing_sweeper import study as study_record
+from hydra_racing_sweeper.space import parse_space
+from hydra_racing_sweeper.sweep import OptunaSweep, shared_seed
 from optuna.trial import TrialState
 
 from qknorm.errors import UserError
-from qknorm.sweep import specs
-from qknorm.sweep import study as study_record
-from qknorm.sweep.space import parse_space
-from qknorm.sweep.sweep import OptunaSweep, shared_seed
 from tests.helpers import REPO
 from tests.helpers.studies import Beats
 
@@ -59,7 +59,7 @@ def test_a_tpe_sweeper_whose_seed_another_running_sweeper_has_takes_the_next_fre
     assert [t.user_attrs[study_record.SAMPLER_SEED_ATTR] for t in running] == [0, 1]
     with caplog.at_level(logging.WARNING):
         assert shared_seed(study, TPE, "t") == {**TPE, "seed": 2}
-    assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.sweep"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hydra_racing_sweeper.sweep"] == [
         "hydra.sweeper.sampler.seed=0 is in use by another sweeper running trials of study t "
         "(two sweepers with one seed propose the same points): this one uses seed 2"]
     assert shared_seed(study, {**TPE, "seed": 5}, "t") == {**TPE, "seed": 5}
@@ -142,11 +142,11 @@ def test_a_sweeper_that_waits_for_another_says_so_once(caplog, monkeypatch):
 
     sweep = OptunaSweep.__new__(OptunaSweep)
     sweep.settings = SimpleNamespace(study_name="s", heartbeat_interval=1, max_failure_rate=1.0)
-    monkeypatch.setattr("qknorm.sweep.sweep.time.sleep", lambda s: None)
-    with caplog.at_level(logging.INFO, logger="qknorm.sweep.sweep"):
+    monkeypatch.setattr("hydra_racing_sweeper.sweep.time.sleep", lambda s: None)
+    with caplog.at_level(logging.INFO, logger="hydra_racing_sweeper.sweep"):
         plan = SimpleNamespace(n_trials=4, job=object())  # job: qknorm.train's (its plan is timed)
         assert sweep._run(study, plan, Waits(), None, Beats()) is None
-    assert [r.getMessage() for r in caplog.records if r.name == "qknorm.sweep.sweep"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hydra_racing_sweeper.sweep"] == [
         "waiting: another sweeper of study s runs what comes next "
         "(1 trial(s) running); this one goes on when they end"]
 
@@ -154,7 +154,7 @@ def test_a_sweeper_that_waits_for_another_says_so_once(caplog, monkeypatch):
 def test_the_count_line_says_which_fail_trials_are_no_failures():
     """After resumes optuna-dashboard showed 44 FAIL trials while the sweeper said '0 failed'
     (issue 54): a killed sweeper's trials are failed and retried. The line counts them apart."""
-    from qknorm.sweep.sweep import finished_line
+    from hydra_racing_sweeper.sweep import finished_line
 
     study = optuna.create_study(study_name="s")
     killed = [study.ask({"x": SPACE["x"]}) for _ in range(2)]  # a killed sweeper's two trials

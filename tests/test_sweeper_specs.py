@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from hydra_racing_sweeper import specs as specs
+from hydra_racing_sweeper.plan import given_keys
 
 from qknorm.errors import UserError
-from qknorm.sweep import specs as specs
-from qknorm.sweep.plan import given_keys
 from tests.helpers import REPO
 
 MEDIAN = {"name": "median", "n_startup_trials": 4, "n_warmup_steps": 500}  # search=p_tpe's
@@ -114,7 +114,7 @@ def test_reseeded_is_deterministic_and_leaves_grid_qmc_and_unseeded_samplers_alo
 # -- one param per config key (issue 35: a fixed value on the command line fixes it) --------------
 
 def test_the_command_line_replaces_every_param_that_sets_its_key():
-    from qknorm.sweep.space import parse_space
+    from hydra_racing_sweeper.space import parse_space
 
     preset = {"1/norm.p": "interval(0.0, 1.0)", "optimizer.lr": "choice(0.001,0.003)"}
     space, plain = parse_space(preset, ["norm.p=3"])  # search=p_tpe norm.p=3
@@ -126,7 +126,7 @@ def test_the_command_line_replaces_every_param_that_sets_its_key():
 
 
 def test_two_params_on_one_key_are_one_line_naming_both():
-    from qknorm.sweep.space import parse_space
+    from hydra_racing_sweeper.space import parse_space
 
     with pytest.raises(UserError, match=r"^hydra.sweeper.params.norm.p and "
                                          r"hydra.sweeper.params.1/norm.p both set norm.p; keep "

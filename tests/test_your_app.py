@@ -19,16 +19,16 @@ import optuna
 import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra_racing_sweeper import identity, status_lines, trial
+from hydra_racing_sweeper.launcher import returned_fields
+from hydra_racing_sweeper.readback import answer, settings_of
+from hydra_racing_sweeper.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 from scipy import stats
 
 from qknorm.errors import UserError
 from qknorm.report.results import collect
-from qknorm.sweep import identity, status_lines, trial
-from qknorm.sweep.launcher import returned_fields
-from qknorm.sweep.readback import answer, settings_of
-from qknorm.sweep.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from tests.helpers import REPO
 from tests.helpers.cli import assert_one_line_error, ok, run_cli
 from tests.helpers.holm import holm_by_hand
@@ -40,7 +40,7 @@ APP = REPO / "examples" / "noisy_app"
 # -- the API, in memory -------------------------------------------------------------------------
 
 def test_outside_a_sweep_report_is_false_and_imports_neither_optuna_hydra_nor_torch():
-    code = ("import sys; from qknorm.sweep import trial; "
+    code = ("import sys; from hydra_racing_sweeper import trial; "
             "print(trial.report(1, 0.5), [m for m in ('optuna', 'hydra', 'torch') "
             "if m in sys.modules])")
     env = {k: v for k, v in os.environ.items() if k not in identity.ENV}
@@ -53,8 +53,8 @@ def test_the_sweeper_of_another_task_imports_no_torch():
     """What the sweeper loads for a task that is not qknorm.train (qknorm.train's step timing
     and config checks load only for its own jobs): `pip install 'qknorm[sweep]'` in an app's
     environment is all it needs."""
-    code = ("import sys, qknorm.sweep.sweep, qknorm.sweep.job, hydra_plugins.qknorm_sweeper."
-            "sweeper; print('torch' in sys.modules)")
+    code = ("import sys, hydra_racing_sweeper.sweep, hydra_racing_sweeper.job, "
+            "hydra_plugins.hydra_racing_sweeper.racing_sweeper; print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert r.stdout.split() == ["False"], r.stderr

@@ -11,8 +11,7 @@ import math
 import random
 
 import hydra
-
-from qknorm.sweep import trial
+from hydra_racing_sweeper import trial
 
 
 @hydra.main(version_base=None, config_path=".", config_name="config")

@@ -9,7 +9,7 @@ runs norm=none once, not once per p, because norm=none never reads norm.p. Skipp
 logged; the jobs that run are numbered 0, 1, ... without gaps.
 
 Like qknorm_optuna it logs its plan before the first launch (runs, training steps and evals at
-most: qknorm/sweep/cost.py), and `hydra.sweeper.dry_run=true` adds the time measured here and
+most: hydra_racing_sweeper/cost.py), and `hydra.sweeper.dry_run=true` adds the time measured here and
 stops: nothing launched or written. A real sweep does not measure (a second of each launch).
 """
 
@@ -74,7 +74,7 @@ class DedupBasicSweeper(BasicSweeper):
     def plan_line(self, jobs: list[list[str]], measure: bool) -> str:
         """cost.py's plan line for these jobs: each its own max_iters and eval_interval; with
         `measure`, a time from the first job's step measured here."""
-        from qknorm.sweep import cost
+        from hydra_racing_sweeper import cost
 
         trees = [self._task_config(job) for job in jobs]
         train = [t.get("train") for t in trees]
@@ -87,7 +87,7 @@ class DedupBasicSweeper(BasicSweeper):
         return cost.line(total, cost.measure(self._job_config(jobs[0])), grid=True)
 
     def _job_config(self, job: list[str]):
-        from qknorm.sweep import task_config
+        from hydra_racing_sweeper import task_config
 
         return task_config(self.hydra_context.config_loader.load_sweep_config(self.config, list(job)))
 

@@ -1,7 +1,7 @@
 """What the report costs: the statistics and the whole report of a results dir, per replicate
 test, interleaved in one process (`scripts/bench.py --report DIR`).
 
-The corrected resampled t (qknorm.multitest) must not make the report slower than the plain
+The corrected resampled t (hydra_racing_sweeper.multitest) must not make the report slower than the plain
 paired t it replaced. Both tests are timed on the same collection, alternating round by round
 (paired, corrected, paired, ...) after a warm-up, so other load falls on both alike; the ratio is
 taken per round before its median. Two lines per test: `statistics` (compute and summary.md, in
@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from hydra_racing_sweeper.multitest import CORRECTED, PAIRED
+
 from qknorm.bench.steps import spread
-from qknorm.multitest import CORRECTED, PAIRED
 
 TESTS = (PAIRED, CORRECTED)
 

@@ -4,7 +4,7 @@ A record (docs/results/records/*.yaml) names its runs (a committed results.csv, 
 command, commit and hardware that made them), what it computes from them (its kind: means, a
 paired Δ against a baseline, a race's looks, ...), the test and its settings (corrected or
 paired t and the fold layout, δ, α), and the numbers as the pages print them. `check`
-recomputes every record through the report's own code (qknorm.report.stats, qknorm.multitest,
+recomputes every record through the report's own code (qknorm.report.stats, hydra_racing_sweeper.multitest,
 the race's looks) and says which number differs beyond its printed digits; the pages' marked
 blocks are rendered from the records, so a number is typed once.
 

@@ -32,12 +32,12 @@ import math
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper import decision
+from hydra_racing_sweeper.multitest import holm
 
-from qknorm import decision
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
-from qknorm.multitest import holm
 from qknorm.report import p_labels, stats
 from qknorm.research import grid_runs
 

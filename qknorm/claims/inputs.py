@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from hydra_racing_sweeper.multitest import ReplicateTest
 
 from qknorm import jsonfile
 from qknorm.claims.records import Book, Record
 from qknorm.errors import UserError
-from qknorm.multitest import ReplicateTest
 from qknorm.report import format_p, results, stats
 
 REQUIRED = object()

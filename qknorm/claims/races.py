@@ -1,7 +1,7 @@
 """Records over a sweep's course: a race's looks, the runs it stopped at a rung, and how the
 order of p settles over the evals; each through the code that made or reports them.
 
-  race     the race's looks replayed on its recorded runs (qknorm.sweep.race.looks.replay, as
+  race     the race's looks replayed on its recorded runs (hydra_racing_sweeper.race.looks.replay, as
            scripts/race_replay.py replays them): per look and p, Δ vs the leader, one-sided p,
            Holm p, the 90% interval, what the look did and its strength; the leader per look;
            where the race ended
@@ -14,7 +14,7 @@ order of p settles over the evals; each through the code that made or reports th
            with its range over spans of steps
   search   a racing search's answer: every proposal against the incumbent the record names
            (which the study's ledger chose; the ledger is not committed), on the folds both ran,
-           Holm over the comparisons (qknorm.sweep.race.intensify.final, the sweeper's own at
+           Holm over the comparisons (hydra_racing_sweeper.race.intensify.final, the sweeper's own at
            this commit); the record's `rules` says so and how that differs from the rules the
            search ran under (its summary.md); on the incumbent's row, range_low and range_high:
            the lowest and highest p over it and the proposals level with it, what the search
@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import math
 
-from qknorm import decision
+from hydra_racing_sweeper import decision
+from hydra_racing_sweeper.race import DROPPED, LEVEL, driver, intensify, looks, verdicts
+from hydra_racing_sweeper.readback import words
+
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, setting
 from qknorm.claims.records import Record
 from qknorm.errors import UserError
 from qknorm.report import p_labels, stats
 from qknorm.research import recorded_folds, rung_error_rates
 from qknorm.rundir import COMPLETED
-from qknorm.sweep.race import DROPPED, LEVEL, driver, intensify, looks, verdicts
-from qknorm.sweep.readback import words
 
 
 def race(record: Record, runs: Runs) -> Rows:

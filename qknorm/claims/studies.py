@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper import multitest
 
-from qknorm import multitest
 from qknorm.claims import verdicts
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, selected, setting
 from qknorm.claims.records import Record

@@ -7,7 +7,7 @@ sentence says no more than its numbers. The test is one-sided: "A is more X than
   asked both ways (a table against a reference, a contrast: more or less) each comparison's two
                   one-sided hypotheses by Bonferroni, 2 × the smaller p (the two-sided p), Holm
                   over the comparisons of its family: the report's Holm p
-  the call        qknorm.decision's outcome of those p, the (1 − 2α) interval and δ (level
+  the call        hydra_racing_sweeper.decision's outcome of those p, the (1 − 2α) interval and δ (level
                   first, then shown one way or the other, else not shown; marginal where the
                   deciding interval's edge is within δ/10 of its line: the 95% interval's
                   edge nearest 0 for a difference or none), in the pages' words: more, less,
@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from qknorm import decision
-from qknorm.multitest import ReplicateTest, holm, no_spread
+from hydra_racing_sweeper import decision
+from hydra_racing_sweeper.multitest import ReplicateTest, holm, no_spread
 
 MORE, LESS, LEVEL, NOT_SHOWN = "more", "less", decision.LEVEL, decision.NOT_SHOWN
-# A comparison's outcome (qknorm.decision) in a results page's words: "A is more X than B".
+# A comparison's outcome (hydra_racing_sweeper.decision) in a results page's words: "A is more X than B".
 WORDS_OF = {decision.WORSE: MORE, decision.BETTER: LESS, decision.LEVEL: LEVEL,
             decision.NOT_SHOWN: NOT_SHOWN}
 WORDS = tuple(WORDS_OF.values())
@@ -50,7 +50,7 @@ def holm_both_ways(ps: Sequence[tuple[float, float]]) -> list[float]:
 def call(adjusted: float, delta: float, low: float, high: float, tost_low: float,
          tost_high: float, equivalence: float, alpha: float) -> str:
     """The comparison's words from its adjusted (two-sided) p and the way its Δ points:
-    qknorm.decision's outcome asked both ways, with its 95% interval [low, high] for a
+    hydra_racing_sweeper.decision's outcome asked both ways, with its 95% interval [low, high] for a
     difference's strength and its (1 − 2α) interval for the TOST."""
     said = decision.decide(**decision.both_ways(adjusted, delta), alpha=alpha,
                            tost=(tost_low, tost_high), equivalence=equivalence,

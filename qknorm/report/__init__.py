@@ -15,7 +15,7 @@
   lrplots    the loss against lr, the largest attention logit near the top lr, by width and head
   studyplots Optuna's own plots of a study
   computed   Options and Statistics: every number, computed once
-  tables     how summary.md writes a p-value, a table (a number: qknorm.cells)
+  tables     how summary.md writes a p-value, a table (a number: hydra_racing_sweeper.units)
   summary    summary.md's sections
   lrsection  its learning-rate section
   searchsection  its racing search's section: the answer and the minimiser's fit

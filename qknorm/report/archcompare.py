@@ -2,7 +2,7 @@
 final val loss, the steps each run takes to reach the reference arm's best loss on its fold (the
 anGPT paper's "faster convergence"), anGPT − GPT per p and the interaction (does p's Δ against
 the reference p differ between the architectures), every one paired by fold with its 95%
-interval under the replicate test (qknorm.multitest: over folds the corrected resampled t). An
+interval under the replicate test (hydra_racing_sweeper.multitest: over folds the corrected resampled t). An
 arm is one (model.arch, norm.p); its runs are the sweep's folds.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest
+from hydra_racing_sweeper.units import num
 
-from qknorm.cells import num
 from qknorm.errors import UserError
-from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report import stats
 from qknorm.report.paxis import format_p
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from hydra_racing_sweeper import readback
 
 from qknorm import rundir
 from qknorm.errors import UserError
@@ -31,7 +32,6 @@ from qknorm.report import (
 )
 from qknorm.report.computed import Options, compute
 from qknorm.report.summary import summarize
-from qknorm.sweep import readback
 
 
 @dataclass

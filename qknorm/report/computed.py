@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
+from hydra_racing_sweeper.multitest import AUTO as AUTO_TEST
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest
 
-from qknorm.multitest import AUTO as AUTO_TEST
-from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report import lrsens, readings, results, stats, timing
 from qknorm.report.baseline import AUTO, continuous_p
 
@@ -28,7 +28,7 @@ class Options:
     # δ of the Δ table's verdict (the metric's units, nats for a loss): "level within ±δ" where
     # the 90% t-interval of Δ (the replicate test's) lies inside ±δ (TOST at 5%).
     equivalence: float = DEFAULT_EQUIVALENCE
-    # The replicate test (qknorm.multitest): auto (corrected over folds, paired over seeds),
+    # The replicate test (hydra_racing_sweeper.multitest): auto (corrected over folds, paired over seeds),
     # corrected or paired; n_folds: the fold layout when results.csv lacks data.n_folds.
     test: str = AUTO_TEST
     n_folds: int | None = None

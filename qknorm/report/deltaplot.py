@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper import decision
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from qknorm import decision
-from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.canvas import MEAN_COLOR, OTHER_KIND_COLORS, legend, new_figure, series
 from qknorm.report.paxis import PAxis, format_p
 from qknorm.report.stats import ALPHA, BETTER, LEVEL_WITHIN, UNDECIDED, WORSE, pairing

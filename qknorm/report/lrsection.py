@@ -4,8 +4,8 @@ and across widths (issue 46) a table by width and arm."""
 from __future__ import annotations
 
 import pandas as pd
+from hydra_racing_sweeper.units import num
 
-from qknorm.cells import num
 from qknorm.report.lrsens import (
     GRID,
     LR,

@@ -13,7 +13,7 @@ same for every lr of a seed, the init does not depend on lr), and a diverged run
 (min(∞, ℓ₀)): it is a result here, not a fault. A replicate that misses an lr of its group's
 grid (a failed, pruned or unfinished run) has no sensitivity: the mean would be over another
 grid; a group that ran one lr is left out. The group's sensitivity is the mean over its
-replicates with the report's 95% interval (seeds on one split: the paired t, qknorm.multitest).
+replicates with the report's 95% interval (seeds on one split: the paired t, hydra_racing_sweeper.multitest).
 The max stable lr is the largest lr at which every replicate of the group completed (none
 diverged, none missing); the best lr the one with the lowest mean over the group's runs of
 min(ℓ, ℓ₀). Each group is compared with the reference, QKNorm (norm=l2, or lp at p = 2; without
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest, holm
 
 from qknorm.effective import UNUSED_KEYS
-from qknorm.multitest import PAIRED_T, ReplicateTest, holm
 from qknorm.report import arms, results, stats
 from qknorm.report.paxis import format_p
 from qknorm.rundir import COMPLETED, DIVERGED, REPLICATE_KEYS

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from hydra_racing_sweeper.units import num
 
-from qknorm.cells import num
 from qknorm.report import paxis, stats
 from qknorm.report.tables import markdown_table, pval
 

@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from qknorm.config import P_KINDS
-from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report import timing
 from qknorm.report.baseline import continuous_p
 from qknorm.report.canvas import (

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest
 from scipy import stats
 
-from qknorm.multitest import PAIRED_T, ReplicateTest
 from qknorm.report.stats import completed, group_keys, group_summary
 
 READINGS = ("best_val_loss", "val_loss")

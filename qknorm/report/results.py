@@ -280,7 +280,7 @@ def study_runs(root: Path, run_dirs: list[Path], configs: list[dict[str, Any]],
     the report covers then (None when nothing lies elsewhere). A study's runs: those its trials
     name (JOBS_ATTR, JOB_DIRS_ATTR), as the status counts them: not a retried trial's (its
     retry names the runs it kept), not a surplus one's; only those on this machine."""
-    from qknorm.sweep import trial_run_dirs
+    from hydra_racing_sweeper import trial_run_dirs
 
     _trials(configs, collection.studies, collection.warnings)  # opens each study once
     here = {d.resolve() for d in run_dirs}
@@ -307,7 +307,7 @@ def _studies_of_results(root: Path) -> dict[tuple[str, str], Any]:
     """The studies the optimization_results.yaml files under root name (the sweeper writes one
     at its end, even when it ran nothing: its study was done), opened to read; {} when none
     does, or none opens (the report then says the directory holds no run)."""
-    from qknorm.sweep import studies_named
+    from hydra_racing_sweeper import studies_named
 
     notes: list[str] = []
     studies = {(s["study_name"], s["storage"]): _load_study(s["study_name"], s["storage"], notes)[0]
@@ -340,7 +340,7 @@ def _trials(configs: list[dict[str, Any]], studies: dict[tuple[str, str], Any],
 def _load_study(name: str, storage: str, notes: list[str]) -> tuple[Any, dict[int, str]]:
     """The optuna.Study (opened only to read) and {trial number: state name}, or (None, {}) with
     a note when the study cannot be opened."""
-    from qknorm.sweep import read_study
+    from hydra_racing_sweeper import read_study
 
     try:
         study = read_study(name, storage)

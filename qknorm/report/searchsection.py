@@ -1,5 +1,5 @@
 """summary.md's section for a racing search (search=p_tpe): its answer (the rows of
-qknorm.sweep.readback.answer, the same the sweeper's last line and qknorm.status give), and
+hydra_racing_sweeper.readback.answer, the same the sweeper's last line and qknorm.status give), and
 where a quadratic fit of the proposals' fold-adjusted values in log p puts the minimiser.
 
 The fit: each proposal that completed a fold has a fold-adjusted value (the best's mean plus its
@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from hydra_racing_sweeper import readback
+from hydra_racing_sweeper.race import verdicts
+from hydra_racing_sweeper.units import num
 
-from qknorm.cells import num
 from qknorm.report import paxis, stats
 from qknorm.report.tables import markdown_table, pval
-from qknorm.sweep import readback
-from qknorm.sweep.race import verdicts
 
 
 def fit_points(rows: list[dict]) -> list[tuple[float, float]]:

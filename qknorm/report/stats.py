@@ -3,7 +3,7 @@
 Everything here takes the runs DataFrame of qknorm.report.results and keeps only `completed` runs:
 diverged, pruned, failed and incomplete runs are counted by `excluded` and never averaged.
 Groups are the values of norm.p (plus norm.kind when several kinds were run, plus any key the
-user names). Every interval and test is the replicate test of qknorm.multitest, chosen by
+user names). Every interval and test is the replicate test of hydra_racing_sweeper.multitest, chosen by
 `replicate_test`: over folds of one corpus the corrected resampled t, its replicates the folds
 (the seeds of a fold averaged first); over seeds on one split the plain paired t, its replicates
 the (seed, data.fold) pairs. A delta pairs runs with the same replicate, like with like.
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from hydra_racing_sweeper import decision, multitest
+from hydra_racing_sweeper.multitest import AUTO as AUTO_TEST
+from hydra_racing_sweeper.multitest import CORRECTED, PAIRED_T, ReplicateTest, holm
 from scipy import stats
 
-from qknorm import decision, multitest
 from qknorm.config import P_KINDS
 from qknorm.errors import UserError
-from qknorm.multitest import AUTO as AUTO_TEST
-from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest, holm
 
 # Re-exported: callers reach the run p, the baseline and p's labels as stats.<name>; they live
 # in qknorm.report.baseline and qknorm.report.paxis.
@@ -36,7 +36,7 @@ PAIR_KEYS = list(REPLICATE_KEYS)  # a replicate under the plain paired t: (seed,
 FOLD_KEYS = ["data.fold"]  # a replicate under the corrected t: a fold, its seeds averaged
 # The equivalence verdict: TOST at 5%, i.e. the 90% t-interval of the replicate test inside ±δ.
 TOST_ALPHA = ALPHA
-# The Δ table's words for a comparison's outcome (qknorm.decision, asked both ways).
+# The Δ table's words for a comparison's outcome (hydra_racing_sweeper.decision, asked both ways).
 WORSE, BETTER, UNDECIDED = decision.WORSE, decision.BETTER, "undecided"
 LEVEL_WITHIN = f"{decision.LEVEL} within ±δ"
 VERDICT_WORDS = {decision.LEVEL: LEVEL_WITHIN, decision.WORSE: WORSE, decision.BETTER: BETTER,
@@ -176,7 +176,7 @@ def tost_interval(d, test: ReplicateTest = PAIRED_T) -> tuple[float, float]:
 
 def outcome(holm_p: float, delta: float, low: float, high: float, equivalence: float,
             interval: tuple[float, float] | None = None) -> decision.Outcome:
-    """One comparison's outcome (lower is better): qknorm.decision asked both ways at ALPHA,
+    """One comparison's outcome (lower is better): hydra_racing_sweeper.decision asked both ways at ALPHA,
     from its Holm-adjusted two-sided t p (the delta table's family) and its 90% interval
     [low, high] (TOST at 5%, not corrected over the table's comparisons); `interval`: the 95%
     one, whose edge nearest 0 gives a difference's strength."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from hydra_racing_sweeper import readback
+from hydra_racing_sweeper.multitest import CORRECTED, PAIRED_T, ReplicateTest
+from hydra_racing_sweeper.race import verdicts
+from hydra_racing_sweeper.units import num
 
 from qknorm import rundir
-from qknorm.cells import num
-from qknorm.multitest import CORRECTED, PAIRED_T, ReplicateTest
 from qknorm.report import (
     lrsection,
     paxis,
@@ -22,8 +24,6 @@ from qknorm.report import (
 from qknorm.report.computed import DEFAULT_EQUIVALENCE, TIME_METRIC, Options, Statistics, compute
 from qknorm.report.tables import markdown_table, pval
 from qknorm.report.timing import TIMING
-from qknorm.sweep import readback
-from qknorm.sweep.race import verdicts
 
 STATUS_MEANING = {**rundir.STATUS_MEANING, rundir.INCOMPLETE: "no final.json: killed, or still running"}
 
@@ -82,7 +82,7 @@ def _verdict_sentence(equivalence: float) -> str:
             "difference surely smaller than δ is level even where its Holm p shows it; else "
             "`worse` / `better` where Holm p ≤ 0.05 (the family above); else `undecided` "
             "(neither shown different nor shown within ±δ: more pairs, or a larger δ, would be "
-            "needed to say). The rule is qknorm.decision's, the same for the race, the search "
+            "needed to say). The rule is hydra_racing_sweeper.decision's, the same for the race, the search "
             "and the results pages.")
 
 
@@ -354,7 +354,7 @@ def _best_section(best: pd.DataFrame, keys: list[str], metric: str) -> list[str]
 
 
 # ---------------------------------------------------------------------------------------------
-# a race's section (the race itself: qknorm/sweep/race/looks.py)
+# a race's section (the race itself: hydra_racing_sweeper/race/looks.py)
 
 def _count(x: float) -> str:
     """A total with thousands separators; "-" where the runs did not report it."""
@@ -417,7 +417,7 @@ def race_section(e: readback.Elimination, name: str) -> list[str]:
         "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
         "mean is over the replicates it completed.", "",
         *table, "", race_verdict(e), "",
-        "Answers (qknorm.decision's rule, in the race's words): `worse` (dropped, or a "
+        "Answers (hydra_racing_sweeper.decision's rule, in the race's words): `worse` (dropped, or a "
         "baseline behind the leader at its last look, Holm-adjusted p <= alpha, not level), "
         + (f"`level` (within ±{e.equivalence:g} of the leader: {_tost_words(e)}; checked "
            "first), " if e.equivalence is not None else "")

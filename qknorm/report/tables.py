@@ -1,9 +1,9 @@
 """How summary.md writes a p-value and a table: one home for every section's cells (summary,
-lrsection); a number is qknorm.cells.num."""
+lrsection); a number is hydra_racing_sweeper.units.num."""
 
 from __future__ import annotations
 
-from qknorm.cells import num
+from hydra_racing_sweeper.units import num
 
 
 def pval(x: float) -> str:

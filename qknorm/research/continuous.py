@@ -24,12 +24,12 @@ and those sum to 0 over the folds: the true mean of x over the folds is base + f
 Three searches, each until `budget` training steps (runs of the grid's 2000 steps):
 - `racing`: search=p_tpe (conf/search/p_tpe.yaml): its FloatDistribution over 1/norm.p, its
   initial design (race.initial as 1/p), its sampler (GP) seeded per ask as the live sweeper does
-  (qknorm.sweep.racing.proposal_sampler), its race rules and rungs, its n_jobs, stepped by the
+  (hydra_racing_sweeper.racing.proposal_sampler), its race rules and rungs, its n_jobs, stepped by the
   product's own driver through race_sims.search_loop.
 - `tpe`: search=p_tpe_plain's settings: TPE (its options) over 1/norm.p, each trial two folds
   (0 and 1 of the grid: the preset's replicates are folds 8, 9 of another layout), its value
   their mean, val loss reported at each eval step (the first fold to reach a step reports it,
-  as qknorm/sweep/job.py does) and MedianPruner (its options) asked after each; a pruned trial
+  as hydra_racing_sweeper/job.py does) and MedianPruner (its options) asked after each; a pruned trial
   costs its steps to there. Its answer: the trial with the lowest value.
 - `smac3`: SMAC3's HyperparameterOptimizationFacade over Float("1/p", (0, 1)) with the 5 folds
   as instances, every default (smac_replay's doc), deterministic, n_trials the runs the budget
@@ -55,11 +55,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+from hydra_racing_sweeper import build_pruner, build_sampler, proposal_sampler
+from hydra_racing_sweeper.race import intensify
 
 from qknorm.errors import UserError
 from qknorm.research import grid_runs, landscapes, race_sims
-from qknorm.sweep import build_pruner, build_sampler, proposal_sampler
-from qknorm.sweep.race import intensify
 
 NOISES = {"qknorm": "docs/results/paper_gpu/qknorm", "calibrated": "docs/results/paper_gpu/calibrated"}
 PARAM = "1/norm.p"  # the presets' search parameter

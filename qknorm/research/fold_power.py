@@ -14,12 +14,12 @@ their spread is not that of a small Δ). `--sigma` adds σ values by hand.
 The power, for K in `--folds` (all K folds compared, k = K, so df = K − 1), per σ and δ:
 
 - worse: the chance that a p whose true Δ is +δ gets a significant Δ > 0 from the two-sided
-  corrected t (qknorm.multitest.for_folds(K): t = mean(d) / sqrt(c s²), c = 1/K + 1/(K − 1))
+  corrected t (hydra_racing_sweeper.multitest.for_folds(K): t = mean(d) / sqrt(c s²), c = 1/K + 1/(K − 1))
   at α per comparison and at Holm's worst case α/m (m = `--comparisons`, 7: the grid's
   non-baseline p; Holm's smallest p faces α/m, the others a larger one). T is noncentral t,
   df K − 1, noncentrality δ / (σ sqrt(c)).
 - level: the chance that a p whose true Δ is 0 gets the 90% corrected interval inside ±δ
-  (TOST at 5%: qknorm.multitest.tost_interval), integrated over the chi-square law of s.
+  (TOST at 5%: hydra_racing_sweeper.multitest.tost_interval), integrated over the chi-square law of s.
 - the plain paired t (c = 1/K) the same way, its "nominal" power: what a power calculation that
   takes the folds as independent would promise. It is not honest: under Nadeau & Bengio's
   correlation the plain t's size is above α (the column `plain size` gives it under their model).
@@ -30,7 +30,7 @@ convention (`--hold s`, default): the measured s is taken as σ at every K. `--h
 σ_f fixed instead: σ(K) = s sqrt((1 − 1/K) / (1 − 1/K0)), K0 the measured layout (at most 9%
 more at K = 20 from K0 = 5); the script reports the recommended K under both.
 
-Folds × seeds: seeds average within a fold before the corrected t over folds (qknorm.multitest),
+Folds × seeds: seeds average within a fold before the corrected t over folds (hydra_racing_sweeper.multitest),
 so m seeds shrink only the seed share φ of a fold's Δ variance: σ(m) = σ sqrt(1 − φ + φ/m). The
 committed grids have one seed, so φ is not measured: `--seed-share` sets an assumed φ for an
 illustrative table, labelled as an assumption.

@@ -1,13 +1,13 @@
 """A committed grid as a replay reads it, and what the grid itself shows.
 
-`load` reads a report's results.csv and its curves.csv (qknorm.report.results.read_csv, read_curves),
-for in-fold stopping: p -> its runs in fold order, each {fold, value, steps, core_s, curve:
-{step: val_loss}}. `judge` is the grid's own answer, the yardstick of a replayed search: the
-best p (lowest mean over folds), each other p's mean paired difference to it, and the p the grid
-shows worse than it or level with it: qknorm.decision's outcome asked one way (the replicate test
-of qknorm.multitest, one-sided, H1: behind the best, Holm over the comparisons with the best, at
-alpha; level first, its (1 − 2 alpha) interval inside ±δ), as the race, the search and
-worse_on_grid decide (docs/report.md, "One rule for every verdict").
+`load` reads a report's results.csv and its curves.csv (qknorm.report.results.read_csv, read_curves), for
+in-fold stopping: p -> its runs in fold order, each {fold, value, steps, core_s, curve: {step: val_loss}}.
+`judge` is the grid's own answer, the yardstick of a replayed search: the best p (lowest mean over folds),
+each other p's mean paired difference to it, and the p the grid shows worse than it or level with it:
+hydra_racing_sweeper.decision's outcome asked one way (the replicate test of
+hydra_racing_sweeper.multitest, one-sided, H1: behind the best, Holm over the comparisons with the best,
+at alpha; level first, its (1 − 2 alpha) interval inside ±δ), as the race, the search and worse_on_grid
+decide (docs/report.md, "One rule for every verdict").
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qknorm import decision
+from hydra_racing_sweeper import decision
+from hydra_racing_sweeper.multitest import ReplicateTest, for_folds, holm, tost_interval
+
 from qknorm.errors import UserError
-from qknorm.multitest import ReplicateTest, for_folds, holm, tost_interval
 from qknorm.report.results import read_csv, read_curves
 from qknorm.rundir import COMPLETED
 

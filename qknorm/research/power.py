@@ -14,7 +14,7 @@ import math
 
 def factor(k: int, n_folds: int, corrected: bool = True) -> float:
     """The variance factor c of the replicate test over k folds of an n_folds-fold layout:
-    1/k + 1/(n_folds − 1) corrected (qknorm.multitest.for_folds), 1/k plain."""
+    1/k + 1/(n_folds − 1) corrected (hydra_racing_sweeper.multitest.for_folds), 1/k plain."""
     return 1.0 / k + (1.0 / (n_folds - 1) if corrected else 0.0)
 
 

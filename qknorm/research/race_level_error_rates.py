@@ -1,6 +1,6 @@
 """How often the race (race.looks.replay) answers wrongly, and how long it runs, over folds that
 are correlated as K-fold cross-validation makes them: the plain paired t and the corrected
-resampled t (qknorm.multitest.for_folds) side by side.
+resampled t (hydra_racing_sweeper.multitest.for_folds) side by side.
 
 `python -m qknorm.research.race_level_error_rates [--races 1500] [--out race_level_error_rates.json]`
 simulates races of k = 2, 4, 8 candidates over K = 5 and 10 blocks (folds), the first look
@@ -40,10 +40,10 @@ import sys
 import time
 
 import numpy as np
+from hydra_racing_sweeper.multitest import PAIRED_T, ReplicateTest, for_folds
+from hydra_racing_sweeper.race import looks, verdicts
 
 from qknorm.errors import run_main
-from qknorm.multitest import PAIRED_T, ReplicateTest, for_folds
-from qknorm.sweep.race import looks, verdicts
 
 FOLDS, FIRST_LOOK, ALPHA = (5, 10), 3, 0.05
 KS, DELTAS = (2, 4, 8), (0.5, 1.0, 2.0)

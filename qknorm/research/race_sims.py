@@ -1,6 +1,6 @@
 """The race and the racing search replayed on a grid's recorded runs: the sweeper's own driver
-(qknorm.sweep.race.driver) takes their turns, and each run it asks for is looked up in the grid instead
-of trained.
+(hydra_racing_sweeper.race.driver) takes their turns, and each run it asks for is looked up in the grid
+instead of trained.
 
 The runs are deterministic (seed, fold and p fix them), so this is what a sweeper would have
 spent and said at the grid's commit, with the basic launcher (a launch's runs one after
@@ -23,9 +23,8 @@ import statistics
 from collections.abc import Callable, Hashable, Mapping
 
 import optuna
-
-from qknorm.sweep import build_sampler, propose
-from qknorm.sweep.race import driver, intensify, looks, verdicts
+from hydra_racing_sweeper import build_sampler, propose
+from hydra_racing_sweeper.race import driver, intensify, looks, verdicts
 
 MAX_PROPOSALS = 24  # search=p_tpe's n_trials
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qknorm import multitest
+from hydra_racing_sweeper import multitest
+
 from qknorm.errors import UserError
 from qknorm.report import results
 from qknorm.rundir import COMPLETED

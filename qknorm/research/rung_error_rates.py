@@ -36,13 +36,13 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from hydra_racing_sweeper import decision, rundir
+from hydra_racing_sweeper.multitest import holm, tost_interval
+from hydra_racing_sweeper.race import Rules, paired_t_greater, standing, stop_at_rung
 
-from qknorm import decision, rundir
 from qknorm.errors import UserError, run_main
-from qknorm.multitest import holm, tost_interval
 from qknorm.report import format_p, results
 from qknorm.research import race_sims, recorded_folds
-from qknorm.sweep.race import Rules, paired_t_greater, standing, stop_at_rung
 
 RUNGS = ([250], [500], [750], [1000], [500, 1000], [250, 500, 1000])
 MARGINS = (0.01, 0.02, 0.05, 0.1, 0.2)
@@ -176,7 +176,7 @@ def measure(sweep: Path, baseline: float, eta: int) -> dict:
 
 def worse_on_grid(grid: Path, baseline: float, alpha: float, equivalence: float | None,
                   n_folds: int | None = None) -> set[float]:
-    """The p whose completed runs are worse than the baseline's on the grid: qknorm.decision's
+    """The p whose completed runs are worse than the baseline's on the grid: hydra_racing_sweeper.decision's
     outcome asked one way, as a race drops (one-sided t over the folds both ran, the corrected
     resampled t of the grid's fold layout, as the race and the report; Holm over the p with two
     pairs or more; level within ±`equivalence` first)."""

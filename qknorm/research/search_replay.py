@@ -12,7 +12,7 @@ Searches, each on the grid's p (a categorical over its points, as `norm.p=choice
   costs the folds it ran.
 - `smac3`: SMAC3's own intensifier (qknorm.research.smac_replay), where `smac` is installed.
 - `race`: search=p_race's rules over every p (race_sims.race; no seed, one answer).
-- `race_search_tpe`, `race_search_gp`: the racing search (qknorm.sweep.race.intensify via
+- `race_search_tpe`, `race_search_gp`: the racing search (hydra_racing_sweeper.race.intensify via
   race_sims.race_search), in-fold stopping included when --curves is given.
 A trial that repeats a p already run costs nothing. Each is scored against the grid's own answer
 (grid_runs.judge: the corrected t of the grid's fold layout, Holm over the comparisons with the
@@ -46,14 +46,14 @@ from pathlib import Path
 
 import optuna
 import yaml
+from hydra_racing_sweeper import step_margins
+from hydra_racing_sweeper.multitest import for_folds
+from hydra_racing_sweeper.race import Rules
 from omegaconf import OmegaConf
 
 from qknorm import jsonfile
 from qknorm.config import CONF_DIR
-from qknorm.multitest import for_folds
 from qknorm.research import continuous, grid_runs, race_sims
-from qknorm.sweep import step_margins
-from qknorm.sweep.race import Rules
 
 SEARCHES = {  # name -> (sampler, pruner); the presets' settings (conf/search/p_tpe.yaml)
     "tpe": (lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=6), None),

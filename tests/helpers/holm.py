@@ -1,4 +1,4 @@
-"""Holm's step-down written out, for expected values that do not come from qknorm.multitest."""
+"""Holm's step-down written out, for expected values that do not come from hydra_racing_sweeper.multitest."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ import sys
 import time
 
 import optuna
-
-from qknorm.sweep import specs
+from hydra_racing_sweeper import specs
 
 if __name__ == "__main__":
     url, start, n = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])

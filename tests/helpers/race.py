@@ -1,4 +1,4 @@
-"""A race as the tests set one up: its plan in memory (qknorm.sweep.raceplan.plan_race on a
+"""A race as the tests set one up: its plan in memory (hydra_racing_sweeper.raceplan.plan_race on a
 grid over p and the folds; a sweep's whole Plan for driving a schedule), the runs a replay asks
 for, and a race or a racing search through the real command line on race_task.py's table, killed
 and resumed by two sweepers."""
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import optuna
 import pytest
+from hydra_racing_sweeper import readback, specs
+from hydra_racing_sweeper.plan import Plan
+from hydra_racing_sweeper.race import race_conf
+from hydra_racing_sweeper.raceplan import plan_race
+from hydra_racing_sweeper.space import SearchSpace, parse_space, replicate_combinations
 
 from qknorm.errors import UserError
 from qknorm.research import race_sims
-from qknorm.sweep import readback, specs
-from qknorm.sweep.plan import Plan
-from qknorm.sweep.race import race_conf
-from qknorm.sweep.raceplan import plan_race
-from qknorm.sweep.space import SearchSpace, parse_space, replicate_combinations
 from tests.helpers import REPO
 from tests.helpers.studies import study_of
 

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import optuna
 import sqlalchemy
-from optuna.distributions import CategoricalDistribution, FloatDistribution
-from optuna.trial import FrozenTrial, TrialState, create_trial
-
-from qknorm.sweep import read_study, readback
-from qknorm.sweep.study import (
+from hydra_racing_sweeper import read_study, readback
+from hydra_racing_sweeper.study import (
     HEARTBEAT_ATTR,
     PARAMS_ATTR,
     RACE_CANDIDATE_ATTR,
@@ -24,6 +21,8 @@ from qknorm.sweep.study import (
     RACE_RUNG_ATTR,
     RACE_RUNS_ATTR,
 )
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 
 class Beats:
@@ -53,7 +52,7 @@ def at(seconds_before_now: float) -> datetime.datetime:
 def trial(number: int, state: TrialState, start: float, took: float | None = None,
           value=None, params: dict | None = None, **attrs) -> FrozenTrial:
     """A trial that started `start` s before NOW and took `took` s (None: still running);
-    `attrs`: its user attrs by their names in qknorm/sweep/study.py (status, n, std, jobs, ...)."""
+    `attrs`: its user attrs by their names in hydra_racing_sweeper/study.py (status, n, std, jobs, ...)."""
     params = params if params is not None else {"norm.p": 2.0 + number}
     return FrozenTrial(
         number=number, state=state, value=None, values=value if isinstance(value, list) else
@@ -127,9 +126,10 @@ def rung_study(tmp_path: Path) -> str:
 def job_hook(url: str, trial: int, block: str, rungs, margin=None, margins=()):
     """A qknorm.train job's eval hook on trial `trial` of study "r": what the job-side API
     (qknorm.sweep.trial.report) does for it, and RunPruned when it says stop."""
+    from hydra_racing_sweeper.identity import Identity
+    from hydra_racing_sweeper.job import reporter
+
     from qknorm.errors import RunPruned
-    from qknorm.sweep.identity import Identity
-    from qknorm.sweep.job import reporter
 
     report = reporter(Identity("r", url, trial, block, tuple(rungs), margin, tuple(margins)))
 
