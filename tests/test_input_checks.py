@@ -156,9 +156,12 @@ def test_p_race_without_a_grid_names_the_baseline_given():
     """It named 'the baseline 2' whatever baseline the command line gave (issue 54)."""
     from hydra_racing_sweeper.plan import race_needs_a_grid
 
-    five = race_needs_a_grid(5)
+    from qknorm.sweep.hook import QknormTask
+
+    hook = QknormTask()
+    five = race_needs_a_grid(5, hook)
     assert "choice(...) with the baseline 5 in it" in five
     assert "'norm.p=choice(1,2,4,inf,5)'" in five
-    assert "with the baseline 2 in it" in race_needs_a_grid(2.0)  # the preset's
-    assert "'norm.p=choice(1,2,4,inf)'" in race_needs_a_grid(2.0)
-    assert "with the baseline" not in race_needs_a_grid(None)
+    assert "with the baseline 2 in it" in race_needs_a_grid(2.0, hook)  # the preset's
+    assert "'norm.p=choice(1,2,4,inf)'" in race_needs_a_grid(2.0, hook)
+    assert "with the baseline" not in race_needs_a_grid(None, hook)

@@ -88,16 +88,16 @@ def test_any_string_reaches_the_job_as_written(tmp_path):
 
 @pytest.mark.parametrize(("env", "words"), [
     ({identity.TRIAL: "three", identity.STUDY: "s", identity.STORAGE: "sqlite:///o.db"},
-     "QKNORM_TRIAL='three' is not one whole number"),
+     "RACING_TRIAL='three' is not one whole number"),
     ({identity.TRIAL: "3,4", identity.STUDY: "s", identity.STORAGE: "sqlite:///o.db"},
-     "QKNORM_TRIAL='3,4' is not one whole number"),
+     "RACING_TRIAL='3,4' is not one whole number"),
     ({identity.TRIAL: "3", identity.STORAGE: "sqlite:///o.db"},
-     "QKNORM_TRIAL='3' is set without QKNORM_STUDY; "),
-    ({identity.TRIAL: "3"}, "is set without QKNORM_STUDY and QKNORM_STORAGE; "),
+     "RACING_TRIAL='3' is set without RACING_STUDY; "),
+    ({identity.TRIAL: "3"}, "is set without RACING_STUDY and RACING_STORAGE; "),
     ({identity.TRIAL: "3", identity.STUDY: "s", identity.STORAGE: "x", identity.RUNGS: "5,x"},
-     "QKNORM_RUNGS='5,x' is not whole numbers separated by commas"),
+     "RACING_RUNGS='5,x' is not whole numbers separated by commas"),
     ({identity.TRIAL: "3", identity.STUDY: "s", identity.STORAGE: "x", identity.RUNGS: "5",
-      identity.MARGIN: "big"}, "QKNORM_MARGIN='big' is not one number"),
+      identity.MARGIN: "big"}, "RACING_MARGIN='big' is not one number"),
 ])
 def test_an_odd_identity_variable_is_one_line_naming_it(monkeypatch, env, words):
     """Only someone setting them by hand gets these: one line, the variable and its value, and

@@ -373,9 +373,9 @@ def test_p_race_without_a_grid_names_what_a_race_needs_and_a_command_that_runs(c
                "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
                "hydra.sweeper.race.margin=0.05")
     assert r.stderr.strip().splitlines() == [
-        "error: search=p_race races a grid of p over replicates, and hydra.sweeper.params has "
-        "no grid; give p as choice(...) with the baseline 2 in it, and more replicates than "
-        f"min_replicates, e.g. {command}"]
+        "error: a race races a grid of candidates over replicates, and hydra.sweeper.params has "
+        "no grid; give the key as choice(...) with the baseline 2 in it, and more replicates "
+        f"than min_replicates, e.g. {command}"]
     assert "interval" not in r.stderr
     assert not (cli.cwd / "outputs").exists()
     # The command it suggests runs (threads=1: the suite's cores are shared).

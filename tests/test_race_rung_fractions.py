@@ -100,7 +100,7 @@ def test_the_overrides_as_typed_race_with_the_resolved_rungs_and_say_what_was_dr
     assert ("hydra.sweeper.race.rungs=[0.25, 0.5] at train.max_iters=30 (an eval every 10 "
             "steps): dropped rung 0.25 (step 0: before the first eval); the runs are judged at "
             "step 10") in out
-    assert ("QKNORM_RUNGS='10' ++hydra.job.env_set.QKNORM_MARGIN='0.04'"
+    assert ("RACING_RUNGS='10' ++hydra.job.env_set.RACING_MARGIN='0.04'"
             in out)  # p=1: judged, 0.04 at 10
     r = cli(*SMOKE_RACE, "hydra.sweeper.race.rungs=[0.5]", "hydra.sweeper.race.margin=0.07",
             "train.max_iters=10", "hydra.sweeper.study_name=b")
@@ -109,7 +109,7 @@ def test_the_overrides_as_typed_race_with_the_resolved_rungs_and_say_what_was_dr
     assert ("hydra.sweeper.race.rungs=[0.5] at train.max_iters=10 (an eval every 10 steps): "
             "dropped rung 0.5 (step 0: before the first eval); no rung is left: the race runs "
             "without in-fold stopping") in out
-    assert "QKNORM_RUNGS" not in out
+    assert "RACING_RUNGS" not in out
 
 
 def test_judged_at_gives_every_candidate_one_resolution_or_says_which_lengths_differ(caplog):

@@ -96,11 +96,11 @@ def test_per_rung_margins_that_do_not_match_the_rungs_are_one_line(monkeypatch):
     with pytest.raises(ValueError) as e:
         trial.report(250, 2.4)
     assert str(e.value) == (
-        "QKNORM_MARGINS='0.1' gives 1 margin(s) for the 2 rung(s) of QKNORM_RUNGS='500,1000', "
-        "which the qknorm_optuna sweeper never sets (one per rung): unset them")
+        "RACING_MARGINS='0.1' gives 1 margin(s) for the 2 rung(s) of RACING_RUNGS='500,1000', "
+        "which the racing sweeper never sets (one per rung): unset them")
     monkeypatch.setenv(identity.MARGINS, "0.1,big")
-    with pytest.raises(ValueError, match=r"^QKNORM_MARGINS='0.1,big' is not numbers separated "
-                                         r"by commas, as the qknorm_optuna sweeper sets it"):
+    with pytest.raises(ValueError, match=r"^RACING_MARGINS='0.1,big' is not numbers separated "
+                                         r"by commas, as the racing sweeper sets it"):
         trial.report(250, 2.4)
 
 

@@ -124,13 +124,13 @@ def test_a_run_that_reached_a_rung_first_is_judged_there_once_another_has(study)
 
 
 @pytest.mark.parametrize("env, message", [
-    ({identity.RUNGS: "500;1000"}, "QKNORM_RUNGS='500;1000' is not whole numbers separated by "
+    ({identity.RUNGS: "500;1000"}, "RACING_RUNGS='500;1000' is not whole numbers separated by "
                                    "commas"),
-    ({identity.RUNGS: "0.5"}, "QKNORM_RUNGS='0.5' is not whole numbers separated by commas"),
+    ({identity.RUNGS: "0.5"}, "RACING_RUNGS='0.5' is not whole numbers separated by commas"),
     # a fraction is the sweeper's to resolve
     ({identity.RUNGS: "500", identity.MARGIN: "0.05,0.1"},
-     "QKNORM_MARGIN='0.05,0.1' is not one number"),
-    ({identity.TRIAL: "three"}, "QKNORM_TRIAL='three' is not one whole number"),
+     "RACING_MARGIN='0.05,0.1' is not one number"),
+    ({identity.TRIAL: "three"}, "RACING_TRIAL='three' is not one whole number"),
 ])
 def test_a_bad_rung_variable_is_one_line_naming_it_and_the_fix(monkeypatch, env, message):
     """The rungs reach a job through its environment (hydra_racing_sweeper/identity.py): a job started
@@ -140,7 +140,7 @@ def test_a_bad_rung_variable_is_one_line_naming_it_and_the_fix(monkeypatch, env,
         monkeypatch.setenv(key, value)
     with pytest.raises(ValueError) as e:
         trial.report(250, 2.4)  # what every eval of a job calls
-    assert str(e.value) == (f"{message}, as the qknorm_optuna sweeper sets it on its jobs "
+    assert str(e.value) == (f"{message}, as the racing sweeper sets it on its jobs "
                             "(hydra.job.env_set): unset it")
     monkeypatch.setenv(identity.RUNGS, "500,1000")  # well formed: read as the sweeper wrote them
     monkeypatch.setenv(identity.TRIAL, "0")

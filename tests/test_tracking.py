@@ -438,7 +438,7 @@ def test_mlflow_every_ending_a_late_final_json_and_a_topped_up_study(tmp_path):
         assert (run.data.tags["status"], run.info.status) == (status, mlflow_status), name
     stopped = paths[f"{t[2]}/data.fold=0"]
     assert stopped.data.tags["error"] == "pruned at step 10"
-    # Its replicate block (the job's QKNORM_BLOCK, not in its config): the run's name, from its
+    # Its replicate block (the job's RACING_BLOCK, not in its config): the run's name, from its
     # replicate overrides, and the config key the block sets.
     assert (stopped.info.run_name, stopped.data.params["data.fold"]) == ("data.fold=0", "0")
     client = tree(uri, "synthetic")[0]

@@ -238,11 +238,11 @@ import app
 @hydra.main(version_base=None, config_path=".", config_name="config")
 def main(cfg):
     here = Path(get_original_cwd())
-    if os.environ.get("QKNORM_TRIAL") == "1" and not (here / "killed").exists():
+    if os.environ.get("RACING_TRIAL") == "1" and not (here / "killed").exists():
         (here / "killed").touch()
         os._exit(9)  # as kill -9: the sweeper (the basic launcher runs jobs in it) dies
     with open(here / "calls.log", "a") as f:
-        f.write(f"{os.environ['QKNORM_TRIAL']}:{os.environ['QKNORM_BLOCK']}\\n")
+        f.write(f"{os.environ['RACING_TRIAL']}:{os.environ['RACING_BLOCK']}\\n")
     return app.main.__wrapped__(cfg)
 
 
@@ -314,7 +314,7 @@ import app
 
 @hydra.main(version_base=None, config_path=".", config_name="config")
 def main(cfg):
-    if os.environ.get("QKNORM_TRIAL") == "1":
+    if os.environ.get("RACING_TRIAL") == "1":
         raise KeyboardInterrupt
     return app.main.__wrapped__(cfg)
 

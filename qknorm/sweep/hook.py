@@ -13,7 +13,7 @@ import copy
 import time
 from typing import Any
 
-from hydra_racing_sweeper import TaskHook, UserError
+from hydra_racing_sweeper import TaskHook, UserError, format_value
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from qknorm.config import P_KINDS, Config, to_config
@@ -37,6 +37,19 @@ def is_qknorm(flat: dict[str, Any]) -> bool:
 
 
 class QknormTask(TaskHook):
+    command = "python -m qknorm.train"
+
+    def race_example(self, baseline: Any) -> str:
+        """docs/race.md's smoke race (checked to run: 12 smoke runs, seconds each), with the
+        baseline given in its grid."""
+        b = format_value(baseline).removesuffix(".0") if baseline is not None else None
+        grid = ["1", "2", "4", "inf"]
+        choice = ",".join(grid + ([b] if b is not None and b not in grid else []))
+        return (f"{self.command} experiment=smoke search=p_race 'norm.p=choice({choice})' "
+                "'++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
+                "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
+                "hydra.sweeper.race.margin=0.05")
+
     def typed(self, cfg: DictConfig) -> Config | None:
         """A composed job config (hydra node and all) as qknorm.train reads it, checked
         (to_config: raises UserError); None when the task is not qknorm.train."""

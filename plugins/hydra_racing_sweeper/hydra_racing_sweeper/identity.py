@@ -1,4 +1,4 @@
-"""A job's trial, handed over in its environment: the variables the qknorm_optuna sweeper sets
+"""A job's trial, handed over in its environment: the variables the racing sweeper sets
 on each job through `hydra.job.env_set` (env_overrides, the sweeper's side) and reads back
 (identity, the job's side). hydra_racing_sweeper/trial.py is the API a task calls; this is what both
 sides of it share, so that neither imports the other's code.
@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 # The variables the sweeper sets on each job (sweeper side: env_overrides).
-STUDY, STORAGE, TRIAL = "QKNORM_STUDY", "QKNORM_STORAGE", "QKNORM_TRIAL"
-BLOCK = "QKNORM_BLOCK"  # the job's replicate block, e.g. "seed=1" ("" without replicates)
+STUDY, STORAGE, TRIAL = "RACING_STUDY", "RACING_STORAGE", "RACING_TRIAL"
+BLOCK = "RACING_BLOCK"  # the job's replicate block, e.g. "seed=1" ("" without replicates)
 # A race with rungs: the steps a run is judged at, and its margin (none: the baseline, never
 # judged) or one margin per rung; comma-separated.
-RUNGS, MARGIN, MARGINS = "QKNORM_RUNGS", "QKNORM_MARGIN", "QKNORM_MARGINS"
+RUNGS, MARGIN, MARGINS = "RACING_RUNGS", "RACING_MARGIN", "RACING_MARGINS"
 ENV = (STUDY, STORAGE, TRIAL, BLOCK, RUNGS, MARGIN, MARGINS)
 # In the job's output dir: its last step, its seconds since its first report and the step it
 # was stopped at (null: not stopped), which the sweeper reads back (hydra_racing_sweeper/job.py).
@@ -37,7 +37,7 @@ class Identity:
 
 
 def identity() -> Identity | None:
-    """The identity the sweeper set on this job, or None outside a sweep (QKNORM_TRIAL unset or
+    """The identity the sweeper set on this job, or None outside a sweep (RACING_TRIAL unset or
     empty). A variable the sweeper would not have set (a trial that is not a whole number, no
     study or storage beside a trial, a rung that is not a number) raises ValueError in one
     line naming it: someone set it by hand."""
@@ -47,13 +47,13 @@ def identity() -> Identity | None:
     missing = [name for name in (STUDY, STORAGE) if not env.get(name)]
     if missing:
         raise ValueError(f"{TRIAL}={env[TRIAL]!r} is set without {' and '.join(missing)}; "
-                         f"{', '.join(ENV)} are set by the qknorm_optuna sweeper on its jobs "
+                         f"{', '.join(ENV)} are set by the racing sweeper on its jobs "
                          "(hydra.job.env_set): unset them")
     rungs, margins = _numbers(env, RUNGS, int), _numbers(env, MARGINS, float)
     if rungs and margins and len(margins) != len(rungs):  # the job zips them (job.judge)
         raise ValueError(f"{MARGINS}={env[MARGINS]!r} gives {len(margins)} margin(s) for the "
                          f"{len(rungs)} rung(s) of {RUNGS}={env[RUNGS]!r}, which the "
-                         "qknorm_optuna sweeper never sets (one per rung): unset them")
+                         "racing sweeper never sets (one per rung): unset them")
     return Identity(env[STUDY], env[STORAGE], _one(env, TRIAL, int), env.get(BLOCK, ""), rungs,
                     _one(env, MARGIN, float) if env.get(MARGIN) else None, margins)
 
@@ -78,7 +78,7 @@ _WHAT = {int: "whole number", float: "number"}
 
 
 def _odd(name: str, text: str | None, what: str) -> ValueError:
-    return ValueError(f"{name}={text!r} is not {what}, as the qknorm_optuna sweeper sets it on "
+    return ValueError(f"{name}={text!r} is not {what}, as the racing sweeper sets it on "
                       "its jobs (hydra.job.env_set): unset it")
 
 

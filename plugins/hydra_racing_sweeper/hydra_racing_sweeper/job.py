@@ -114,7 +114,7 @@ def _open_trial(me: Identity) -> tuple[Any, int]:
     except KeyError:
         raise UserError(f"{TRIAL}={me.trial}: trial {me.trial} of study {me.study_name!r} is not "
                         f"in {me.storage}; {STUDY}, {STORAGE} and {TRIAL} are set by the "
-                        "qknorm_optuna sweeper on its jobs: unset them") from None
+                        "racing sweeper on its jobs: unset them") from None
 
 
 def _ignored(state: dict[str, Any], step: int) -> bool:

@@ -81,27 +81,21 @@ class Settings:
                    task_hook)
 
 
-# docs/race.md's smoke race: checked to run (12 smoke runs, seconds each).
-def race_needs_a_grid(baseline: Any) -> str:
-    """search=p_race without a grid of p: what a race needs, with the baseline given (the
-    preset's 2.0 unless the command line set another) and a command that runs."""
-    b = format_value(baseline) if baseline is not None else None
-    grid = ["1", "2", "4", "inf"]
-    choice = ",".join(grid + ([b] if b is not None and b not in grid and
-                              b.removesuffix(".0") not in grid else []))
-    return ("search=p_race races a grid of p over replicates, and hydra.sweeper.params has no "
-            "grid; give p as choice(...)" + (f" with the baseline {b.removesuffix('.0')} in it"
-                                             if b is not None else "")
-            + ", and more replicates than min_replicates, e.g. python -m qknorm.train "
-            f"experiment=smoke search=p_race 'norm.p=choice({choice})' "
-            "'++hydra.sweeper.replicates={data.fold:[0,1,2]}' "
-            "hydra.sweeper.race.min_replicates=2 'hydra.sweeper.race.rungs=[10,20]' "
-            "hydra.sweeper.race.margin=0.05")
+def race_needs_a_grid(baseline: Any, hook: TaskHook) -> str:
+    """A race given no grid: what it needs, with the baseline given (None: none given), and a
+    command of the app's that runs one where its hook has one (TaskHook.race_example)."""
+    b = format_value(baseline).removesuffix(".0") if baseline is not None else None
+    example = hook.race_example(baseline)
+    return ("a race races a grid of candidates over replicates, and hydra.sweeper.params has no "
+            "grid; give the key as choice(...)" + (f" with the baseline {b} in it"
+                                                   if b is not None else "")
+            + ", and more replicates than min_replicates" + (f", e.g. {example}" if example
+                                                            else ""))
 
 
-RUNGS_FOR_ANY_TASK = ("the jobs of a task that is not qknorm.train are judged at the steps they "
-                      "report through hydra_racing_sweeper.trial: give whole steps, e.g. "
-                      "hydra.sweeper.race.rungs=[50]")
+RUNGS_FOR_ANY_TASK = ("the jobs of a task whose run length the sweeper is not told (TaskHook.length) "
+                      "are judged at the steps they report through trial.report: give whole "
+                      "steps, e.g. hydra.sweeper.race.rungs=[50]")
 
 
 @dataclass
@@ -176,14 +170,14 @@ class Planner:
             fixed = " ".join(a for a in arguments if config_key(a.split("=", 1)[0])
                              in {config_key(k) for k in self.s.params})
             raise UserError(f"{fixed or 'the command line'} fixes every key the search searches:"
-                            " nothing is left to search; train that value as one run "
-                            f"(python -m qknorm.train {fixed or 'KEY=VALUE'}), or search another "
-                            "key, e.g. 'norm.p=interval(1,8)'")
+                            " nothing is left to search; run that value as one run "
+                            f"({self.hook.command} {fixed or 'KEY=VALUE'}), or search another "
+                            "key, e.g. 'KEY=interval(1,8)'")
         if not space.params and self.s.race:  # a race needs a grid, not TPE's interval
-            raise UserError(race_needs_a_grid(race_settings.baseline))
+            raise UserError(race_needs_a_grid(race_settings.baseline, self.hook))
         if not space.params:
             raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
-                            "norm.p: interval(1.0, 8.0)")
+                            "x: interval(1.0, 8.0)")
         combinations = replicate_combinations(replicates)
         pruner_spec = self._resolve("pruner", self.s.pruner_spec, specs.PRUNERS)
         pruner = specs.build_pruner(pruner_spec)
@@ -359,7 +353,7 @@ class Planner:
 
 
 def _steps_as_written(race: RaceSpec) -> RaceSpec:
-    """A race's rungs for a task that is not qknorm.train (no train.max_iters to take
+    """A race's rungs for a task whose run length the hook does not give (nothing to take
     fractions of): whole steps, judged when a job reports that step."""
     if not all(isinstance(r, int) for r in race.rungs):
         raise UserError(f"hydra.sweeper.race.rungs={list(race.rungs)}: {RUNGS_FOR_ANY_TASK}")

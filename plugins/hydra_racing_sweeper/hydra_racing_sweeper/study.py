@@ -74,7 +74,7 @@ _NOT_INHERITED = (STATUS_ATTR, ERROR_ATTR)
 
 def block_label(combo: list[str]) -> str:
     """A replicate's identity, e.g. "data.fold=0 seed=1": its overrides, space-joined. The key of
-    JOB_DIRS_ATTR, RACE_RUNS_ATTR, RACE_RUNG_ATTR/RACE_STOP_ATTR and a job's QKNORM_BLOCK
+    JOB_DIRS_ATTR, RACE_RUNS_ATTR, RACE_RUNG_ATTR/RACE_STOP_ATTR and a job's RACING_BLOCK
     (hydra_racing_sweeper/identity.py)."""
     return " ".join(combo)
 

@@ -19,8 +19,9 @@ sweep starts). Each method has a default that knows nothing, so a hook overrides
                        the plan line's time before anything runs
   n_folds(cfg)         the job's number of folds (the corrected resampled t-test's ratio)
   records(...)         keys (and values) that record a job's trial in its own config
+  command, race_example(baseline)   the app's commands, for the examples in error lines
 
-qknorm's hook is `hydra_racing_sweeper.hook.QknormTask` (its `qknorm_optuna` sweeper sets it). Without a
+qknorm's hook is `qknorm.sweep.hook.QknormTask` (its `qknorm_optuna` sweeper sets it). Without a
 hook, a job's steps and pace come from what it reports through `trial.report`.
 """
 
@@ -47,6 +48,13 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 class TaskHook:
     """The default: a task the sweeper knows nothing about (module doc)."""
+
+    command = "python your_app.py"  # how a user runs the app, in the examples of error lines
+
+    def race_example(self, baseline: Any) -> str | None:
+        """A command that runs a race of this app, for the line that refuses a race given no
+        grid (`baseline`: the race's, None when none is given); None: none."""
+        return None
 
     def typed(self, cfg: DictConfig) -> Any | None:
         return None

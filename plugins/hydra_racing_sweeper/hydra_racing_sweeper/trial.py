@@ -1,4 +1,4 @@
-"""The job side of the qknorm_optuna sweeper, for any Hydra task (contract: docs/your_app.md).
+"""The job side of the racing sweeper, for any Hydra task (contract: docs/your_app.md).
 
     from hydra_racing_sweeper import trial
 
