@@ -14,7 +14,7 @@ upper bound of the work, and an estimate of its time:
 (search=p_grid experiment=smoke on this project's 2-core host under load; its 8 trials then ran
 in 62 s: docs/sweeper.md.)
 
-A task that is not qknorm.train has no train.max_iters to count steps by, nor a step to time
+A task whose hook gives no run length (TaskHook.length) has no steps to count by, nor a step to time
 before it runs: its line says the runs, and once one of its jobs has completed and reported
 its steps and seconds through hydra_racing_sweeper.trial (reported_pace), the sweeper logs the line
 again with the steps and the time at that job's pace (an earlier sweep's job, on a resume):
@@ -38,7 +38,7 @@ from hydra_racing_sweeper.units import duration
 
 @dataclass(frozen=True)
 class Work:
-    """A sweep's work at most: runs, and (for qknorm.train's jobs) training steps and evals."""
+    """A sweep's work at most: runs, and (where the hook gives a run's length) steps and evals."""
 
     trials: int
     blocks: int
@@ -65,7 +65,7 @@ class Pace:
 
 def reported_pace(trials: list) -> tuple[int, Pace] | None:
     """(steps a run, its pace) from the first trial with a completed job whose final.json has
-    steps and seconds (for a task that is not qknorm.train, what it reported through
+    steps and seconds (for a task without a run length from its hook, what it reported through
     hydra_racing_sweeper.trial: launcher.job_result writes them), or None. The seconds run from the
     job's first report, so a task's own setup is left out."""
     from hydra_racing_sweeper import rundir
@@ -86,7 +86,7 @@ def reported_pace(trials: list) -> tuple[int, Pace] | None:
 def work(trials: int, blocks: int, max_iters: int | None, eval_interval: int | None,
          budget_steps: int | None = None) -> Work:
     """n_trials x blocks runs of max_iters steps each, evals at step 0, every eval_interval
-    and at the end (qknorm.train's loop); a budget caps the steps (and the evals with them)."""
+    and at the end (a training loop's evals); a budget caps the steps (and the evals with them)."""
     runs = trials * blocks
     if max_iters is not None and eval_interval is None:  # steps a job reported: no evals
         steps = runs * max_iters

@@ -1,9 +1,9 @@
-"""The one comparison every answer of qknorm gives: is a difference shown worse, shown better,
-level within ±δ, or not shown either way, and how strong is that call? Decided here once; the
-race's looks and answer, the search's intensification and answer, the report's Δ table and
-figure, the claims' words, the grids' yardstick and the rung error rates render this outcome
-in their own words (race: dropped / worse / undecided; report: worse / better / level within
-±δ / undecided; claims: more / less / level / not shown). No other module compares a p with α
+"""The one comparison every answer of the sweeper (and of its apps' reports) gives: is a difference
+shown worse, shown better, level within ±δ, or not shown either way, and how strong is that call?
+Decided here once; the race's looks and answer, the search's intensification and answer, the
+report's Δ table and figure, the claims' words, the grids' yardstick and the rung error rates render
+this outcome in their own words (race: dropped / worse / undecided; report: worse / better / level
+within ±δ / undecided; claims: more / less / level / not shown). No other module compares a p with α
 or an interval with δ.
 
 The rule (docs/report.md, "One rule for every verdict"), for a difference Δ = A − B of the

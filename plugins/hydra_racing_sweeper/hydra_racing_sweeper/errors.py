@@ -2,7 +2,7 @@
 
 The sweeper raises UserError for bad input (exit 2) and for a sweep it stops on purpose (exit 1,
 e.g. too many failed trials); the Hydra plugin prints it with `exit_with`. An app may raise it
-too (qknorm's errors are this class), so one `except UserError` catches both.
+too (its errors may be this class), so one `except UserError` catches both.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The tests every answer of qknorm rests on: the replicate test (a paired t over replicates, with
-Nadeau & Bengio's correction when the replicates are folds of one corpus), Holm's
-multiple-comparison correction and the TOST's equivalence interval. The report
-(qknorm.report.stats), the race (hydra_racing_sweeper.race.looks), the architecture comparison and the
-status lines all call these: one place to change the test (and hydra_racing_sweeper.decision one place to
-turn a test into a call). Plain Python (scipy.special at most):
-the sweeper must not pay for importing scipy.stats or pandas (seconds at every start).
+"""The tests every answer of the race and the search rests on: the replicate test (a paired t over
+replicates, with Nadeau & Bengio's correction when the replicates are folds of one corpus), Holm's
+multiple-comparison correction and the TOST's equivalence interval. The race
+(hydra_racing_sweeper.race.looks), the search, the status lines and an app's report (qknorm's) all
+call these: one place to change the test (and hydra_racing_sweeper.decision one place to turn a test
+into a call). Plain Python (scipy.special at most): the sweeper must not pay for importing
+scipy.stats or pandas (seconds at every start).
 
 The replicate test. Differences d_1..d_k of two configurations over k replicates (the same fold,
 or the same seed, for both) have the t statistic mean(d) / sqrt(c · s²) with k − 1 degrees of
@@ -100,8 +100,8 @@ def _fraction(ratio: float) -> str:
 
 
 def fold_ratio(n_folds: int) -> float:
-    """n_test/n_train of one fold of contiguous n_folds-fold cross-validation (qknorm.data):
-    1/(n_folds − 1)."""
+    """n_test/n_train of one fold of contiguous n_folds-fold cross-validation (the folds of one corpus,
+    cut in order): 1/(n_folds − 1)."""
     return 1.0 / (n_folds - 1)
 
 

@@ -1,14 +1,14 @@
 """The question a study answers: its task, its search space and the config its runs share,
 kept in the study and checked by every sweeper that opens it, for any app.
 
-A study's trials are answers to one question: "which p, over these p, for this model, these
-data, this optimizer, this many steps?". Its config part is the effective config of its jobs
-(qknorm.effective) less what a sweep varies inside it: the searched keys (a trial's params)
-and the replicate keys (a trial's value is the mean over them). A rerun that asks another
-question (train.max_iters=2000 after 10, optimizer.lr=3e-3 after 1e-3, another experiment)
-must not find the old trials done and print their answer, nor mix both in one mean or one
-best: it is refused before anything runs, naming the keys that differ and the flag that starts
-a new study (hydra.sweeper.study_name). The same command resumes, as before.
+A study's trials are answers to one question: "which x, over these x, for this model, these data,
+this optimizer, this many steps?". Its config part is the config of its jobs (the keys the app's
+task hook says count: TaskHook.question; without a hook, all) less what a sweep varies inside it:
+the searched keys (a trial's params) and the replicate keys (a trial's value is the mean over them).
+A rerun that asks another question (train.max_iters=2000 after 10, optimizer.lr=3e-3 after 1e-3,
+another experiment) must not find the old trials done and print their answer, nor mix both in one
+mean or one best: it is refused before anything runs, naming the keys that differ and the flag that
+starts a new study (hydra.sweeper.study_name). The same command resumes, as before.
 
 Refused rather than named after a digest of the config: the study's name is what the status,
 the report, the dashboard and `--study` show and take, and a typo in a key meant to resume
@@ -23,7 +23,7 @@ sweeper's own keys (hydra.*: n_trials, n_jobs, the launcher) are not part of the
 The question has three parts, each kept where it already lives:
   - the task: the task function Hydra runs (task_name: module.function), study user attr
     TASK_ATTR. Two apps with alike configs ask two questions;
-  - its config, as above: qknorm's task's effective config, or for another app (whose keys
+  - its config, as above: what the app's hook keeps of it, or for an app without one (whose keys
     we cannot tell apart) every key of its config less the searched and replicate keys, study
     user attr QUESTION_ATTR;
   - the search space: hydra.sweeper.params as Optuna's distributions, which Optuna keeps
@@ -31,7 +31,7 @@ The question has three parts, each kept where it already lives:
     walked the preset's grid, or `norm.p=interval(2,4)` on one that searched 1/norm.p in
     [0, 1], would be answered from trials of another space. Not a study attr of our own: the
     trials already hold it, and a study from before the record has it too.
-Every app's sweep (hydra/sweeper=qknorm_optuna) is checked by the one `check` below.
+Every app's sweep is checked by the one `check` below.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def question(flat: dict[str, Any], varied: Iterable[str], hook: TaskHook) -> dic
 
 
 def task_name(task_function: Callable) -> str:
-    """The task Hydra runs, as module.function: qknorm.cli.task (whether run as python -m
-    qknorm.train, which runs qknorm.cli as __main__, or python -m qknorm.cli), or app.main for
+    """The task Hydra runs, as module.function: pkg.cli.task (whether run as python -m
+    pkg.train, which runs pkg.cli as __main__, or python -m pkg.cli), or app.main for
     a script app.py (its module is __main__: named after its file, as Hydra names its job)."""
     module = getattr(task_function, "__module__", None) or "?"
     if module == "__main__":  # the module it was defined in, from its own globals

@@ -153,7 +153,7 @@ class EveryReplicate:
     def _split_repeats(self, study: optuna.Study, batch: list[optuna.Trial]
                        ) -> tuple[list[optuna.Trial], list[tuple[optuna.Trial, int]]]:
         """(trials to launch, [(trial, number of the trial it repeats)]). A trial repeats one
-        when its jobs' effective configs (qknorm.effective.effective_config) equal those of a
+        when its jobs' effective configs (TaskHook.effective) equal those of a
         trial that completed or was pruned, or of one launched in this batch: e.g. a grid over
         norm and norm.p reaches norm=none once per p. A repeat is told its original's result."""
         known = {t.user_attrs[CONFIG_KEY_ATTR]: t.number

@@ -189,7 +189,7 @@ class Heartbeat:
         self._ids: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="qknorm-heartbeat", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="racing-heartbeat", daemon=True)
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()

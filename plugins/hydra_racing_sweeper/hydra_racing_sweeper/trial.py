@@ -16,8 +16,8 @@ False, and nothing but this module is imported (no optuna, no torch).
 
 The sweeper hands each job its trial's identity through environment variables, set by Hydra for the job's
 duration from `hydra.job.env_set` (hydra_racing_sweeper/identity.py; every Hydra launcher applies it, in
-the process that runs the job), so the app's config needs no key of ours. qknorm.train's jobs use this
-same function (qknorm/cli.py).
+the process that runs the job), so the app's config needs no key of ours. qknorm's jobs use this same
+function.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def report(step: int, value: float) -> bool:
       Optuna's Trial.report asks. A bool, 2.5 or "3" raise TypeError and -1 ValueError, in a
       sweep or not, so a task tried alone finds the mistake.
     - `value`: a number (whatever float() takes; else TypeError). NaN or +-inf is not reported
-      and answers False: a non-finite value is a diverged run, for the task to end (qknorm.train
+      and answers False: a non-finite value is a diverged run, for the task to end (qknorm's
       raises RunDiverged), and a job that returns it fails (its value is not finite). Optuna
       would store it, and its median pruner prune it: a diverged run would read stopped.
     - A step at or before the last step this job reported (a repeat, or a step that goes back)
