@@ -13,7 +13,7 @@ import pytest
 from hydra_racing_sweeper import raceplan, readback
 from hydra_racing_sweeper.multitest import PAIRED_T
 from hydra_racing_sweeper.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver, looks
-from hydra_racing_sweeper.racing import propose
+from hydra_racing_sweeper.search_schedule import propose
 from hydra_racing_sweeper.space import Param, SearchSpace
 from hydra_racing_sweeper.study import RACE_RUNS_ATTR, RETRIED_ATTR
 from optuna.distributions import FloatDistribution

@@ -145,7 +145,7 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
 
 
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
-    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper import race_schedule
     from hydra_racing_sweeper.space import parse_space
 
     spec = race_plan(equivalence=0.03, baseline=None)
@@ -154,27 +154,27 @@ def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     # p=1 leads; p=2 is a, b of VALUES shifted (level); p=inf a noisy one (undecided)
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(2)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     # two blocks: b - a = 0.01, 0: interval 0.005 ± t(0.95, 1) * sd / sqrt 2: too wide
     assert r.looks[0].level == () and r.need == 3
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(3)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     assert [lk.n for lk in r.looks] == [2, 3] and r.over  # 3 blocks: the last look
     assert r.level() == {(2.0,): r.looks[1]}
     half = t90(2) * 0.01 / math.sqrt(3)
-    assert racing.outcome_attr(spec, r, (2.0,), 3) == {
+    assert race_schedule.outcome_attr(spec, r, (2.0,), 3) == {
         "outcome": "level", "n": 3, "after": folds[2], "look": 3, "leader": "norm.p=1.0",
         "delta": pytest.approx(0.01), "p": pytest.approx(r.looks[1].tests[(2.0,)].p),
         "p_adjusted": pytest.approx(r.looks[1].tests[(2.0,)].p_adjusted),
         "low": pytest.approx(0.01 - half), "high": pytest.approx(0.01 + half)}
     # The answer is derived from the record, as readback does for the reports (not stored).
     def answer(c):
-        a = racing.outcome_attr(spec, r, c, 3)
+        a = race_schedule.outcome_attr(spec, r, c, 3)
         return looks.answer(a["outcome"], a.get("leader"), f"norm.p={c[0]}", a.get("p_adjusted"),
                             a.get("low"), a.get("high"), spec.alpha, spec.equivalence)
     assert (answer((2.0,)), answer((math.inf,)), answer((1.0,))) == ("level", "undecided", "best")
-    assert "low" not in racing.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
+    assert "low" not in race_schedule.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
 
 
 # -- a real race through the command line --------------------------------------------------------
@@ -318,7 +318,7 @@ def test_a_maximizing_races_record_gives_delta_and_its_interval_in_the_objective
     3.1); p=2 is behind by 0.01, 0.015, 0.005: Δ = −0.01 in the objective's units, its 90%
     paired interval −0.01 ± t(0.95, 2) · sd / √3, low below high, inside ±0.03: level
     (p=∞, 0.5 or more behind, is the look's other candidate)."""
-    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper import race_schedule
     from hydra_racing_sweeper.space import parse_space
 
     spec = plan({"min_replicates": 3, "baseline": None, "equivalence": 0.03, "test": "paired"},
@@ -328,10 +328,10 @@ def test_a_maximizing_races_record_gives_delta_and_its_interval_in_the_objective
     lead, behind, far = [3.0, 3.2, 3.1], [2.99, 3.185, 3.095], [2.5, 2.6, 2.52]
     trials = [frozen(p, {folds[b]: run(v[b]) for b in range(3)})
               for p, v in ((1.0, lead), (2.0, behind), (math.inf, far))]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     d = [a - b for a, b in zip(lead, behind)]  # behind, in the minimized sign: > 0
     half = stats.t.ppf(0.95, 2) * statistics.stdev(d) / math.sqrt(3)
-    attr = racing.outcome_attr(spec, r, (2.0,), 3)
+    attr = race_schedule.outcome_attr(spec, r, (2.0,), 3)
     assert (attr["outcome"], attr["leader"]) == ("level", "norm.p=1.0")
     assert attr["delta"] == pytest.approx(-0.01)
     assert (attr["low"], attr["high"]) == pytest.approx((-0.01 - half, -0.01 + half))

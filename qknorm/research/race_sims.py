@@ -12,7 +12,7 @@ stopped run costs the steps up to its rung.
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives),
 after the preset's initial design (race.initial's p that the grid ran; search_replay drops the
 others with a line, as the live sweeper does), through the live sweeper's own
-racing.propose: a fresh in-memory study told every proposal's fold-adjusted value
+search_schedule.propose: a fresh in-memory study told every proposal's fold-adjusted value
 (driver.told), its sampler seeded by (seed, proposal number).
 """
 
@@ -109,7 +109,7 @@ def search_loop(make: Callable[[int], optuna.samplers.BaseSampler], name: str,
                 rules: intensify.Rules, explore: float, initial: tuple = (), slots: int = 1,
                 max_proposals: int = MAX_PROPOSALS) -> tuple[list[intensify.Proposal], float]:
     """The racing search's loop, one parameter `name` over `dist`, as the live sweeper steps
-    it (racing.RaceSearchSchedule): driver.search_turn, a proposal (racing.propose, its
+    it (search_schedule.RaceSearchSchedule): driver.search_turn, a proposal (search_schedule.propose, its
     sampler made by `make(n)` for the n-th ask) when the turn makes one, else the turn's runs
     one after another (`run(key, block, ran)`: as _run), until the turn says it is over.
     Returns the proposals (key: the parameter's value) and the core-seconds spent."""

@@ -75,7 +75,7 @@ from hydra_racing_sweeper.study import (
     recorded_total,
     retried_numbers,
 )
-from hydra_racing_sweeper.units import duration
+from hydra_racing_sweeper.units import duration, finite
 
 # A candidate the race is done with; level (with the leader, within ±δ) is an answer too.
 DECIDED = (verdicts.DROPPED, verdicts.LEVEL, verdicts.STOPPED, verdicts.SURVIVED,
@@ -398,8 +398,7 @@ def core_hours(core_s: float) -> str:
 
 
 def _num(x: Any) -> float:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) \
-        and math.isfinite(x) else 0.0
+    return float(x) if finite(x) else 0.0
 
 
 def _final(run_dir: str) -> dict[str, Any] | None:

@@ -4,8 +4,8 @@ The loop (hydra_racing_sweeper/sweep.py) asks a schedule, each pass, what to do;
 the study and its own trials, tells the trials it is done with, and never calls back into the
 loop (Optuna's pruners and study/_optimize.py are the pattern). Three schedules exist:
 EveryReplicate here (each trial runs every replicate, then is told), RaceSchedule
-(hydra_racing_sweeper/racing.py: a trial per candidate, run a look at a time) and
-RaceSearchSchedule (hydra_racing_sweeper/racing.py: a trial per proposal, raced against the
+(hydra_racing_sweeper/race_schedule.py: a trial per candidate, run a look at a time) and
+RaceSearchSchedule (hydra_racing_sweeper/search_schedule.py: a trial per proposal, raced against the
 incumbent). Each also answers, for its kind of study, what the sweep does before and after the
 loop (prepare_study, log_plan, final_lines): the loop never asks which one it runs.
 """

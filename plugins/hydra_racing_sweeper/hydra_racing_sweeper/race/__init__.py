@@ -9,9 +9,10 @@ is raced block by block against the incumbent, SMAC's intensification, docs/sear
 may stop a run inside its replicate at a rung, and take out a candidate level with the leader
 within ±δ.
 
-One driver steps the rules for the live schedules (hydra_racing_sweeper/racing.py, which adapt it to a
-study), the research replays (qknorm/research/race_sims.py) and the tests alike; what a study
-of them holds is read back by hydra_racing_sweeper/readback/.
+One driver steps the rules for the live schedules (hydra_racing_sweeper/race_schedule.py and
+hydra_racing_sweeper/search_schedule.py, which adapt it to a study), the research replays
+(qknorm/research/race_sims.py) and the tests alike; what a study of them holds is read back by
+hydra_racing_sweeper/readback/.
 
 What the rest uses is named here (`__all__`), as Optuna's `optuna.pruners` names its pruners:
 the modules `driver`, `looks`, `intensify` and `verdicts` as namespaces (their names overlap:

@@ -1,5 +1,6 @@
 """The racing engine: what a race or a racing search does next, as pure functions of what its
-runs recorded. One driver for every caller: the live schedules (hydra_racing_sweeper/racing.py) read
+runs recorded. One driver for every caller: the live schedules
+(hydra_racing_sweeper/race_schedule.py, hydra_racing_sweeper/search_schedule.py) read
 the ledger from the study and launch what a turn asks for; the replays
 (qknorm/research/race_sims.py) read it from recorded grids; the tests from tables.
 

@@ -35,7 +35,7 @@ candidates of the look). What it does not: every further look is another chance 
 which favours it when candidates are level. docs/race.md has the measured rates.
 
 Everything here is a pure function of the values. The sweeper replays the race from the values
-recorded in the study (hydra_racing_sweeper/racing.py, through hydra_racing_sweeper/race/driver.py), so
+recorded in the study (hydra_racing_sweeper/race_schedule.py, through hydra_racing_sweeper/race/driver.py), so
 a resumed sweep, or a second sweeper on the same study, reaches the same decisions; the report
 reads the decisions back (hydra_racing_sweeper/readback/). The words of the decisions are
 hydra_racing_sweeper/race/verdicts.py's.

@@ -144,7 +144,7 @@ class RaceSpec:
     # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
     # it from the replicate keys and the fold layout, hydra.sweeper.race.test overrides).
     test: ReplicateTest = PAIRED_T
-    # A racing search (hydra_racing_sweeper/racing.py): the sampler that proposes the candidates
+    # A racing search (hydra_racing_sweeper/search_schedule.py): the sampler that proposes the candidates
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
     explore: float = 0.7  # a search's share of budget_steps for new proposals (RaceConf)

@@ -1,6 +1,7 @@
 """A race or a racing search read back from its study alone (the racing schedules,
-hydra_racing_sweeper/racing.py, write it): what the sweeper prints at its end, qknorm.status shows any
-time and the report tabulates. The rules it replays are the race layer's (hydra_racing_sweeper/race/);
+hydra_racing_sweeper/race_schedule.py and hydra_racing_sweeper/search_schedule.py, write it):
+what the sweeper prints at its end, qknorm.status shows any time and the report tabulates. The
+rules it replays are the race layer's (hydra_racing_sweeper/race/);
 this package reads a study. By concern:
 
   kinds   a study's kind (plain, race, search) and its race settings, as the driver's rules
