@@ -225,7 +225,7 @@ def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
 def test_the_race_ends_when_every_other_candidate_was_stopped():
     """p=2 (the baseline) would otherwise run folds 1 and 2 alone, paired with nobody."""
     values = {"p=2": {0: 1.9}, "p=4": {}, "p=inf": {}}  # both stopped in fold 0
-    r = looks.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
+    r = looks.replay_race(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
                      alpha=0.05, baseline="p=2")
     assert r.over and r.alive == ["p=2"] and not r.looks
     assert r.gone == {"p=4": 2, "p=inf": 2}

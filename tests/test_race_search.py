@@ -154,7 +154,7 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
 
 def test_the_answer_names_every_proposal_it_counts():
     """'4 proposals' named 3: a failed proposal, and one with no params, dropped out of the
-    words (issue 54). Rows as readback.answer gives them, by hand."""
+    words (issue 54). Rows as readback.answer_rows gives them, by hand."""
     def row(number, params, word, steps=10):
         return {"number": number, "params": params, "answer": word, "stopped": False,
                 "n": 1, "mean": 1.5, "steps": steps}

@@ -89,7 +89,7 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
                 max_proposals: int = MAX_PROPOSALS) -> dict:
     """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
     sampler's defaults; `explore`: the share of the budget it proposes in; `initial`: the first
-    p to propose, each one the grid ran; `max_proposals`: n_trials): its answer (driver.answer)
+    p to propose, each one the grid ran; `max_proposals`: n_trials): its answer (driver.search_answer)
     and its cost."""
     if not set(initial) <= set(grid):
         raise ValueError(f"initial p {sorted(set(initial) - set(grid))} not in the grid: drop "
@@ -135,8 +135,8 @@ def search_loop(make: Callable[[int], optuna.samplers.BaseSampler], name: str,
 
 
 def outcome(props: list[intensify.Proposal], rules: intensify.Rules, core_s: float) -> dict:
-    """The search's answer (driver.answer) by key, and its cost."""
-    search, answer = driver.answer(props, rules)
+    """The search's answer (driver.search_answer) by key, and its cost."""
+    search, answer = driver.search_answer(props, rules)
     by = {props[i].key: j.outcome for i, j in answer.items()}  # stopped: undecided, untested
     return {"best_p": props[search.incumbent].key if search.incumbent is not None else None,
             "worse": sorted(p for p, o in by.items() if o == verdicts.WORSE),

@@ -55,7 +55,7 @@ _FACE = {
     "status_lines": "hydra_racing_sweeper.progress",
     "stopped_sweep": "hydra_racing_sweeper.progress",
     "TaskHook": "hydra_racing_sweeper.task",  # what an app tells the sweeper (task.py)
-    "flatten": "hydra_racing_sweeper.task",
+    "flatten": "hydra_racing_sweeper.rundir",
     "UserError": "hydra_racing_sweeper.errors",  # the one class of a user's mistake
     "trial_run_dirs": "hydra_racing_sweeper.study",  # the run dirs a study's trials name (the report's)
     "studies_named": "hydra_racing_sweeper.outputs",  # the studies a sweep dir's results files name

@@ -63,7 +63,7 @@ def outcome_attr(race: RaceSpec, result: Race, c: Hashable, n_run: int,
     it (Δ in the objective's units: candidate - leader; driver.race_verdict). With
     equivalence, also the look's (1 - 2 alpha) interval of Δ (`low`, `high`). The answer
     (worse, level, best, undecided) is not stored: the reports derive it from this record
-    under today's rule (readback.elimination, looks.answer), so an old study reads as the
+    under today's rule (readback.elimination, looks.look_answer), so an old study reads as the
     code decides now."""
     v = driver.race_verdict(result, c, readback.rules(race.settings()), failed=failed)
     return outcome_record(v, n_run, race.blocks, race.labels.__getitem__, race.sign,

@@ -25,7 +25,7 @@ from hydra_racing_sweeper.errors import UserError
 from hydra_racing_sweeper.launcher import Job, JobResult, Launcher
 from hydra_racing_sweeper.plan import Plan
 from hydra_racing_sweeper.readback import search_lines
-from hydra_racing_sweeper.rundir import COMPLETED, PRUNED
+from hydra_racing_sweeper.rundir import COMPLETED, PRUNED, flatten
 from hydra_racing_sweeper.study import (
     CONFIG_KEY_ATTR,
     COUNTED,
@@ -38,7 +38,6 @@ from hydra_racing_sweeper.study import (
     block_label,
     replicates_option,
 )
-from hydra_racing_sweeper.task import flatten
 
 log = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ class RaceSearchSchedule(RacingSchedule):
     """A trial per proposal; a proposal runs the blocks the driver's turn asks for, one at a
     time; it is told once its race is decided (PRUNED: worse, level, undecided, stopped). At
     the end the incumbent is told COMPLETE with its mean over its blocks, and the proposals
-    still open (racing, parked) PRUNED: the answer (driver.answer) says what they are."""
+    still open (racing, parked) PRUNED: the answer (driver.search_answer) says what they are."""
 
     def __init__(self, plan: Plan, launcher: Launcher, objectives: list[str], n_jobs: int,
                  heartbeat: Heartbeat):
@@ -245,7 +245,7 @@ def _shown(trial: FrozenTrial | optuna.Trial) -> str:
     return readback.short({"params": dict(trial.params)})
 
 
-# A proposal's log line is the search's step, not its answer: the answer (readback.answer) tests
+# A proposal's log line is the search's step, not its answer: the answer (readback.answer_rows) tests
 # every proposal once more against the final best, Holm-adjusted over all of them, so a "worse"
 # here may read "undecided" there (issue 67: the log and the answer disagreed without a word).
 FINAL_TEST = ("; its answer comes at the end, tested against the final best with Holm over "

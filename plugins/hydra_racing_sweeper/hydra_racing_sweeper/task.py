@@ -20,7 +20,7 @@ sweep starts). Each method has a default that knows nothing, so a hook overrides
   n_folds(cfg)         the job's number of folds (the corrected resampled t-test's ratio)
   records(...)         keys (and values) that record a job's trial in its own config
 
-qknorm's hook is `hydra_racing_sweeper.hook.QknormTask` (its `qknorm_optuna` sweeper sets it). Without a
+qknorm's hook is `qknorm.sweep.hook.QknormTask` (its `qknorm_optuna` sweeper sets it). Without a
 hook, a job's steps and pace come from what it reports through `trial.report`.
 """
 
@@ -32,17 +32,6 @@ if TYPE_CHECKING:  # the hook's types; importing them here would load Hydra and 
     from omegaconf import DictConfig
 
     from hydra_racing_sweeper.cost import Pace
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 class TaskHook:

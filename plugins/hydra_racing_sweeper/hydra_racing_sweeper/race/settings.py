@@ -62,7 +62,7 @@ class RaceConf:
     # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it
     # (TOST at alpha); the race ends once no comparison is open. null: off.
     equivalence: Optional[float] = None
-    # The test of a look (qknorm/multitest.py): auto (corrected resampled t over data.fold,
+    # The test of a look (hydra_racing_sweeper/multitest.py): auto (corrected resampled t over data.fold,
     # whose folds share training text; the plain paired t over seeds), corrected or paired.
     test: str = "auto"
     # A racing search (a tpe, gp or random sampler) makes new proposals until this share of

@@ -22,7 +22,7 @@ from hydra_racing_sweeper.readback.ledger import (
     steps_spent,
     stopped_block,
 )
-from hydra_racing_sweeper.readback.tables import Elimination, answer, elimination, elimination_of
+from hydra_racing_sweeper.readback.tables import Elimination, answer_rows, elimination, elimination_of
 from hydra_racing_sweeper.readback.words import (
     answer_lines,
     budget_words,
@@ -40,7 +40,7 @@ __all__ = [
     "PLAIN", "RACE", "SEARCH", "kind", "rules", "settings_of", "settings_test",
     "block_values", "completed", "counted", "ledger", "proposals", "race_trials", "run_steps",
     "steps_spent", "stopped_block",
-    "Elimination", "answer", "elimination", "elimination_of",
+    "Elimination", "answer_rows", "elimination", "elimination_of",
     "answer_lines", "budget_words", "level_range", "p_of", "range_words", "search_lines",
     "share", "short", "stop_place", "summary_line",
 ]
