@@ -1,6 +1,6 @@
 """Replay a race's looks on recorded runs: `python scripts/race_replay.py RESULTS_CSV` reads a
 report's results.csv (a grid's, or a race's own), takes each p's completed runs by fold, and
-replays the race's looks over them with hydra_racing_sweeper.race.looks.replay, the sweeper's own rule:
+replays the race's looks over them with hydra_racing_sweeper.race.looks.replay_race, the sweeper's own rule:
 which p each look drops, which leave level, and where the race would end. A p that lacks a fold
 a look needs (stopped at a rung, or never run) leaves there without a test. No run is trained:
 it answers "what would this race have said, with these settings, on these runs?"."""
@@ -39,7 +39,7 @@ def main() -> None:
     candidates = sorted(values)
     baseline = None if math.isnan(args.baseline) else args.baseline
     delta = None if math.isnan(args.equivalence) else args.equivalence
-    r = looks.replay(candidates, values, set(), n_folds, args.min_replicates, args.alpha,
+    r = looks.replay_race(candidates, values, set(), n_folds, args.min_replicates, args.alpha,
                      baseline, equivalence=delta, test=test)
     for c, n in sorted(r.gone.items(), key=lambda x: x[1]):
         print(f"p = {format_p(c)}: left before the look at {n} folds (a fold missing: stopped "

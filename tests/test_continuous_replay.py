@@ -11,10 +11,10 @@ import statistics
 
 import optuna
 import pytest
-from hydra_racing_sweeper import racing
+from hydra_racing_sweeper import readback
 from hydra_racing_sweeper.launcher import JobResult
 from hydra_racing_sweeper.race import RaceSpec
-from hydra_racing_sweeper.racing import RaceSearchSchedule
+from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
 from hydra_racing_sweeper.space import parse_space, replicate_combinations
 from hydra_racing_sweeper.sweep import OptunaSweep
 
@@ -286,7 +286,7 @@ def test_the_replay_proposes_what_the_live_sweeper_proposes(seed, options):
     preset = {"sampler": sampler, "n_jobs": 2, "n_trials": 24,
               "race": {"explore": 0.8, "initial": [math.inf, 1.0]}}
     sim = continuous.racing(Logged(shape, land.noise, seed), 16 * STEPS, preset,
-                            racing.rules(spec), {})
+                            readback.rules(spec.settings()), {})
     assert len(live) >= 6  # past the initial design and into the sampler's own proposals
     assert sim["proposed"] == live
     assert replayed == launcher.ran

@@ -164,5 +164,5 @@ def test_the_dashboard_lists_a_searchs_trials_with_their_verdicts(dashboard):
     # On this table each proposal left the search with the word of the search's answer, as our
     # readback computes it (against the final incumbent, Holm over every comparison).
     study = optuna.load_study(study_name="s", storage=storage)
-    answer = readback.answer(study.get_trials(), study.user_attrs["race"])
+    answer = readback.answer_rows(study.get_trials(), study.user_attrs["race"])
     assert {r["candidate"]: r["answer"] for r in answer} == words

@@ -99,7 +99,7 @@ def test_every_audience_gives_the_pair_the_same_word(tmp_path):
     lk = looks.look({4.0: v4, 2.0: v2}, alpha, equivalence=delta, test=test)
     assert (lk.leader, lk.level, lk.dropped) == (4.0, (2.0,), ())
     t = lk.tests[2.0]
-    assert looks.answer("survived", 4.0, 2.0, t.p_adjusted, t.low, t.high, alpha, delta) == "level"
+    assert looks.look_answer("survived", 4.0, 2.0, t.p_adjusted, t.low, t.high, alpha, delta) == "level"
     rules = intensify.Rules(n_blocks=5, min_blocks=2, alpha=alpha, equivalence=delta, test=test)
     assert intensify.compare(v2, v4, rules).outcome == "level"
     judged = grid_runs.judge(grid, alpha=alpha, equivalence=delta)

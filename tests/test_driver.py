@@ -13,7 +13,7 @@ import pytest
 from hydra_racing_sweeper import raceplan, readback
 from hydra_racing_sweeper.multitest import PAIRED_T
 from hydra_racing_sweeper.race import INCUMBENT, PARKED, RACING, Proposal, Rules, driver, looks
-from hydra_racing_sweeper.racing import propose
+from hydra_racing_sweeper.search_schedule import propose
 from hydra_racing_sweeper.space import Param, SearchSpace
 from hydra_racing_sweeper.study import RACE_RUNS_ATTR, RETRIED_ATTR
 from optuna.distributions import FloatDistribution
@@ -41,7 +41,7 @@ def test_holm_turns_two_worse_calls_into_undecided():
     lo, hi = sorted(raw)
     holm = [2 * lo, max(2 * lo, hi)]  # Holm's step-down by hand
     assert min(holm) > 0.05  # ... but not after Holm over the two comparisons with the best
-    _, answer = driver.answer(props, RULES)
+    _, answer = driver.search_answer(props, RULES)
     assert answer[0].outcome == INCUMBENT
     assert [answer[1].outcome, answer[2].outcome] == ["undecided", "undecided"]
     assert sorted([answer[1].p, answer[2].p]) == pytest.approx(sorted(holm))
@@ -55,13 +55,13 @@ def test_proposals_never_tested_still_count_in_holms_family():
     tested = done("b", [x + y for x, y in zip(inc.values.values(), d)])
     raw = stats.ttest_1samp(d, 0.0, alternative="greater").pvalue
     assert raw < 0.05 < 2 * raw and raw < 0.05 < 3 * raw
-    _, alone = driver.answer([inc, tested], RULES)
+    _, alone = driver.search_answer([inc, tested], RULES)
     assert alone[1].outcome == "worse" and alone[1].p == pytest.approx(raw)
     screened = done("c", [1.05])  # one block: no test
     stopped = Proposal("d", {}, stopped=True, live=False, steps=500)
-    _, answer = driver.answer([inc, tested, screened], RULES)
+    _, answer = driver.search_answer([inc, tested, screened], RULES)
     assert answer[1].outcome == "undecided" and answer[1].p == pytest.approx(2 * raw)
-    _, answer = driver.answer([inc, tested, screened, stopped], RULES)
+    _, answer = driver.search_answer([inc, tested, screened, stopped], RULES)
     assert answer[1].outcome == "undecided" and answer[1].p == pytest.approx(3 * raw)
     assert answer[2].outcome == "undecided" and answer[3].outcome == "stopped"
 
@@ -242,7 +242,7 @@ def test_the_live_search_and_the_replay_make_the_same_runs_and_answer(cli, monke
 
 
 def test_the_answer_gives_a_one_block_proposal_its_difference_untested():
-    _, answer = driver.answer([done("a", [1.0, 1.2]), done("b", [1.03])], RULES)
+    _, answer = driver.search_answer([done("a", [1.0, 1.2]), done("b", [1.03])], RULES)
     assert answer[1].outcome == "undecided" and answer[1].delta == pytest.approx(0.03)
     assert answer[1].p is None and answer[1].low is None
 

@@ -55,7 +55,7 @@ def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
     means = {"a": 0.0, "b": 0.0, "c": 0.3, "d": 0.6, "e": 1.0}
     values = synthetic(means, n_blocks=6, noise=0.02)
     values["a2"] = dict(values["a"])  # the same runs again: an exact tie with a
-    r = looks.replay(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
+    r = looks.replay_race(list(values), values, set(), n_blocks=6, min_blocks=3, alpha=0.05)
     assert [lk.n for lk in r.looks] == [3, 4, 5, 6] and r.over
     assert r.looks[0].dropped == ("c", "d", "e")  # dropped after the minimum 3 blocks
     assert all(not lk.dropped for lk in r.looks[1:])
@@ -73,9 +73,9 @@ def test_clearly_worse_candidates_drop_at_the_first_look_and_ties_survive():
 
 def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
     values = synthetic({"best": 0.0, "base": 0.5, "bad": 1.0}, n_blocks=5, noise=0.02)
-    without = looks.replay(list(values), values, set(), 5, 3, 0.05)
+    without = looks.replay_race(list(values), values, set(), 5, 3, 0.05)
     assert without.alive == ["best"] and [lk.n for lk in without.looks] == [3]
-    kept = looks.replay(list(values), values, set(), 5, 3, 0.05, baseline="base")
+    kept = looks.replay_race(list(values), values, set(), 5, 3, 0.05, baseline="base")
     assert kept.alive == ["best", "base"] and [lk.n for lk in kept.looks] == [3, 4, 5]
     assert kept.looks[0].dropped == ("bad",)
     assert all(lk.tests["base"].p_adjusted <= 0.05 for lk in kept.looks)  # worse, but kept
@@ -84,9 +84,9 @@ def test_the_baseline_is_never_dropped_so_the_race_runs_every_block():
 def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test():
     values = synthetic({"a": 0.0, "b": 1.0, "c": 0.0}, n_blocks=4, noise=0.02)
     partial = {"a": values["a"], "b": values["b"], "c": {0: values["c"][0]}}
-    waiting = looks.replay(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
+    waiting = looks.replay_race(["a", "b", "c"], partial, {"c"}, 4, 3, 0.05)
     assert waiting.need == 3 and not waiting.looks and waiting.alive == ["a", "b", "c"]
-    failed = looks.replay(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
+    failed = looks.replay_race(["a", "b", "c"], partial, set(), 4, 3, 0.05)  # c's run failed
     assert failed.gone == {"c": 3} and "c" not in failed.looks[0].tests
     assert failed.looks[0].dropped == ("b",) and failed.alive == ["a"] and failed.over
 
@@ -94,14 +94,14 @@ def test_a_look_waits_for_live_candidates_and_a_failed_one_leaves_without_a_test
 def test_a_spent_budget_ends_the_race_where_it_stands_instead_of_waiting_for_a_block():
     values = synthetic({"a": 0.0, "b": 0.02, "c": 1.0}, n_blocks=5, noise=0.02)
     partial = {c: {b: v[b] for b in range(4)} for c, v in values.items()}  # 4 of 5 blocks run
-    going = looks.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
+    going = looks.replay_race(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05)
     assert going.need == 5 and not going.over
-    spent = looks.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
+    spent = looks.replay_race(["a", "b", "c"], partial, {"a", "b", "c"}, 5, 3, 0.05,
                          budget_spent=True)
     assert spent.over and spent.need is None
     assert [lk.n for lk in spent.looks] == [lk.n for lk in going.looks] == [3, 4]  # same looks
     assert spent.alive == going.alive and "c" not in spent.alive
-    whole = looks.replay(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
+    whole = looks.replay_race(["a", "b", "c"], values, set(), 5, 3, 0.05, budget_spent=True)
     assert [lk.n for lk in whole.looks] == [3, 4, 5]  # every block in: the budget changes nothing
 
 
@@ -123,7 +123,7 @@ def test_the_committed_grids_replayed_as_races(gamma_init, baseline, runs, dropp
     values = {p: dict(zip(g["data.fold"], g["best_val_loss"], strict=True))
               for p, g in df.groupby("norm.p")}
     assert sorted(values) == P_GRID
-    r = looks.replay(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
+    r = looks.replay_race(P_GRID, values, set(), 5, 3, 0.05, baseline, test=test)
     assert {p: lk.n for p, lk in r.dropped().items()} == dropped
     assert sum(dropped.get(p, 5) for p in P_GRID) == runs
     assert r.looks[-1].leader == (2.0 if gamma_init == "qknorm" else 4.0)

@@ -1,5 +1,5 @@
 """Edges of the race's and the search's rules, through their public functions (looks.look,
-looks.replay, looks.stop_at_rung, driver.answer), with expected values from scipy and by hand
+looks.replay_race, looks.stop_at_rung, driver.search_answer), with expected values from scipy and by hand
 (issue 68): equal values at a rung, δ = inf, min_replicates equal to the number of folds,
 differences with no spread, rounding noise of 1e-16, a stopped proposal not yet told."""
 
@@ -35,10 +35,10 @@ def test_min_replicates_equal_to_the_folds_looks_once_at_the_end():
     its p the one-sided paired t of scipy, Holm over the two others (by hand)."""
     a, b, c = [1.0, 1.1, 1.2], [1.3, 1.45, 1.5], [1.01, 1.2, 1.19]
     partial = {"a": {0: a[0], 1: a[1]}, "b": {0: b[0], 1: b[1]}, "c": {0: c[0], 1: c[1]}}
-    early = looks.replay(["a", "b", "c"], partial, {"a", "b", "c"}, 3, 3, 0.05)
+    early = looks.replay_race(["a", "b", "c"], partial, {"a", "b", "c"}, 3, 3, 0.05)
     assert early.looks == [] and early.need == 3
     full = {k: dict(enumerate(v)) for k, v in (("a", a), ("b", b), ("c", c))}
-    race = looks.replay(["a", "b", "c"], full, {"a", "b", "c"}, 3, 3, 0.05)
+    race = looks.replay_race(["a", "b", "c"], full, {"a", "b", "c"}, 3, 3, 0.05)
     assert len(race.looks) == 1 and race.over and race.looks[0].n == 3
     p = {k: stats.ttest_rel(v, a, alternative="greater").pvalue for k, v in (("b", b), ("c", c))}
     lo, hi = sorted(p, key=p.get)
@@ -76,8 +76,8 @@ def test_a_stopped_proposal_not_yet_told_is_stopped_and_undecided_in_the_answer(
     rules = Rules(n_blocks=3, min_blocks=1, alpha=0.05, equivalence=0.02)
     props = [Proposal("a", {0: 1.0}, steps=100, run=100),
              Proposal("b", {}, stopped=True, live=False, rung_delta=0.3, steps=50)]
-    search, answer = driver.answer(props, rules)
+    search, answer = driver.search_answer(props, rules)
     assert search.judged[1].outcome == STOPPED and answer[1].outcome == STOPPED
     assert answer[0].outcome == INCUMBENT
     from hydra_racing_sweeper.race import verdicts
-    assert verdicts.answer(answer[1].outcome) == UNDECIDED
+    assert verdicts.outcome_answer(answer[1].outcome) == UNDECIDED

@@ -34,7 +34,7 @@ def t90(df: int) -> float:
 
 
 def test_a_candidate_whose_90_percent_interval_lies_inside_delta_leaves_level():
-    r = looks.replay(list(BLOCKS), BLOCKS, set(), n_blocks=4, min_blocks=3, alpha=0.05,
+    r = looks.replay_race(list(BLOCKS), BLOCKS, set(), n_blocks=4, min_blocks=3, alpha=0.05,
                      equivalence=0.03)
     first = r.looks[0]
     assert (first.n, first.leader, first.dropped, first.level, first.decided) == (
@@ -62,16 +62,16 @@ def test_a_candidate_whose_90_percent_interval_lies_inside_delta_leaves_level():
 
 def test_the_race_ends_once_no_comparison_is_open():
     values = {c: BLOCKS[c] for c in "abc"}  # without d, the first look decides everyone
-    r = looks.replay(list(values), values, set(), n_blocks=4, min_blocks=3, alpha=0.05,
+    r = looks.replay_race(list(values), values, set(), n_blocks=4, min_blocks=3, alpha=0.05,
                      equivalence=0.03)
     assert [lk.n for lk in r.looks] == [3] and r.looks[0].decided and r.over
     assert r.alive == ["a"] and r.need is None
     # The baseline never leaves, but a decided baseline leaves no comparison open either.
-    kept = looks.replay(list(values), values, set(), 4, 3, 0.05, baseline="b", equivalence=0.03)
+    kept = looks.replay_race(list(values), values, set(), 4, 3, 0.05, baseline="b", equivalence=0.03)
     assert [lk.n for lk in kept.looks] == [3] and kept.looks[0].level == ()
     assert kept.alive == ["a", "b"] and kept.over
     # The same baseline shown worse (c as the baseline) is decided too.
-    worse = looks.replay(list(values), values, set(), 4, 3, 0.05, baseline="c", equivalence=0.03)
+    worse = looks.replay_race(list(values), values, set(), 4, 3, 0.05, baseline="c", equivalence=0.03)
     assert [lk.n for lk in worse.looks] == [3] and worse.alive == ["a", "c"]
 
 
@@ -79,12 +79,12 @@ def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
     # b behind a by 0.02 on every block but 0.0005: certainly worse, and certainly within ±0.05:
     # level (the user called 0.05 negligible); with δ = 0.01 it is outside: dropped.
     values = {"a": {0: 1.0, 1: 2.0, 2: 3.0}, "b": {0: 1.02, 1: 2.0205, 2: 3.02}}
-    r = looks.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
+    r = looks.replay_race(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.05)
     assert r.looks[0].level == ("b",) and r.looks[0].dropped == ()
     assert r.looks[0].tests["b"].p_adjusted <= 0.05  # significantly behind as well
-    narrow = looks.replay(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
+    narrow = looks.replay_race(["a", "b"], values, set(), 3, 3, 0.05, equivalence=0.01)
     assert narrow.looks[0].dropped == ("b",) and narrow.looks[0].level == ()
-    off = looks.replay(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
+    off = looks.replay_race(list(BLOCKS), BLOCKS, set(), 4, 3, 0.05)
     assert all(lk.level == () and not lk.decided for lk in off.looks)
     assert all(t.low is None and t.high is None for lk in off.looks for t in lk.tests.values())
     assert [lk.n for lk in off.looks] == [3, 4] and off.alive == ["a", "b", "d"]
@@ -92,7 +92,7 @@ def test_level_comes_before_a_drop_and_delta_null_is_todays_race():
 
 def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside():
     values = {"a": {0: 1.0, 1: 2.0}, "a2": {0: 1.0, 1: 2.0}}
-    r = looks.replay(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
+    r = looks.replay_race(["a", "a2"], values, set(), 2, 2, 0.05, equivalence=0.01)
     assert r.level() == {"a2": r.looks[0]} and r.looks[0].tests["a2"].low == 0.0
     assert decision.level(-0.03, 0.03, 0.03) and not decision.level(-0.03, 0.03, 0.0299)
     assert not decision.level(-0.03, 0.03, None)
@@ -112,7 +112,7 @@ def test_identical_runs_are_level_and_an_interval_on_the_bound_counts_as_inside(
     ("failed", None, None, (None, None), False, "failed"),
 ])
 def test_each_candidate_gets_one_answer(outcome, leader, p_adj, interval, alone, want):
-    assert looks.answer(outcome, leader, "me", p_adj, *interval, alpha=0.05, equivalence=0.02,
+    assert looks.look_answer(outcome, leader, "me", p_adj, *interval, alpha=0.05, equivalence=0.02,
                         alone=alone) == want
 
 
@@ -145,7 +145,7 @@ def test_equivalence_is_part_of_the_race_a_study_holds():
 
 
 def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
-    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper import race_schedule
     from hydra_racing_sweeper.space import parse_space
 
     spec = race_plan(equivalence=0.03, baseline=None)
@@ -154,27 +154,27 @@ def test_the_record_of_a_level_candidate_and_of_the_undecided_ones():
     # p=1 leads; p=2 is a, b of VALUES shifted (level); p=inf a noisy one (undecided)
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(2)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     # two blocks: b - a = 0.01, 0: interval 0.005 ± t(0.95, 1) * sd / sqrt 2: too wide
     assert r.looks[0].level == () and r.need == 3
     trials = [frozen(p, {folds[b]: run(VALUES[c][b]) for b in range(3)})
               for p, c in ((1.0, "a"), (2.0, "b"), (math.inf, "d"))]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     assert [lk.n for lk in r.looks] == [2, 3] and r.over  # 3 blocks: the last look
     assert r.level() == {(2.0,): r.looks[1]}
     half = t90(2) * 0.01 / math.sqrt(3)
-    assert racing.outcome_attr(spec, r, (2.0,), 3) == {
+    assert race_schedule.outcome_attr(spec, r, (2.0,), 3) == {
         "outcome": "level", "n": 3, "after": folds[2], "look": 3, "leader": "norm.p=1.0",
         "delta": pytest.approx(0.01), "p": pytest.approx(r.looks[1].tests[(2.0,)].p),
         "p_adjusted": pytest.approx(r.looks[1].tests[(2.0,)].p_adjusted),
         "low": pytest.approx(0.01 - half), "high": pytest.approx(0.01 + half)}
     # The answer is derived from the record, as readback does for the reports (not stored).
     def answer(c):
-        a = racing.outcome_attr(spec, r, c, 3)
-        return looks.answer(a["outcome"], a.get("leader"), f"norm.p={c[0]}", a.get("p_adjusted"),
+        a = race_schedule.outcome_attr(spec, r, c, 3)
+        return looks.look_answer(a["outcome"], a.get("leader"), f"norm.p={c[0]}", a.get("p_adjusted"),
                             a.get("low"), a.get("high"), spec.alpha, spec.equivalence)
     assert (answer((2.0,)), answer((math.inf,)), answer((1.0,))) == ("level", "undecided", "best")
-    assert "low" not in racing.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
+    assert "low" not in race_schedule.outcome_attr(race_plan(baseline=None), r, (1.0,), 3)  # δ off: as today
 
 
 # -- a real race through the command line --------------------------------------------------------
@@ -318,7 +318,7 @@ def test_a_maximizing_races_record_gives_delta_and_its_interval_in_the_objective
     3.1); p=2 is behind by 0.01, 0.015, 0.005: Δ = −0.01 in the objective's units, its 90%
     paired interval −0.01 ± t(0.95, 2) · sd / √3, low below high, inside ±0.03: level
     (p=∞, 0.5 or more behind, is the look's other candidate)."""
-    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper import race_schedule
     from hydra_racing_sweeper.space import parse_space
 
     spec = plan({"min_replicates": 3, "baseline": None, "equivalence": 0.03, "test": "paired"},
@@ -328,10 +328,10 @@ def test_a_maximizing_races_record_gives_delta_and_its_interval_in_the_objective
     lead, behind, far = [3.0, 3.2, 3.1], [2.99, 3.185, 3.095], [2.5, 2.6, 2.52]
     trials = [frozen(p, {folds[b]: run(v[b]) for b in range(3)})
               for p, v in ((1.0, lead), (2.0, behind), (math.inf, far))]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     d = [a - b for a, b in zip(lead, behind)]  # behind, in the minimized sign: > 0
     half = stats.t.ppf(0.95, 2) * statistics.stdev(d) / math.sqrt(3)
-    attr = racing.outcome_attr(spec, r, (2.0,), 3)
+    attr = race_schedule.outcome_attr(spec, r, (2.0,), 3)
     assert (attr["outcome"], attr["leader"]) == ("level", "norm.p=1.0")
     assert attr["delta"] == pytest.approx(-0.01)
     assert (attr["low"], attr["high"]) == pytest.approx((-0.01 - half, -0.01 + half))

@@ -43,7 +43,7 @@ def drive(table: dict, rules: Rules, stops=(), budget=None, slots=1, explore=0.8
     `table` (key -> its value per block), a launch runs the step's runs from the table, a run
     in `stops` ((key, block)) is stopped at its rung, and a proposal the step is done with is
     told (runs no more). Returns the proposals, the launches (lists of (key, block)) and the
-    answer (driver.answer)."""
+    answer (driver.search_answer)."""
     keys, props, launches = list(table), [], []
     for _ in range(200):
         step = driver.search_turn(props, rules, budget, explore, slots, len(keys) - len(props))
@@ -64,7 +64,7 @@ def drive(table: dict, rules: Rules, stops=(), budget=None, slots=1, explore=0.8
             else:
                 props[i] = dataclasses.replace(p, values={**p.values, b: table[p.key][b]},
                                                steps=p.steps + RUN, run=RUN)
-    return props, launches, driver.answer(props, rules)[1]
+    return props, launches, driver.search_answer(props, rules)[1]
 
 
 def outcomes(props, answer) -> dict:
@@ -109,7 +109,7 @@ def test_a_tie_keeps_the_incumbent():
     incumbent's blocks is exactly 0 does not take over; it is level (interval [0, 0])."""
     rules = Rules(n_blocks=4, min_blocks=2, alpha=0.05, equivalence=0.02)
     ps = [Proposal("a", {0: 1.0, 1: 1.25}), Proposal("b", {0: 1.0, 1: 1.25})]
-    s = intensify.replay(ps, rules)
+    s = intensify.replay_search(ps, rules)
     assert s.incumbent == 0 and s.judged[1].outcome == LEVEL and s.judged[1].delta == 0
 
 
@@ -139,8 +139,8 @@ def test_three_folds_behind_is_level_worse_or_undecided_by_delta_and_alpha(delta
     p, low, high = paired(ch, inc, alpha)
     inside = delta is not None and -delta <= low and high <= delta
     assert word == (LEVEL if inside else WORSE if p <= alpha else "undecided")  # the hand rule
-    s = intensify.replay(ps, rules, confirm=True)
-    final = intensify.final(s, ps, rules)
+    s = intensify.replay_search(ps, rules, confirm=True)
+    final = intensify.final_judgements(s, ps, rules)
     for j in (s.judged[1], final[1]):
         assert (j.outcome, j.n, j.against) == (word, 3, 0)
         assert j.delta == pytest.approx(0.02) and j.p == pytest.approx(p)
@@ -155,13 +155,13 @@ def test_a_challenger_that_leads_on_fewer_folds_runs_the_incumbents_folds_before
     rules = Rules(n_blocks=5, min_blocks=2, alpha=0.05, equivalence=0.02)
     inc = Proposal("a", {0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0})
     lead = Proposal("b", {0: 0.97, 1: 1.07})
-    s = intensify.replay([inc, lead], rules)
+    s = intensify.replay_search([inc, lead], rules)
     assert s.incumbent == 0 and s.judged[1].outcome == RACING and s.needs == {1: 2}
     four = Proposal("b", {0: 0.97, 1: 1.07, 2: 1.17, 3: 0.97})
-    assert intensify.replay([inc, four], rules).incumbent == 1
+    assert intensify.replay_search([inc, four], rules).incumbent == 1
     close = Proposal("c", {0: 0.996, 1: 1.096})
     for confirm, word in ((False, PARKED), (True, RACING)):
-        j = intensify.replay([inc, close], rules, confirm=confirm).judged[1]
+        j = intensify.replay_search([inc, close], rules, confirm=confirm).judged[1]
         assert (j.outcome, j.n) == (word, 2) and j.delta == pytest.approx(-0.004)
 
 
@@ -183,7 +183,7 @@ def test_a_search_with_delta_off_runs_on_any_lead_and_calls_nothing_level():
     assert [answer[i].p for i in (0, 2, 3)] == pytest.approx([holm[k] for k in "acd"])
     assert holm["c"] > 0.05 >= holm["d"]
     # c's interval lies inside ±0.02: with δ = 0.02 the same runs call it level.
-    judged = intensify.final(intensify.replay(props, dataclasses.replace(
+    judged = intensify.final_judgements(intensify.replay_search(props, dataclasses.replace(
         rules, equivalence=0.02), confirm=True), props, dataclasses.replace(rules,
                                                                             equivalence=0.02))
     assert judged[2].outcome == LEVEL
@@ -205,7 +205,7 @@ def test_a_maximizing_search_answers_the_highest_mean_best():
             params={"x": x}, distributions=dist, state=optuna.trial.TrialState.PRUNED,
             user_attrs={RACE_RUNS_ATTR: {f"fold={f}": {"value": v, "steps": RUN}
                                          for f, v in enumerate(values)}}))
-    rows = {r["params"]["x"]: r for r in readback.answer(study.trials, settings)}
+    rows = {r["params"]["x"]: r for r in readback.answer_rows(study.trials, settings)}
     assert rows[0.2]["answer"] == "best" and rows[0.1]["answer"] == WORSE
     assert rows[0.1]["delta"] == pytest.approx(0.205)
     p, _, _ = paired([-0.5, -0.6], [-0.7, -0.81], 0.05)
@@ -257,7 +257,7 @@ def test_a_proposal_the_budget_never_ran_is_not_run_not_failed():
     assert driver.fits(props, 10) == 0  # what ended it
     # A closed proposal whose run failed, with no block: failed.
     failed = [props[0], dataclasses.replace(props[1], failed=True)]
-    assert outcomes(failed, driver.answer(failed, rules)[1])["b"] == FAILED
+    assert outcomes(failed, driver.search_answer(failed, rules)[1])["b"] == FAILED
 
 
 def test_the_answer_line_says_the_budget_ended_the_search_and_what_it_never_ran():
@@ -279,7 +279,7 @@ def test_the_answer_line_says_the_budget_ended_the_search_and_what_it_never_ran(
     study.add_trial(optuna.trial.create_trial(params={"x": 2.0}, distributions=dist,
                                               state=optuna.trial.TrialState.FAIL,
                                               user_attrs={STATUS_ATTR: "failed"}))
-    rows = readback.answer(study.trials, settings)
+    rows = readback.answer_rows(study.trials, settings)
     assert [r["answer"] for r in rows] == ["best", NOT_RUN, FAILED]
     line = readback.answer_lines(rows, settings)[0]
     assert line == ("search: best x=8 (mean 3.7900 over 1 replicates; no proposal level "
@@ -287,7 +287,7 @@ def test_the_answer_line_says_the_budget_ended_the_search_and_what_it_never_ran(
                     "training steps; its budget of 10 training steps ended the search: no "
                     "further run fits")
     for room in ({**settings, "budget_steps": None}, {**settings, "budget_steps": 60}):
-        line = readback.answer_lines(readback.answer(study.trials, room), room)[0]
+        line = readback.answer_lines(readback.answer_rows(study.trials, room), room)[0]
         assert "budget" not in line and "; not run: x=1;" in line
 
 # -- hydra.sweeper.race's documented defaults and bounds --------------------------------------

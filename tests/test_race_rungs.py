@@ -199,33 +199,33 @@ F = [f"data.fold={f}" for f in range(3)]
 
 
 def test_the_replay_counts_a_candidate_stopped_at_a_rung_out():
-    from hydra_racing_sweeper import racing
+    from hydra_racing_sweeper import race_schedule
     from hydra_racing_sweeper.space import parse_space
 
     spec = race_plan(rungs=[10], margin=0.05)
     space, _ = parse_space({"norm.p": "choice(1.0,2.0,inf)"}, [])
     stopped = frozen(math.inf, {F[0]: run(None, steps=10, core_s=1.0, **STOP)})
     trials = [frozen(1.0, {F[0]: run(2.0)}), frozen(2.0, {F[0]: run(1.9)}), stopped]
-    r = racing.state(trials, spec, space)
+    r = race_schedule.state(trials, spec, space)
     # p=inf is out (not live, lacks fold 0): the race waits only for p=1 and p=2's fold 1.
     assert r.alive == [(1.0,), (2.0,)] and r.gone == {(math.inf,): 2} and r.need == 2
     assert readback.stopped_block(stopped.user_attrs) == F[0]
     assert readback.block_values(stopped.user_attrs, spec.blocks, spec.sign) == {}
     # fold 1 launches p=2 first: it led fold 0
-    assert racing.turn(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
-    assert racing.stop_attr(spec, stopped, F[0], 1) == {
+    assert race_schedule.turn(trials, spec, space).runs == [((2.0,), 1), ((1.0,), 1)]
+    assert race_schedule.stop_attr(spec, stopped, F[0], 1) == {
         "outcome": "stopped", "n": 1, "after": F[0], "step": 10, "leader": "norm.p=2.0",
         "delta": 0.25, "p": None, "p_adjusted": None}
     trials[0] = frozen(1.0, {F[0]: run(2.0), F[1]: run(2.1)})
     trials[1] = frozen(2.0, {F[0]: run(1.9), F[1]: run(1.95)})
-    look = racing.state(trials, spec, space).looks[0]
+    look = race_schedule.state(trials, spec, space).looks[0]
     assert look.n == 2 and set(look.tests) == {(1.0,)}  # p=inf not tested: it is out
 
 
 def test_the_race_ends_when_every_other_candidate_was_stopped():
     """p=2 (the baseline) would otherwise run folds 1 and 2 alone, paired with nobody."""
     values = {"p=2": {0: 1.9}, "p=4": {}, "p=inf": {}}  # both stopped in fold 0
-    r = looks.replay(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
+    r = looks.replay_race(["p=2", "p=4", "p=inf"], values, {"p=2"}, n_blocks=3, min_blocks=2,
                      alpha=0.05, baseline="p=2")
     assert r.over and r.alive == ["p=2"] and not r.looks
     assert r.gone == {"p=4": 2, "p=inf": 2}

@@ -1,4 +1,4 @@
-"""The race's schedule (race.racing.RaceSchedule) driven in memory by the sweep's own loop
+"""The race's schedule (race.race_schedule.RaceSchedule) driven in memory by the sweep's own loop
 (OptunaSweep._run), its runs looked up in a table instead of trained: the trials it tells, the
 Holm-adjusted p it records, and that the replay (research.race_sims.race), whose numbers
 docs/search.md publishes, makes the same runs in the same order and gives the same answer."""
@@ -9,7 +9,7 @@ import math
 
 import optuna
 import pytest
-from hydra_racing_sweeper import racing, readback
+from hydra_racing_sweeper import race_schedule, readback
 from hydra_racing_sweeper.launcher import JobResult
 from hydra_racing_sweeper.plan import Plan
 from hydra_racing_sweeper.race import BEST, DROPPED, LEVEL, UNDECIDED, WORSE
@@ -76,9 +76,9 @@ def run_race(plan: Plan) -> tuple[optuna.Study, TableLauncher]:
                         max_failure_rate=0.0, fail_value=None, heartbeat_interval=1,
                         grace_period=None, params={}, race=None)
     study = optuna.create_study(sampler=plan.sampler, directions=plan.directions)
-    racing.RaceSchedule.prepare_study(plan, study, "r")
+    race_schedule.RaceSchedule.prepare_study(plan, study, "r")
     launcher, beats = TableLauncher(), Beats()
-    sched = racing.RaceSchedule(plan, launcher, ["best_val_loss"], 4, beats)
+    sched = race_schedule.RaceSchedule(plan, launcher, ["best_val_loss"], 4, beats)
     assert sweep._run(study, plan, sched, launcher, beats) is None
     assert not beats.ids  # every trial it asked was told and its heartbeat let go
     return study, launcher
@@ -134,7 +134,7 @@ def test_the_replay_makes_the_live_races_runs_and_answer(race, words, monkeypatc
     ran = replay_runs(monkeypatch)
     spec = plan.race
     baseline = None if spec.baseline is None else spec.baseline[0]
-    sim = race_sims.race(table_grid(), spec.budget_steps, racing.rules(spec), {}, baseline)
+    sim = race_sims.race(table_grid(), spec.budget_steps, readback.rules(spec.settings()), {}, baseline)
     assert ran == launcher.ran
     assert sim["steps"] == STEPS * len(launcher.ran) == readback.steps_spent(study.get_trials())
     p_of = {label: c[0] for c, label in spec.labels.items()}
@@ -169,7 +169,7 @@ def test_a_search_at_two_jobs_never_launches_past_its_budget(budget, runs):
     of 100-step runs launched the incumbent's fold 0 beside the next proposal's (200 steps,
     as `budget_steps=10` of 30-step smoke runs spent 60); now the first launch holds one run
     until a run's length is known, then whole runs that fit."""
-    from hydra_racing_sweeper.racing import RaceSearchSchedule
+    from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
 
     params = {"norm.p": "choice(1.0,2.0,4.0,inf)"}
     space, _ = parse_space(params, [])

@@ -115,7 +115,7 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     """A TPE proposal's p (4.872838681541604) reads in the trial's log lines as the answer
     line names it, to 4 significant digits: norm.p=4.873, not the float's 16 digits."""
     from hydra_racing_sweeper.race import RaceSpec
-    from hydra_racing_sweeper.racing import RaceSearchSchedule
+    from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
     from hydra_racing_sweeper.space import parse_space
     from hydra_racing_sweeper.study import RACE_RUNS_ATTR
 
@@ -154,7 +154,7 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
 
 def test_the_answer_names_every_proposal_it_counts():
     """'4 proposals' named 3: a failed proposal, and one with no params, dropped out of the
-    words (issue 54). Rows as readback.answer gives them, by hand."""
+    words (issue 54). Rows as readback.answer_rows gives them, by hand."""
     def row(number, params, word, steps=10):
         return {"number": number, "params": params, "answer": word, "stopped": False,
                 "n": 1, "mean": 1.5, "steps": steps}

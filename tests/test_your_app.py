@@ -21,7 +21,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_racing_sweeper import identity, status_lines, trial
 from hydra_racing_sweeper.launcher import returned_fields
-from hydra_racing_sweeper.readback import answer, settings_of
+from hydra_racing_sweeper.readback import answer_rows, settings_of
 from hydra_racing_sweeper.study import RACE_OUTCOME_ATTR, RACE_RUNS_ATTR, RACE_STOP_ATTR
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
@@ -211,7 +211,7 @@ def test_the_racing_search_answers_best_level_worse_undecided(app_dir):
               "++hydra.sweeper.race={min_replicates:2,equivalence:0.05,initial:[0.1]}")
     ok(r)
     study = study_in(app_dir, "search")
-    rows = answer(study.get_trials(deepcopy=False), settings_of(study))
+    rows = answer_rows(study.get_trials(deepcopy=False), settings_of(study))
     assert len(rows) == 4
     assert {row["answer"] for row in rows} <= {"best", "level", "worse", "undecided"}
     (best,) = [row for row in rows if row["answer"] == "best"]

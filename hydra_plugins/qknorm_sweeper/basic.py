@@ -76,6 +76,8 @@ class DedupBasicSweeper(BasicSweeper):
         `measure`, a time from the first job's step measured here."""
         from hydra_racing_sweeper import cost
 
+        from qknorm.sweep.hook import measure
+
         trees = [self._task_config(job) for job in jobs]
         train = [t.get("train") for t in trees]
         if not jobs or not all(isinstance(t, dict) for t in train):  # not qknorm.train's task
@@ -84,12 +86,12 @@ class DedupBasicSweeper(BasicSweeper):
         total = cost.Work(len(jobs), 1, sum(w.steps for w in works), sum(w.evals for w in works))
         if not measure:
             return cost.line(total, None, grid=True) + "; hydra.sweeper.dry_run=true measures their time"
-        return cost.line(total, cost.measure(self._job_config(jobs[0])), grid=True)
+        return cost.line(total, measure(self._job_config(jobs[0])), grid=True)
 
     def _job_config(self, job: list[str]):
-        from hydra_racing_sweeper import task_config
+        from qknorm.sweep.hook import QknormTask
 
-        return task_config(self.hydra_context.config_loader.load_sweep_config(self.config, list(job)))
+        return QknormTask().typed(self.hydra_context.config_loader.load_sweep_config(self.config, list(job)))
 
     def _task_config(self, job: list[str]) -> dict:
         from qknorm.effective import task_tree

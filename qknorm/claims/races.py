@@ -1,7 +1,7 @@
 """Records over a sweep's course: a race's looks, the runs it stopped at a rung, and how the
 order of p settles over the evals; each through the code that made or reports them.
 
-  race     the race's looks replayed on its recorded runs (hydra_racing_sweeper.race.looks.replay, as
+  race     the race's looks replayed on its recorded runs (hydra_racing_sweeper.race.looks.replay_race, as
            scripts/race_replay.py replays them): per look and p, Δ vs the leader, one-sided p,
            Holm p, the 90% interval, what the look did and its strength; the leader per look;
            where the race ended
@@ -14,11 +14,11 @@ order of p settles over the evals; each through the code that made or reports th
            with its range over spans of steps
   search   a racing search's answer: every proposal against the incumbent the record names
            (which the study's ledger chose; the ledger is not committed), on the folds both ran,
-           Holm over the comparisons (hydra_racing_sweeper.race.intensify.final, the sweeper's own at
+           Holm over the comparisons (hydra_racing_sweeper.race.final_judgements, the sweeper's own at
            this commit); the record's `rules` says so and how that differs from the rules the
            search ran under (its summary.md); on the incumbent's row, range_low and range_high:
            the lowest and highest p over it and the proposals level with it, what the search
-           cannot tell apart from its best (words.level_range, the rule the console line gives)
+           cannot tell apart from its best (readback.level_range, the rule the console line gives)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 
 from hydra_racing_sweeper import decision
 from hydra_racing_sweeper.race import DROPPED, LEVEL, driver, intensify, looks, verdicts
-from hydra_racing_sweeper.readback import words
+from hydra_racing_sweeper.readback import level_range
 
 from qknorm.claims.inputs import Rows, Runs, alpha, replicate_test, row_key, setting
 from qknorm.claims.records import Record
@@ -45,7 +45,7 @@ def race(record: Record, runs: Runs) -> Rows:
     alpha, delta = float(setting(record, "alpha")), float(setting(record, "equivalence"))
     base = setting(record, "baseline", None)
     base = None if base is None else float(base)
-    r = looks.replay(sorted(values), values, set(), n_folds,
+    r = looks.replay_race(sorted(values), values, set(), n_folds,
                      int(setting(record, "min_replicates")), alpha, base, equivalence=delta,
                      test=test)
     rows: Rows = {}
@@ -54,7 +54,7 @@ def race(record: Record, runs: Runs) -> Rows:
         for c, t in lk.tests.items():
             did = driver.look_verdict(lk, c, base, delta)  # the baseline level: stays, LEVEL
             # A call's strength (dropped or level); a candidate that stays made none.
-            how = looks.outcome(t, alpha, delta).strength if did in (LEVEL, DROPPED) else ""
+            how = looks.test_outcome(t, alpha, delta).strength if did in (LEVEL, DROPPED) else ""
             rows[f"{lk.n}:{row_key(c)}"] = {
                 "delta": t.delta, "p": t.p, "holm": t.p_adjusted, "low": t.low, "high": t.high,
                 "outcome": did, "strength": how,
@@ -143,12 +143,12 @@ def search(record: Record, runs: Runs) -> Rows:
     rules = intensify.Rules(int(frame["data.fold"].nunique()), 1,
                             float(setting(record, "alpha")),
                             float(setting(record, "equivalence")), test)
-    answer = intensify.final(intensify.Search(incumbent=names.index(named)), proposals, rules)
+    answer = intensify.final_judgements(intensify.Search(incumbent=names.index(named)), proposals, rules)
     rows: Rows = {names[i]: {"outcome": j.outcome, "n": j.n, "delta": j.delta, "p": j.p,
                              "low": j.low, "high": j.high} for i, j in answer.items()}
     # the best with what it cannot be told apart from: the search's own rule, on its answers
     ps = list(labels)
-    spans = words.level_range([{"answer": verdicts.answer(j.outcome),
+    spans = level_range([{"answer": verdicts.outcome_answer(j.outcome),
                                 "params": {"norm.p": float(ps[i])}} for i, j in answer.items()])
     if "norm.p" in spans:
         rows[named] |= {"range_low": spans["norm.p"][0], "range_high": spans["norm.p"][1]}

@@ -1,5 +1,5 @@
 """summary.md's section for a racing search (search=p_tpe): its answer (the rows of
-hydra_racing_sweeper.readback.answer, the same the sweeper's last line and qknorm.status give), and
+hydra_racing_sweeper.readback.answer_rows, the same the sweeper's last line and qknorm.status give), and
 where a quadratic fit of the proposals' fold-adjusted values in log p puts the minimiser.
 
 The fit: each proposal that completed a fold has a fold-adjusted value (the best's mean plus its

@@ -138,7 +138,7 @@ def summarize(collection: results.Collection, options: Options,
         out += _readings_section(s, metric, options.baseline)
     if s.ranking is not None and len(s.ranking):
         out += _ranking_section(s.ranking)
-    searches = {name: (readback.answer(study.get_trials(), readback.settings_of(study)),
+    searches = {name: (readback.answer_rows(study.get_trials(), readback.settings_of(study)),
                        readback.settings_of(study))
                 for (name, _), study in collection.studies.items()
                 if readback.kind(study) == readback.SEARCH}
@@ -361,7 +361,7 @@ def _count(x: float) -> str:
     return f"{x:,.0f}" if x and math.isfinite(x) else "-"
 
 
-def race_verdict(e: readback.Elimination) -> str:
+def race_conclusion(e: readback.Elimination) -> str:
     """The race's conclusion in one sentence, each kind of exit named for what it is: a drop is
     a test against the leader; a stop is the margin rule at a rung, not a test."""
     def names(outcome: str) -> str:
@@ -416,7 +416,7 @@ def race_section(e: readback.Elimination, name: str) -> list[str]:
         "step) its val loss was above the best other candidate's run of that replicate by "
         "more than the margin (Δ); its run stopped there and it ran no further replicate; its "
         "mean is over the replicates it completed.", "",
-        *table, "", race_verdict(e), "",
+        *table, "", race_conclusion(e), "",
         "Answers (hydra_racing_sweeper.decision's rule, in the race's words): `worse` (dropped, or a "
         "baseline behind the leader at its last look, Holm-adjusted p <= alpha, not level), "
         + (f"`level` (within ±{e.equivalence:g} of the leader: {_tost_words(e)}; checked "

@@ -24,8 +24,8 @@ and those sum to 0 over the folds: the true mean of x over the folds is base + f
 Three searches, each until `budget` training steps (runs of the grid's 2000 steps):
 - `racing`: search=p_tpe (conf/search/p_tpe.yaml): its FloatDistribution over 1/norm.p, its
   initial design (race.initial as 1/p), its sampler (GP) seeded per ask as the live sweeper does
-  (hydra_racing_sweeper.racing.proposal_sampler), its race rules and rungs, its n_jobs, stepped by the
-  product's own driver through race_sims.search_loop.
+  (hydra_racing_sweeper.search_schedule.proposal_sampler), its race rules and rungs, its
+  n_jobs, stepped by the product's own driver through race_sims.search_loop.
 - `tpe`: search=p_tpe_plain's settings: TPE (its options) over 1/norm.p, each trial two folds
   (0 and 1 of the grid: the preset's replicates are folds 8, 9 of another layout), its value
   their mean, val loss reported at each eval step (the first fold to reach a step reports it,

@@ -1,4 +1,4 @@
-"""How often the race (race.looks.replay) answers wrongly, and how long it runs, over folds that
+"""How often the race (race.looks.replay_race) answers wrongly, and how long it runs, over folds that
 are correlated as K-fold cross-validation makes them: the plain paired t and the corrected
 resampled t (hydra_racing_sweeper.multitest.for_folds) side by side.
 
@@ -25,7 +25,7 @@ sets). A level candidate dropped because its u_c put it behind on every fold is 
 
 Per cell (K, ρ, test, k, δ, world) it reports the share of races with any wrong "worse" at the
 first look and in the whole race (level world), candidate 0's answer (worse / level / undecided
-/ best; race.looks.answer: a survivor that is not the last look's leader is undecided), and mean
+/ best; race.looks.look_answer: a survivor that is not the last look's leader is undecided), and mean
 blocks run per candidate (of K). δ off (level world only) is the drop-only race. A fixed seed
 per cell, the same for both tests (they see the same draws): the same command gives the same
 numbers. JSON out.
@@ -71,7 +71,7 @@ def simulate(k: int, blocks: int, rho: float, test: ReplicateTest, delta: float 
               verdicts.UNDECIDED: 0, verdicts.BEST: 0}
     blocks_run = 0
     for one in runs.tolist():  # Python floats: statistics is slow on numpy scalars
-        r = looks.replay(list(range(k)), {c: dict(enumerate(one[c])) for c in range(k)}, set(),
+        r = looks.replay_race(list(range(k)), {c: dict(enumerate(one[c])) for c in range(k)}, set(),
                          blocks, FIRST_LOOK, ALPHA, equivalence=delta, test=test)
         dropped, level, last = r.dropped(), r.level(), r.looks[-1]
         counts["first look any worse"] += bool(r.looks[0].dropped)

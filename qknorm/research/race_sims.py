@@ -12,7 +12,7 @@ stopped run costs the steps up to its rung.
 The search's sampler proposes p from the grid (a categorical, as `norm.p=choice(...)` gives),
 after the preset's initial design (race.initial's p that the grid ran; search_replay drops the
 others with a line, as the live sweeper does), through the live sweeper's own
-racing.propose: a fresh in-memory study told every proposal's fold-adjusted value
+search_schedule.propose: a fresh in-memory study told every proposal's fold-adjusted value
 (driver.told), its sampler seeded by (seed, proposal number).
 """
 
@@ -89,7 +89,7 @@ def race_search(grid: dict, sampler: str, seed: int, budget: float | None,
                 max_proposals: int = MAX_PROPOSALS) -> dict:
     """The racing search with `sampler` (`preset`: the preset's sampler spec; None: the
     sampler's defaults; `explore`: the share of the budget it proposes in; `initial`: the first
-    p to propose, each one the grid ran; `max_proposals`: n_trials): its answer (driver.answer)
+    p to propose, each one the grid ran; `max_proposals`: n_trials): its answer (driver.search_answer)
     and its cost."""
     if not set(initial) <= set(grid):
         raise ValueError(f"initial p {sorted(set(initial) - set(grid))} not in the grid: drop "
@@ -109,7 +109,7 @@ def search_loop(make: Callable[[int], optuna.samplers.BaseSampler], name: str,
                 rules: intensify.Rules, explore: float, initial: tuple = (), slots: int = 1,
                 max_proposals: int = MAX_PROPOSALS) -> tuple[list[intensify.Proposal], float]:
     """The racing search's loop, one parameter `name` over `dist`, as the live sweeper steps
-    it (racing.RaceSearchSchedule): driver.search_turn, a proposal (racing.propose, its
+    it (search_schedule.RaceSearchSchedule): driver.search_turn, a proposal (search_schedule.propose, its
     sampler made by `make(n)` for the n-th ask) when the turn makes one, else the turn's runs
     one after another (`run(key, block, ran)`: as _run), until the turn says it is over.
     Returns the proposals (key: the parameter's value) and the core-seconds spent."""
@@ -135,8 +135,8 @@ def search_loop(make: Callable[[int], optuna.samplers.BaseSampler], name: str,
 
 
 def outcome(props: list[intensify.Proposal], rules: intensify.Rules, core_s: float) -> dict:
-    """The search's answer (driver.answer) by key, and its cost."""
-    search, answer = driver.answer(props, rules)
+    """The search's answer (driver.search_answer) by key, and its cost."""
+    search, answer = driver.search_answer(props, rules)
     by = {props[i].key: j.outcome for i, j in answer.items()}  # stopped: undecided, untested
     return {"best_p": props[search.incumbent].key if search.incumbent is not None else None,
             "worse": sorted(p for p, o in by.items() if o == verdicts.WORSE),

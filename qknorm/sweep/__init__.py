@@ -15,4 +15,4 @@ import sys
 from hydra_racing_sweeper import trial
 
 sys.modules[__name__ + ".trial"] = trial  # `import qknorm.sweep.trial` finds the same module
-__all__ = ["trial"]
+__all__ = ["hook", "trial"]

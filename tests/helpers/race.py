@@ -106,7 +106,7 @@ def calls(cwd: Path) -> list[tuple[int, int]]:
 def answers(cwd: Path) -> dict[str, str]:
     """The racing search's answer per candidate (best, level, worse, ...) in study "s"."""
     study = study_of(cwd, "s")
-    rows = readback.answer(study.get_trials(), study.user_attrs["race"])
+    rows = readback.answer_rows(study.get_trials(), study.user_attrs["race"])
     return {r["candidate"]: r["answer"] for r in rows}
 
 

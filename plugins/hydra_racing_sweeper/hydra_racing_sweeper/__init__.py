@@ -18,7 +18,9 @@ _MODULES; a name past it is the package's own); the modules are its rooms:
               incumbent): their settings, verdicts, pure rules and driver, a layer below the
               rest (race/__init__.py has its own map)
   raceplan    the race's settings completed against the search space (plan_race)
-  racing      the racing schedules: RaceSchedule, RaceSearchSchedule and their base
+  racing      the racing schedules' base (RacingSchedule); race_schedule: the race
+              (RaceSchedule); search_schedule: the racing search (RaceSearchSchedule, propose)
+  records     what a race keeps in its study: a block's result, a candidate's outcome
   readback/   a race or a search read back from its study (kinds, ledger, tables, words)
   sweep       OptunaSweep: one loop over a schedule, picked by the kind of study
   trial       the job-side API of any task: trial.report(step, value) -> stop now
@@ -48,12 +50,12 @@ _FACE = {
     "build_pruner": "hydra_racing_sweeper.specs",
     "read_study": "hydra_racing_sweeper.specs",
     "elimination": "hydra_racing_sweeper.readback",
-    "propose": "hydra_racing_sweeper.racing",
-    "proposal_sampler": "hydra_racing_sweeper.racing",
+    "propose": "hydra_racing_sweeper.search_schedule",
+    "proposal_sampler": "hydra_racing_sweeper.search_schedule",
     "status_lines": "hydra_racing_sweeper.progress",
     "stopped_sweep": "hydra_racing_sweeper.progress",
     "TaskHook": "hydra_racing_sweeper.task",  # what an app tells the sweeper (task.py)
-    "flatten": "hydra_racing_sweeper.task",
+    "flatten": "hydra_racing_sweeper.rundir",
     "format_value": "hydra_racing_sweeper.space",  # a value as an override writes it
     "UserError": "hydra_racing_sweeper.errors",  # the one class of a user's mistake
     "trial_run_dirs": "hydra_racing_sweeper.study",  # the run dirs a study's trials name (the report's)
@@ -63,10 +65,10 @@ _FACE = {
     "step_margins": "hydra_racing_sweeper.race",
     # a race's runs and outcome as its study keeps them: what the report writes to rebuild a
     # committed race without its study (qknorm/report/racerebuild.py)
-    "run_entry": "hydra_racing_sweeper.racing",
-    "stopped_entry": "hydra_racing_sweeper.racing",
-    "outcome_record": "hydra_racing_sweeper.racing",
-    "stopped_record": "hydra_racing_sweeper.racing",
+    "run_entry": "hydra_racing_sweeper.records",
+    "stopped_entry": "hydra_racing_sweeper.records",
+    "outcome_record": "hydra_racing_sweeper.records",
+    "stopped_record": "hydra_racing_sweeper.records",
     "RACE_RUNS_ATTR": "hydra_racing_sweeper.study",
     "RACE_OUTCOME_ATTR": "hydra_racing_sweeper.study",
 }

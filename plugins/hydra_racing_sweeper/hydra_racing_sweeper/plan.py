@@ -21,6 +21,7 @@ from hydra_racing_sweeper.question import question
 from hydra_racing_sweeper.race import RaceSpec, judged_at, race_conf, replicate_test
 from hydra_racing_sweeper.raceplan import plan_race
 from hydra_racing_sweeper.readback import kind
+from hydra_racing_sweeper.rundir import flatten
 from hydra_racing_sweeper.space import (
     SearchSpace,
     cli_replicates,
@@ -30,7 +31,7 @@ from hydra_racing_sweeper.space import (
     replicate_combinations,
 )
 from hydra_racing_sweeper.study import block_label
-from hydra_racing_sweeper.task import TaskHook, flatten, load_hook
+from hydra_racing_sweeper.task import TaskHook, load_hook
 
 log = logging.getLogger(__name__)
 

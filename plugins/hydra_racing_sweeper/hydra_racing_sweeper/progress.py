@@ -8,7 +8,7 @@ every tell). docs/status.md explains the lines.
 
 Trials are counted as the sweeper counts them (hydra_racing_sweeper/study.py, holds_slot): a stale trial
 that was retried and a surplus trial hold no slot. A racing search counts its proposals by their
-answer (readback.answer: best, worse, level, undecided, failed; the rest racing), and its best
+answer (readback.answer_rows: best, worse, level, undecided, failed; the rest racing), and its best
 is the answer's, with its mean over its replicates:
 
   trials 6/10: 1 best, 2 worse, 1 level, 1 undecided, 1 failed, 2 racing; elapsed 10m00s, ...
@@ -75,13 +75,13 @@ from hydra_racing_sweeper.study import (
     recorded_total,
     retried_numbers,
 )
-from hydra_racing_sweeper.units import duration
+from hydra_racing_sweeper.units import duration, finite
 
 # A candidate the race is done with; level (with the leader, within ±δ) is an answer too.
 DECIDED = (verdicts.DROPPED, verdicts.LEVEL, verdicts.STOPPED, verdicts.SURVIVED,
            verdicts.FAILED)
 
-# A racing search's answers (readback.answer), in the order its status line counts them.
+# A racing search's answers (readback.answer_rows), in the order its status line counts them.
 ANSWERS = (verdicts.BEST, verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.FAILED,
            verdicts.RACING, verdicts.NOT_RUN)
 
@@ -102,7 +102,7 @@ def status_lines(study: optuna.Study, n_trials: int | None = None, slots: int = 
     retried = retried_numbers(trials)
     counted = [t for t in trials if holds_slot(t, retried)]
     settings = readback.settings_of(study)
-    searched = readback.answer(trials, settings)  # None: not a racing search
+    searched = readback.answer_rows(trials, settings)  # None: not a racing search
     elim = (readback.elimination_of(settings, readback.race_trials(trials))
             if readback.kind(settings) == readback.RACE else None)
     total = n_trials if n_trials is not None else (
@@ -398,8 +398,7 @@ def core_hours(core_s: float) -> str:
 
 
 def _num(x: Any) -> float:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) \
-        and math.isfinite(x) else 0.0
+    return float(x) if finite(x) else 0.0
 
 
 def _final(run_dir: str) -> dict[str, Any] | None:

@@ -20,7 +20,6 @@ from typing import Any
 import yaml
 
 from hydra_racing_sweeper.errors import UserError
-from hydra_racing_sweeper.task import flatten
 
 FINAL_FILE = "final.json"
 # Hydra's, in every run dir: what makes a directory a run dir.
@@ -44,6 +43,17 @@ INCOMPLETE = "incomplete"
 # Files are created as open() would (0666 minus the umask), not mkstemp's private 0600.
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def unwritable(path: Path) -> str | None:

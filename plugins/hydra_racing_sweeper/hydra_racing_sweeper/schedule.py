@@ -4,8 +4,8 @@ The loop (hydra_racing_sweeper/sweep.py) asks a schedule, each pass, what to do;
 the study and its own trials, tells the trials it is done with, and never calls back into the
 loop (Optuna's pruners and study/_optimize.py are the pattern). Three schedules exist:
 EveryReplicate here (each trial runs every replicate, then is told), RaceSchedule
-(hydra_racing_sweeper/racing.py: a trial per candidate, run a look at a time) and
-RaceSearchSchedule (hydra_racing_sweeper/racing.py: a trial per proposal, raced against the
+(hydra_racing_sweeper/race_schedule.py: a trial per candidate, run a look at a time) and
+RaceSearchSchedule (hydra_racing_sweeper/search_schedule.py: a trial per proposal, raced against the
 incumbent). Each also answers, for its kind of study, what the sweep does before and after the
 loop (prepare_study, log_plan, final_lines): the loop never asks which one it runs.
 """
@@ -25,7 +25,7 @@ from hydra_racing_sweeper.errors import UserError
 from hydra_racing_sweeper.launcher import Job, JobResult, Launcher
 from hydra_racing_sweeper.plan import Plan
 from hydra_racing_sweeper.readback import search_lines
-from hydra_racing_sweeper.rundir import COMPLETED, PRUNED
+from hydra_racing_sweeper.rundir import COMPLETED, PRUNED, flatten
 from hydra_racing_sweeper.study import (
     CONFIG_KEY_ATTR,
     COUNTED,
@@ -38,7 +38,6 @@ from hydra_racing_sweeper.study import (
     block_label,
     replicates_option,
 )
-from hydra_racing_sweeper.task import flatten
 
 log = logging.getLogger(__name__)
 

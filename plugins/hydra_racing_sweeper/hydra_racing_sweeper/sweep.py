@@ -30,9 +30,10 @@ from hydra_racing_sweeper.errors import UserError, first_line
 from hydra_racing_sweeper.launcher import Launcher
 from hydra_racing_sweeper.plan import Plan, Planner, Settings
 from hydra_racing_sweeper.progress import status_lines
-from hydra_racing_sweeper.racing import RaceSchedule, RaceSearchSchedule
+from hydra_racing_sweeper.race_schedule import RaceSchedule
 from hydra_racing_sweeper.readback import PLAIN, RACE, SEARCH
 from hydra_racing_sweeper.schedule import EveryReplicate, Schedule
+from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
 from hydra_racing_sweeper.study import (
     PARAMS_ATTR,
     PRUNER_ATTR,

@@ -35,17 +35,6 @@ if TYPE_CHECKING:  # the hook's types; importing them here would load Hydra and 
     from hydra_racing_sweeper.cost import Pace
 
 
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{'norm': {'p': 2}} -> {'norm.p': 2}: the dotted names users type on the command line."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 class TaskHook:
     """The default: a task the sweeper knows nothing about (module doc)."""
 

@@ -4,6 +4,7 @@ too), and `duration`. Plain Python: the status line, which must stay light, writ
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -37,3 +38,9 @@ def duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def finite(x: Any) -> bool:
+    """x is a number to count: an int or a float, finite, not a bool (a record's steps, its
+    wall time and threads)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

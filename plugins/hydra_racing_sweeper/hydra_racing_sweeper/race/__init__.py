@@ -9,13 +9,16 @@ is raced block by block against the incumbent, SMAC's intensification, docs/sear
 may stop a run inside its replicate at a rung, and take out a candidate level with the leader
 within ±δ.
 
-One driver steps the rules for the live schedules (hydra_racing_sweeper/racing.py, which adapt it to a
-study), the research replays (qknorm/research/race_sims.py) and the tests alike; what a study
-of them holds is read back by hydra_racing_sweeper/readback/.
+One driver steps the rules for the live schedules (hydra_racing_sweeper/race_schedule.py and
+hydra_racing_sweeper/search_schedule.py, which adapt it to a study), the research replays
+(qknorm/research/race_sims.py) and the tests alike; what a study of them holds is read back by
+hydra_racing_sweeper/readback/.
 
 What the rest uses is named here (`__all__`), as Optuna's `optuna.pruners` names its pruners:
-the modules `driver`, `looks`, `intensify` and `verdicts` as namespaces (their names overlap:
-driver.answer, looks.answer), and the names below. The rooms:
+the names below, each one idea under one name (no two rooms share a name), and the modules
+`driver`, `looks`, `intensify` and `verdicts` as namespaces of them: `driver.race_turn` is
+`race_turn`, and no name outside `__all__` is used through a module (tests/test_faces.py
+checks both). The rooms:
 
   settings   hydra.sweeper.race typed (RaceConf) and checked as far as no search space is
              needed (checked_race -> RaceSpec; the plan adds the candidates); the looks'
@@ -29,9 +32,45 @@ driver.answer, looks.answer), and the names below. The rooms:
 """
 
 from hydra_racing_sweeper.race import driver, intensify, looks, verdicts
-from hydra_racing_sweeper.race.driver import RaceLedger, RaceTurn, RaceVerdict, SearchTurn
-from hydra_racing_sweeper.race.intensify import Judgement, Proposal, Rules, Search
-from hydra_racing_sweeper.race.looks import Look, Race, paired_t_greater, standing, stop_at_rung
+from hydra_racing_sweeper.race.driver import (
+    RaceLedger,
+    RaceTurn,
+    RaceVerdict,
+    SearchTurn,
+    closed,
+    fits,
+    look_verdict,
+    race_turn,
+    race_verdict,
+    runs_fit,
+    search_answer,
+    search_turn,
+    spent,
+    told,
+)
+from hydra_racing_sweeper.race.intensify import (
+    Judgement,
+    Proposal,
+    Rules,
+    Search,
+    adjusted_value,
+    compare,
+    final_judgements,
+    replay_search,
+)
+from hydra_racing_sweeper.race.looks import (
+    Look,
+    Race,
+    Stop,
+    Test,
+    look,
+    look_answer,
+    paired_t_greater,
+    replay_race,
+    standing,
+    stop_at_rung,
+    test_outcome,
+)
 from hydra_racing_sweeper.race.rungs import Dropped, checked_rungs, judged_at, resolve_rungs
 from hydra_racing_sweeper.race.settings import (
     SEARCH_SAMPLERS,
@@ -57,16 +96,23 @@ from hydra_racing_sweeper.race.verdicts import (
     SURVIVED,
     UNDECIDED,
     WORSE,
+    outcome_answer,
 )
 
 __all__ = [
     "driver", "intensify", "looks", "verdicts",
-    "RaceLedger", "RaceTurn", "RaceVerdict", "SearchTurn",
-    "Judgement", "Proposal", "Rules", "Search",
-    "Look", "Race", "paired_t_greater", "standing", "stop_at_rung",
+    # the driver: a race's or a search's next turn, its verdicts, the budget
+    "RaceLedger", "RaceTurn", "RaceVerdict", "SearchTurn", "closed", "fits", "look_verdict",
+    "race_turn", "race_verdict", "runs_fit", "search_answer", "search_turn", "spent", "told",
+    # the racing search's rules (intensify)
+    "Judgement", "Proposal", "Rules", "Search", "adjusted_value", "compare", "final_judgements",
+    "replay_search",
+    # the race's rules (looks)
+    "Look", "Race", "Stop", "Test", "look", "look_answer", "paired_t_greater", "replay_race",
+    "standing", "stop_at_rung", "test_outcome",
     "Dropped", "checked_rungs", "judged_at", "resolve_rungs",
     "SEARCH_SAMPLERS", "RaceConf", "RaceSpec", "checked_race", "race_conf", "replicate_test",
     "step_margins",
     "BEST", "DROPPED", "FAILED", "INCUMBENT", "LEVEL", "NOT_RUN", "NOT_STARTED",
-    "PARKED", "RACING", "STAYS", "STOPPED", "SURVIVED", "UNDECIDED", "WORSE",
+    "PARKED", "RACING", "STAYS", "STOPPED", "SURVIVED", "UNDECIDED", "WORSE", "outcome_answer",
 ]

@@ -1,5 +1,6 @@
 """The racing engine: what a race or a racing search does next, as pure functions of what its
-runs recorded. One driver for every caller: the live schedules (hydra_racing_sweeper/racing.py) read
+runs recorded. One driver for every caller: the live schedules
+(hydra_racing_sweeper/race_schedule.py, hydra_racing_sweeper/search_schedule.py) read
 the ledger from the study and launch what a turn asks for; the replays
 (qknorm/research/race_sims.py) read it from recorded grids; the tests from tables.
 
@@ -35,11 +36,11 @@ def spent(props: Sequence[Proposal]) -> int:
 
 
 def fits(props: Sequence[Proposal], budget: int | None) -> int | None:
-    """How many more whole runs of the search fit in `budget` steps (_fits)."""
-    return _fits(spent(props), max((p.run for p in props), default=0), budget)
+    """How many more whole runs of the search fit in `budget` steps (runs_fit)."""
+    return runs_fit(spent(props), max((p.run for p in props), default=0), budget)
 
 
-def _fits(steps: int, run: int, budget: int | None) -> int | None:
+def runs_fit(steps: int, run: int, budget: int | None) -> int | None:
     """How many more whole runs of `run` steps fit in `budget` once `steps` are spent (None:
     no budget, or no run completed yet to tell a run's length while some budget is left: a
     launch then holds one run)."""
@@ -85,7 +86,7 @@ def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     launch has a free slot for its first block; blocks run the incumbent's first."""
     n_fit = fits(props, budget)
     going = exploring(props, budget, explore, room, exhausted, n_fit)
-    search = intensify.replay(props, rules, confirm=not going)
+    search = intensify.replay_search(props, rules, confirm=not going)
     racing = sum(j.outcome == verdicts.RACING for j in search.judged.values())
     runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
     if n_fit == 0:
@@ -102,7 +103,7 @@ OUT = (verdicts.WORSE, verdicts.LEVEL, verdicts.UNDECIDED, verdicts.STOPPED,
 
 def closed(step: SearchTurn) -> set[int]:
     """The proposals a turn is done with: decided, or every one once the search is over (the
-    incumbent is told COMPLETE, the others PRUNED; intensify.final answers for them)."""
+    incumbent is told COMPLETE, the others PRUNED; intensify.final_judgements answers for them)."""
     return {i for i, j in step.search.judged.items() if step.over or j.outcome in OUT}
 
 
@@ -113,11 +114,11 @@ def _first(search: Search, i: int) -> tuple:
     return (i != search.incumbent, -float("inf") if delta is None else delta, i)
 
 
-def answer(props: Sequence[Proposal], rules: Rules) -> tuple[Search, dict[int, intensify.Judgement]]:
-    """The search replayed as it ends (confirming) and its answer (intensify.final): what the
+def search_answer(props: Sequence[Proposal], rules: Rules) -> tuple[Search, dict[int, intensify.Judgement]]:
+    """The search replayed as it ends (confirming) and its answer (intensify.final_judgements): what the
     sweeper prints, qknorm.status shows and the replays score."""
-    search = intensify.replay(props, rules, confirm=True)
-    return search, intensify.final(search, props, rules)
+    search = intensify.replay_search(props, rules, confirm=True)
+    return search, intensify.final_judgements(search, props, rules)
 
 
 def told(props: Sequence[Proposal], search: Search) -> list[float | None]:
@@ -153,9 +154,9 @@ def race_turn(ledger: RaceLedger, rules: Rules, baseline: Hashable | None,
     block, best candidate first within a block (looks.standing), so that a run is judged
     at its rungs against the leader's. With rungs, one block a launch: a candidate stopped
     there runs no other. The budget (the module's rule): the runs that fit, best first; once
-    none fits, the race ends where it stands (looks.replay's budget_spent)."""
-    n_fit = _fits(ledger.steps, ledger.run, budget)
-    race = looks.replay(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
+    none fits, the race ends where it stands (looks.replay_race's budget_spent)."""
+    n_fit = runs_fit(ledger.steps, ledger.run, budget)
+    race = looks.replay_race(ledger.candidates, ledger.values, ledger.live, rules.n_blocks,
                         rules.min_blocks, rules.alpha, baseline, n_fit == 0, rules.equivalence,
                         rules.test)
     if race.over:
@@ -173,7 +174,7 @@ class RaceVerdict:
     outcome: str  # dropped, level, survived, stopped, failed
     look: looks.Look | None  # the look that decided it (else the last one)
     test: looks.Test | None  # its test at that look (None: the leader, or no look)
-    answer: str  # best, level, worse, undecided, or the outcome (looks.answer)
+    answer: str  # best, level, worse, undecided, or the outcome (looks.look_answer)
 
 
 def race_verdict(race: looks.Race, c: Hashable, rules: Rules, stopped: bool = False,
@@ -188,7 +189,7 @@ def race_verdict(race: looks.Race, c: Hashable, rules: Rules, stopped: bool = Fa
           or (race.looks[-1] if race.looks and not failed else None))
     test = lk.tests.get(c) if lk is not None else None
     low, high = (None, None) if test is None else (test.low, test.high)
-    word = looks.answer(outcome, None if lk is None else lk.leader, c,
+    word = looks.look_answer(outcome, None if lk is None else lk.leader, c,
                         None if test is None else test.p_adjusted, low, high, rules.alpha,
                         rules.equivalence, alone=len(race.alive) == 1)
     return RaceVerdict(outcome, lk, test, word)

@@ -41,7 +41,7 @@ those with no test (one block, stopped at a rung) counted at p = 1, since the se
 which to test from their values (a grid's family is every p, and so is the search's): level
 (TOST inside ±δ), worse (Holm p <= alpha), else undecided; a proposal stopped at a rung is
 `stopped`, which the answer reads as undecided (the margin rule tests nothing;
-verdicts.answer). What the stops during the search control: each look is one test at alpha
+verdicts.outcome_answer). What the stops during the search control: each look is one test at alpha
 against the incumbent of the moment (no correction over looks or proposals: a stop saves compute, the
 answer's Holm carries the claim). What the answer controls: family-wise error of its worse
 calls at alpha over every proposal's comparison with the final incumbent, given that
@@ -144,7 +144,7 @@ def verdict(low: float, high: float, p: float, rules: Rules, otherwise: str) -> 
     return {**ANSWER_OF, decision.NOT_SHOWN: otherwise}[said.word]
 
 
-def replay(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -> Search:
+def replay_search(proposals: Sequence[Proposal], rules: Rules, confirm: bool = False) -> Search:
     """The search so far. Proposals in order (a proposal's index is its place); a finished
     proposal that is not decided here ends as `failed` (a run of it failed), or `not run` when
     it has no block and none failed (the search ended before its first).
@@ -251,7 +251,7 @@ def _needs(search: Search, proposals: Sequence[Proposal], rules: Rules, confirm:
             search.needs[i] = j.n
 
 
-def final(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[int, Judgement]:
+def final_judgements(search: Search, proposals: Sequence[Proposal], rules: Rules) -> dict[int, Judgement]:
     """The answer: every proposal against the final incumbent, Holm over every proposal."""
     inc = search.incumbent
     if inc is None:

@@ -35,7 +35,7 @@ candidates of the look). What it does not: every further look is another chance 
 which favours it when candidates are level. docs/race.md has the measured rates.
 
 Everything here is a pure function of the values. The sweeper replays the race from the values
-recorded in the study (hydra_racing_sweeper/racing.py, through hydra_racing_sweeper/race/driver.py), so
+recorded in the study (hydra_racing_sweeper/race_schedule.py, through hydra_racing_sweeper/race/driver.py), so
 a resumed sweep, or a second sweeper on the same study, reaches the same decisions; the report
 reads the decisions back (hydra_racing_sweeper/readback/). The words of the decisions are
 hydra_racing_sweeper/race/verdicts.py's.
@@ -102,7 +102,7 @@ def paired_t_greater(d: Sequence[float], test: ReplicateTest = PAIRED_T) -> floa
     return test.p_greater(d)
 
 
-def outcome(test: Test, alpha: float, equivalence: float | None) -> decision.Outcome:
+def test_outcome(test: Test, alpha: float, equivalence: float | None) -> decision.Outcome:
     """The comparison's outcome (hydra_racing_sweeper.decision, asked one way: behind the leader or not):
     level, worse or not shown."""
     return decision.decide(test.p_adjusted, alpha, tost=(test.low, test.high),
@@ -125,7 +125,7 @@ def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
     tests = {c: Test(statistics.fmean(diffs[c]), p, q,
                      *(tost_interval(diffs[c], alpha, test) if equivalence is not None else ()))
              for c, p, q in zip(others, raw, holm(raw), strict=True)}
-    said = {c: outcome(tests[c], alpha, equivalence).word for c in others}
+    said = {c: test_outcome(tests[c], alpha, equivalence).word for c in others}
     # The baseline stays to the end so every candidate can be paired with it on its folds.
     level = tuple(c for c in others if c != baseline and said[c] == decision.LEVEL)
     dropped = tuple(c for c in others if c != baseline and said[c] == decision.WORSE)
@@ -136,7 +136,7 @@ def look(values: Mapping[Hashable, Sequence[float]], alpha: float,
     return Look(n, leader, tests, dropped, level, decided)
 
 
-def replay(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int, float]],
+def replay_race(candidates: Sequence[Hashable], values: Mapping[Hashable, Mapping[int, float]],
            live: set[Hashable], n_blocks: int, min_blocks: int, alpha: float,
            baseline: Hashable | None = None, budget_spent: bool = False,
            equivalence: float | None = None, test: ReplicateTest = PAIRED_T) -> Race:
@@ -206,7 +206,7 @@ def standing(values: Mapping[Hashable, Mapping[int, float]], alive: Sequence[Has
     return sorted(alive, key=lambda c: statistics.fmean(values[c][b] for b in common))
 
 
-def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | None,
+def look_answer(outcome: str, leader: str | None, label: str, p_adjusted: float | None,
            low: float | None, high: float | None, alpha: float, equivalence: float | None,
            alone: bool = False) -> str:
     """What the race says of a candidate, from its record (pure: the report and the sweeper
@@ -218,7 +218,7 @@ def answer(outcome: str, leader: str | None, label: str, p_adjusted: float | Non
     that the grid does not show worse, docs/search.md), or any other survivor. Other outcomes
     (failed, racing, not started) are their own answer."""
     if outcome != SURVIVED:
-        return verdicts.answer(outcome)  # dropped: worse, stopped: undecided, ...
+        return verdicts.outcome_answer(outcome)  # dropped: worse, stopped: undecided, ...
     if leader is None:  # no look: every other candidate left before it (or the budget ended it)
         return BEST if alone else UNDECIDED
     if leader == label:

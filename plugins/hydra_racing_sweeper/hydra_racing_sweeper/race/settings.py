@@ -62,7 +62,7 @@ class RaceConf:
     # t-interval of its difference to the leader lies inside [-δ, +δ] leaves, level with it
     # (TOST at alpha); the race ends once no comparison is open. null: off.
     equivalence: Optional[float] = None
-    # The test of a look (qknorm/multitest.py): auto (corrected resampled t over data.fold,
+    # The test of a look (hydra_racing_sweeper/multitest.py): auto (corrected resampled t over data.fold,
     # whose folds share training text; the plain paired t over seeds), corrected or paired.
     test: str = "auto"
     # A racing search (a tpe, gp or random sampler) makes new proposals until this share of
@@ -144,7 +144,7 @@ class RaceSpec:
     # The looks' test (multitest): corrected over folds, paired over seeds (plan.Planner picks
     # it from the replicate keys and the fold layout, hydra.sweeper.race.test overrides).
     test: ReplicateTest = PAIRED_T
-    # A racing search (hydra_racing_sweeper/racing.py): the sampler that proposes the candidates
+    # A racing search (hydra_racing_sweeper/search_schedule.py): the sampler that proposes the candidates
     # one at a time (tpe, gp, random); None: a race over the grid's candidates.
     search: str | None = None
     explore: float = 0.7  # a search's share of budget_steps for new proposals (RaceConf)

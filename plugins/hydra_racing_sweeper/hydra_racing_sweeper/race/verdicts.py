@@ -44,12 +44,12 @@ STAYS = "stays"  # neither dropped nor taken out level at a look
 ANSWER_OF = {decision.LEVEL: LEVEL, decision.WORSE: WORSE, decision.NOT_SHOWN: UNDECIDED}
 
 # The answer an outcome gives by itself (every other outcome is its own answer; a race's
-# survivor is answered by its last look: looks.answer). Stopped at a rung: undecided, since the
+# survivor is answered by its last look: looks.look_answer). Stopped at a rung: undecided, since the
 # margin rule saves compute and tests nothing (on noisy curves it stops p the grid does not
 # show worse, docs/search.md).
 ANSWER = {DROPPED: WORSE, STOPPED: UNDECIDED, INCUMBENT: BEST}
 
 
-def answer(outcome: str) -> str:
+def outcome_answer(outcome: str) -> str:
     """The answer of an outcome that needs no look (ANSWER; else the outcome itself)."""
     return ANSWER.get(outcome, outcome)

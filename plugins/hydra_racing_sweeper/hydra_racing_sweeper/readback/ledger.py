@@ -1,5 +1,5 @@
 """What the race's rules read of a study's trials: the trials a race counts, each one's block
-results (user attr RACE_RUNS_ATTR, as the racing schedules write them: hydra_racing_sweeper/racing.py),
+results (user attr RACE_RUNS_ATTR, as the racing schedules write them: hydra_racing_sweeper/records.py),
 their steps, and a racing search's proposals in the order they were first made, as the
 driver's ledger."""
 

@@ -22,6 +22,7 @@ from hydra_racing_sweeper.race import (
     SURVIVED,
     driver,
     looks,
+    runs_fit,
     verdicts,
 )
 from hydra_racing_sweeper.readback.kinds import RACE, SEARCH, kind, rules, settings_of, settings_test
@@ -51,7 +52,7 @@ class Elimination:
         """Replicates are left to run and no further run fits in what is left of its budget:
         it ended (or ends) there (the driver's rule)."""
         return (self.budget_steps is not None
-                and self.spent["steps"] + self.run > self.budget_steps
+                and runs_fit(self.spent["steps"], self.run, self.budget_steps) == 0
                 and any(r["outcome"] in (SURVIVED, RACING) and r["n"] < len(self.blocks)
                         for r in self.rows))
 
@@ -87,7 +88,7 @@ def elimination_of(settings: dict, trials: Mapping[str, object]) -> Elimination:
                else math.nan,
                **{k: record.get(k) for k in ("after", "step", "leader", "delta", "p",
                                              "p_adjusted", "low", "high")}}
-        row["answer"] = looks.answer(outcome, row["leader"], label, row["p_adjusted"],
+        row["answer"] = looks.look_answer(outcome, row["leader"], label, row["p_adjusted"],
                                      row["low"], row["high"], settings["alpha"], equivalence,
                                      survivors == 1)
         # What the candidate's runs cost (a stopped run's partial steps and core-seconds too).
@@ -120,7 +121,7 @@ def _grid_estimate(runs_of: Mapping[str, Mapping[str, dict]], n_blocks: int) -> 
     return grid
 
 
-def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
+def answer_rows(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
     """One row per proposal: label, trial number, answer (best, level, worse, undecided,
     racing, failed, not run), replicates run, mean (and sample std) over the completed ones, Δ
     vs the best with its interval and Holm-adjusted p, steps and its longest completed run's;
@@ -128,7 +129,7 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
     if kind(settings) != SEARCH:
         return None
     props_t, props = ledger(trials, settings, settings.get("sign", 1.0))
-    search, final = driver.answer(props, rules(settings))
+    search, final = driver.search_answer(props, rules(settings))
     rows = []
     for i, t in enumerate(props_t):
         racing = search.judged.get(i) is not None and search.judged[i].outcome in (
@@ -136,7 +137,7 @@ def answer(trials: list[FrozenTrial], settings: Any) -> list[dict] | None:
         j = None if racing else final.get(i) or search.judged.get(i)
         runs = t.user_attrs.get(RACE_RUNS_ATTR, {})
         done = completed(runs)
-        word = verdicts.answer(j.outcome) if j else RACING  # stopped: undecided, untested
+        word = verdicts.outcome_answer(j.outcome) if j else RACING  # stopped: undecided, untested
         values = [r["value"] for r in done.values()]
         rows.append({"candidate": t.user_attrs.get(RACE_CANDIDATE_ATTR, str(t.params)),
                      "number": t.number, "params": dict(t.params), "answer": word,

@@ -21,7 +21,7 @@ from hydra_racing_sweeper.race import (
     driver,
 )
 from hydra_racing_sweeper.readback.kinds import settings_of
-from hydra_racing_sweeper.readback.tables import Elimination, answer
+from hydra_racing_sweeper.readback.tables import Elimination, answer_rows
 from hydra_racing_sweeper.units import num
 
 
@@ -160,5 +160,5 @@ def range_words(rows: list[dict]) -> str:
 def search_lines(study: Any) -> list[str]:
     """A racing search's answer in words (answer_lines); [] for a study of another kind."""
     settings = settings_of(study)
-    rows = answer(study.get_trials(deepcopy=False), settings)
+    rows = answer_rows(study.get_trials(deepcopy=False), settings)
     return [] if rows is None else answer_lines(rows, settings)
