@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI, second job: the oldest versions pyproject.toml allows must work too. A separate venv gets
-# every direct dependency at its floor (.ci/floors.py) and, for torch, the local CPU build; then
+# every direct dependency of qknorm and of the racing sweeper (plugins/hydra_racing_sweeper) at
+# its floor (.ci/floors.py) and, for torch, the local CPU build; then
 # the lint and a few seconds-long tests that between them call each dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."

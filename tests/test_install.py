@@ -116,10 +116,13 @@ def test_floors_pin_every_direct_dependency_at_its_floor():
                        capture_output=True, text=True, check=True)
     pins = dict(line.split("==") for line in r.stdout.splitlines())
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    plugin = tomllib.loads(floors.PLUGIN.read_text())["project"]  # the racing sweeper's own
     assert floors.EXTRAS == ("sweep", "dev")  # the sweeps and the tests: all CI runs
     names = [floors.REQUIREMENT.match(req).group(1).lower() for req in project["dependencies"]
-             + [r for extra in floors.EXTRAS for r in project["optional-dependencies"][extra]]]
-    assert sorted(pins) == sorted(names)
+             + [r for extra in floors.EXTRAS for r in project["optional-dependencies"][extra]]
+             + plugin["dependencies"]]
+    assert sorted(pins) == sorted(set(names))
+    assert pins["scipy"] == floors.floors(plugin, extras=())["scipy"]
     assert pins["torch"] == "2.13.0"  # the local build, not torch's floor
     assert pins["optuna"] == "4.9"  # RetryHeartbeatStaleTrialCallback is new in 4.9
     assert pins["hydra-core"] == "1.3"  # the sweep extra's floors are pinned too
@@ -128,6 +131,9 @@ def test_floors_pin_every_direct_dependency_at_its_floor():
                          extras=()) == {"a": "1.2", "b": "3"}
     with pytest.raises(SystemExit, match="'c<2' has no floor; write it as 'c>=X'"):
         floors.floors({"dependencies": ["c<2"]}, extras=())
+    # A package both pyproject.tomls name gets the higher floor: the oldest both allow.
+    assert floors.merged({"a": "1.9", "b": "2.0"}, {"a": "1.10", "c": "3"}) == {
+        "a": "1.10", "b": "2.0", "c": "3"}
 
 
 def test_the_layer_needs_torch_alone_and_make_install_adds_every_extra_the_tests_use(tmp_path):
@@ -145,9 +151,14 @@ def test_the_layer_needs_torch_alone_and_make_install_adds_every_extra_the_tests
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert [line.split("#")[0].strip() for line in r.stdout.splitlines() if " -e " in line] == [
+        f'{tmp_path}/venv/bin/pip install --quiet -e plugins/hydra_racing_sweeper',  # first
         f'{tmp_path}/venv/bin/pip install --quiet -e '
         '".[sweep,dev,postgres,slurm,tracking,dashboard,kjv,bpe,replay]"']
-    assert '-e ".[sweep,dev]"' in (REPO / ".ci" / "floors.sh").read_text()
+    assert '-e ./plugins/hydra_racing_sweeper \\\n    -e ".[sweep,dev]"' in (
+        REPO / ".ci" / "floors.sh").read_text()
+    # CI installs the racing sweeper alone too, as a user does: not editable, no qknorm.
+    assert "bash .ci/plugin.sh" in (REPO / ".ci" / "run").read_text()
+    assert '"${pip[@]}" install "$PLUGIN"\n' in (REPO / ".ci" / "plugin.sh").read_text()
 
 
 def test_make_report_takes_the_newest_sweep_by_time_not_by_name(tmp_path):
