@@ -191,10 +191,11 @@ class Planner:
                             "{name: none}")
         sampler_spec = self._resolve("sampler", self.s.sampler_spec, specs.SAMPLERS)
         sampler = specs.build_sampler(sampler_spec, space.grid)
+        n_trials = self._n_trials(space)
+        # n_trials above a grid's size is the grid (Hydra's rule): a race takes it as its own
         race = plan_race(race_settings, space, [block_label(c) for c in combinations],
                          directions, self.s.objectives, sampler_spec["name"],
-                         pruner_spec["name"], self.s.n_trials)
-        n_trials = self._n_trials(space)
+                         pruner_spec["name"], None if self.s.n_trials is None else n_trials)
         job = self._check_keys(space, base, replicates)
         varied = (*(p.key for p in space.params), *replicates)
         if race is not None:

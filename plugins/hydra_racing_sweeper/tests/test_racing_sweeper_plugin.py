@@ -431,3 +431,52 @@ def test_noisy_example_race(tmp_path: Path) -> None:
     expected = statistics.fmean(floor + 1 / math.sqrt(20) + random.Random(s).gauss(0, 0.3)
                                 for s in seeds)
     assert abs(out["best_value"] - expected) < 0.02
+
+
+# --- beside Hydra's own plugin ----------------------------------------------------------------
+
+BESIDE = TESTS / "beside"  # a stand-in for hydra-optuna-sweeper (needs optuna < 3): its configs
+
+
+def beside(tmp_path: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """`python example/sphere.py ARGS` with the stand-in's hydra_plugins on the path too."""
+    import os
+
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(BESIDE), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, str(SPHERE), *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, f"{r.stdout[-3000:]}\n---\n{r.stderr[-3000:]}"
+    return r
+
+
+@pytest.mark.slow
+def test_beside_hydras_plugin_configs(tmp_path: Path) -> None:
+    """Both plugins installed: Hydra's node wins the sampler names both register (ours is
+    registered only where a name is free), the example's own keys still merge into it, and each
+    sweeper keeps its own schema: optuna's n_jobs 2 and sampler from its group, racing's
+    custom_search_space (a key Hydra's stand-in lacks)."""
+    ours = OmegaConf.create(beside(tmp_path, "--cfg", "hydra", "-p", "hydra.sweeper").stdout)
+    assert ours.sampler.n_startup_trials == 7 and ours.sampler.seed == 123  # the stand-in's
+    assert ours._target_.startswith("hydra_plugins.hydra_racing_sweeper.")
+    assert "custom_search_space" in ours
+    # tests/conf/plain.yaml sets no sweeper key, which the stand-in's schema may lack
+    theirs = OmegaConf.create(beside(tmp_path, f"--config-dir={TESTS / 'conf'}",
+                                     "--config-name=plain", "hydra/sweeper=optuna", "--cfg",
+                                     "hydra", "-p", "hydra.sweeper").stdout)
+    assert theirs._target_ == "hydra_plugins.fake_optuna_sweeper.NotRun"
+    assert theirs.sampler._target_ == "optuna.samplers.TPESampler"
+    assert "custom_search_space" not in theirs
+
+
+@pytest.mark.slow
+def test_beside_hydras_plugin_sweeps(tmp_path: Path) -> None:
+    """The sphere swept by racing with Hydra's tpe node (the example's, seeded 123): 4 trials,
+    the best the lowest x^2 + y^2 of the jobs."""
+    beside(tmp_path, "--multirun",
+           "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    out = results(tmp_path)
+    ran = jobs(tmp_path)
+    assert len(ran) == 4
+    assert out["best_value"] == min(sphere(j["x"], j["y"]) for j in ran)

@@ -7,11 +7,12 @@ task_hook, ...) is what that sweeper lacks. qknorm's `qknorm_optuna` subclasses 
 qknorm's defaults.
 
 Beside Hydra's plugin: its group `hydra/sweeper/sampler` has the same names (tpe, random, cmaes,
-nsgaii, qmc, gp, grid, motpe). Our nodes are plain dicts with Hydra's `_target_` and keyword
-arguments (grid adds `seed: null`), so whichever plugin registers last wins a name and both
-sweepers build the same sampler from either node (ours maps a `_target_` to its builder, Hydra's
-instantiates it). `spec`, our default entry, is ours alone: `{name: tpe, seed: null}`, the spec
-form qknorm's presets write (`sampler: {name: gp, seed: 0}`).
+nsgaii, grid, motpe; qmc and gp at Hydra's HEAD). Our nodes are plain dicts with Hydra's
+`_target_` and keyword arguments (grid adds `seed: null`). Hydra's nodes win a name both have:
+ours is registered only where the name is free, and Hydra's overwrites it when it loads later.
+Its sweeper types `sampler` as its own SamplerConfig, which a dict of ours would not merge into;
+ours takes either (specs.sampler_spec maps a `_target_`). `spec`, our default entry, is ours
+alone: `{name: tpe, seed: null}`, the form qknorm's presets write (`sampler: {name: gp, seed: 0}`).
 """
 
 # OmegaConf 2.3 reads typing.Optional/Dict/List in structured configs, not `X | None`.
@@ -119,9 +120,19 @@ class RacingSweeperConf:
     task_hook: Optional[str] = None
 
 
+def _registered(cs: ConfigStore, group: str, name: str) -> bool:
+    folder: Any = cs.repo
+    for part in group.split("/"):
+        folder = folder.get(part, {})
+    return f"{name}.yaml" in folder
+
+
 def register_samplers(cs: ConfigStore) -> None:
+    """Our sampler nodes, each where no other plugin (Hydra's Optuna sweeper) holds its name."""
     for name, node in SAMPLER_NODES.items():
-        cs.store(group=SAMPLER_GROUP, name=name, node=dict(node), provider="hydra_racing_sweeper")
+        if not _registered(cs, SAMPLER_GROUP, name):
+            cs.store(group=SAMPLER_GROUP, name=name, node=dict(node),
+                     provider="hydra_racing_sweeper")
 
 
 _cs = ConfigStore.instance()
