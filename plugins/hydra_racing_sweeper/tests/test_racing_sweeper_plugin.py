@@ -179,6 +179,84 @@ def test_sweeper_defaults() -> None:
             or s["sampler"].get("name") == "tpe"), s["sampler"]
 
 
+# --- the grammar and the sampler node, in memory ------------------------------------------
+
+@pytest.mark.parametrize("text, low, high, step, kind, grid", [
+    # range excludes its stop (Hydra's grammar): 0..4 whole numbers, ordered
+    ("range(0, 5)", 0, 4, 1, "IntDistribution", (0, 1, 2, 3, 4)),
+    # the test_grid case: -1.0, 0.0
+    ("range(-1.0, 1.0, step=1)", -1.0, 0.0, 1.0, "FloatDistribution", (-1.0, 0.0)),
+    # a descending range is the same points in an ordered distribution
+    ("range(3, 0, -1)", 1, 3, 1, "IntDistribution", (3, 2, 1)),
+])
+def test_range_is_an_ordered_distribution(text, low, high, step, kind, grid) -> None:
+    from hydra_racing_sweeper.space import parse_param
+
+    p = parse_param("x", text)
+    d = p.distribution
+    assert type(d).__name__ == kind and (d.low, d.high, d.step) == (low, high, step)
+    assert p.grid == grid
+
+
+def test_shuffle_range_and_int_interval() -> None:
+    """shuffle(range(0, 3)) has no order left: categorical {0, 1, 2}; int(interval(1, 4)) is
+    the whole numbers 1..4 (both ends in)."""
+    from hydra_racing_sweeper.space import parse_param
+
+    shuffled = parse_param("x", "shuffle(range(0, 3))").distribution
+    assert type(shuffled).__name__ == "CategoricalDistribution"
+    assert sorted(shuffled.choices) == [0, 1, 2]
+    whole = parse_param("x", "int(interval(1, 4))").distribution
+    assert type(whole).__name__ == "IntDistribution" and (whole.low, whole.high) == (1, 4)
+
+
+def test_deprecated_search_space_as_params() -> None:
+    """hydra-optuna-sweeper 1.2's search_space, written in the sweep grammar: an int with step 2
+    up to 10 inclusive is range(0, 12, 2) (0, 2, ..., 10); a log float tag(log, ...)."""
+    from hydra_racing_sweeper.space import search_space_params
+
+    assert search_space_params({
+        "a": {"type": "int", "low": 0, "high": 10, "step": 2},
+        "b": {"type": "float", "low": 0.001, "high": 1.0, "log": True},
+        "c": {"type": "categorical", "choices": ["x", 2]},
+        "d": {"type": "int", "low": 1, "high": 3},
+    }) == {"a": "range(0, 12, 2)", "b": "tag(log, interval(0.001, 1.0))", "c": "choice(x, 2)",
+           "d": "int(interval(1, 3))"}
+
+
+def test_sampler_node_forms() -> None:
+    """Hydra's node {_target_, kwargs} is our spec {name, kwargs} less the None-valued ones
+    (Optuna's defaults) and the instantiate keys; the spec form passes as it is; motpe, an
+    unknown target, and a name that disagrees with the target are refused."""
+    from hydra_racing_sweeper.errors import UserError
+    from hydra_racing_sweeper.specs import sampler_spec
+
+    assert sampler_spec({"_target_": "optuna.samplers.CmaEsSampler", "seed": 3, "x0": None,
+                         "inc_popsize": 2}) == {"name": "cmaes", "seed": 3, "inc_popsize": 2}
+    assert sampler_spec({"_target_": "optuna.samplers.GridSampler", "_partial_": True,
+                         "seed": None}) == {"name": "grid", "seed": None}
+    assert sampler_spec({"name": "gp", "seed": 0}) == {"name": "gp", "seed": 0}
+    for bad, words in [({"_target_": "hydra_racing_sweeper.specs.motpe_removed"}, "removed"),
+                       ({"_target_": "optuna.samplers.MOTPESampler"}, "removed"),
+                       ({"_target_": "my.Sampler"}, "my.Sampler"),
+                       ({"name": "gp", "_target_": "optuna.samplers.TPESampler"}, "name=gp")]:
+        with pytest.raises(UserError, match=words):
+            sampler_spec(bad)
+
+
+def test_returned_values() -> None:
+    """A scalar, a sequence (one per direction) or a dict, as the jobs' fields."""
+    import numpy as np
+    from hydra_racing_sweeper.launcher import returned_fields
+
+    assert returned_fields(np.float32(0.5), ["value"], named=False) == ({"value": 0.5}, "")
+    assert returned_fields(np.array([1.0, 2.0]), ["value_0", "value_1"], named=False) == (
+        {"value_0": 1.0, "value_1": 2.0}, "")
+    assert returned_fields({"a": 1.0, "b": 2.0}, ["value"], named=False)[1].startswith(
+        "the task returned a dict of ['a', 'b']; set hydra.sweeper.objectives")
+    assert returned_fields("0.5", ["value"], named=False)[1].startswith("the task returned str")
+
+
 # --- Hydra's end-to-end cases ----------------------------------------------------------------
 
 
