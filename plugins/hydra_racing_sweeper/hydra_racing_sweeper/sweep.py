@@ -120,6 +120,9 @@ class OptunaSweep:
         every trial told; the ones this sweeper ran stop getting heartbeats, and the rerun
         retries them once they are grace_period old (as after a kill)."""
         s = self.settings
+        if specs.in_memory(s.storage):  # storage: null under the basic launcher
+            return (f"stopped by Ctrl-C; study {s.study_name!r} was in memory (storage: null) and "
+                    "is gone; give hydra.sweeper.storage a database to resume a sweep")
         return (f"stopped by Ctrl-C; study {s.study_name!r} in {s.storage} keeps its finished "
                 "trials, and the ones that were running run again; rerun the same command to "
                 "resume it")
