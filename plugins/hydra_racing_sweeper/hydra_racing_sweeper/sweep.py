@@ -262,7 +262,9 @@ def _suggest_more(plan: Plan, config: DictConfig, trial: optuna.Trial) -> None:
     becomes an override named as suggested. A name that a fixed value sets too is refused (the
     job would get both)."""
     plan.custom(config, trial)
-    fixed = {config_key(f.split("=", 1)[0]).lstrip("+") for f in plan.space.fixed}
+    fixed = {config_key(f.split("=", 1)[0]).lstrip("+")
+             for f in (*plan.space.fixed, *plan.base_overrides)  # params', the command line's
+             if "=" in f and not f.startswith("~")}
     for name in trial.params:
         if name not in plan.space.distributions and name.lstrip("+") in fixed:
             raise UserError(f"hydra.sweeper.custom_search_space suggests {name}, which "
