@@ -101,8 +101,10 @@ class Launcher:
         judging = (plan.race.judging(plan.space.candidate(trial))
                    if plan.race is not None and plan.race.rungs else {})
         me = Identity(self.study_name, self.url, trial.number, block_label(combo), **judging)
-        record = [f"{k}={format_value(v)}" for k, v in
-                  plan.hook.records(self.study_name, self.url, trial.number).items()]
+        # only into a config the hook typed (its own task's): another app's lacks those keys
+        record = [] if plan.job is None else [
+            f"{k}={format_value(v)}"
+            for k, v in plan.hook.records(self.study_name, self.url, trial.number).items()]
         return [
             *plan.base_overrides, *plan.space.overrides(trial.params), *combo, *record,
             # Named by trial number: unique even when several sweepers share one sweep dir.
