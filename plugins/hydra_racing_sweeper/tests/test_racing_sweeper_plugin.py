@@ -446,6 +446,22 @@ def test_storage_null_basic_launcher(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_storage_null_joblib_launcher(tmp_path: Path) -> None:
+    """storage: null under the joblib launcher (jobs in other processes, which memory cannot
+    reach): a SQLite file in the sweep dir, said in the log, named in the results file, holding
+    the study's 4 trials."""
+    import optuna
+
+    r = sweep(tmp_path, SPHERE, "hydra/launcher=joblib", "hydra.sweeper.n_trials=4",
+              "hydra.sweeper.n_jobs=2", "hydra/sweeper/sampler=random",
+              "hydra.sweeper.sampler.seed=0")
+    url = f"sqlite:///{(tmp_path / 'sweep' / 'optuna.db').resolve()}"
+    assert f"storage: null -> {url}" in r.stdout
+    assert results(tmp_path)["storage"] == url
+    assert len(optuna.load_study(study_name="sphere", storage=url).trials) == 4
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tuple", "list"])
 def test_sequence_return(kind: str, tmp_path: Path) -> None:
     """A task returning a tuple or a list: one value per direction, in order. x in {0..3} gives
