@@ -427,6 +427,22 @@ def test_custom_search_space_overlapping_a_fixed_value(tmp_path: Path) -> None:
     assert jobs(tmp_path) == []
 
 
+@pytest.mark.slow
+def test_custom_search_space_study_resumes(tmp_path: Path) -> None:
+    """A stored study of the custom search space tops up on a rerun: z's range moves with each
+    trial's x, so only the params' own distributions are compared with the study's (3, then 5
+    trials in all: 2 more jobs)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'cs.db'}"
+    for n in (3, 5):
+        sweep(tmp_path, CUSTOM, f"hydra.sweeper.n_trials={n}", f"hydra.sweeper.storage={storage}",
+              "hydra.sweeper.n_jobs=1")
+    study = optuna.load_study(study_name="custom-search-space", storage=storage)
+    assert len(study.trials) == 5
+    assert all(set(t.params) == {"x", "y", "z", "+w"} for t in study.trials)
+
+
 # --- beyond Hydra's suite --------------------------------------------------------------------
 
 
