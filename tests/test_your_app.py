@@ -35,6 +35,9 @@ from tests.helpers.holm import holm_by_hand
 from tests.helpers.studies import median_pruned_trial
 
 APP = REPO / "examples" / "noisy_app"
+# The app's sweeps import this checkout's qknorm and plugin (hydra_racing_sweeper), not those of
+# another checkout that an editable install points to.
+CHECKOUT = os.pathsep.join([str(REPO), str(REPO / "plugins" / "hydra_racing_sweeper")])
 
 
 # -- the API, in memory -------------------------------------------------------------------------
@@ -112,7 +115,7 @@ def sweep(cwd: Path, *overrides: str, app: str = "app.py"):
     return run_cli([app, "-m", "hydra/sweeper=qknorm_optuna", "steps=6",
                     "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.objectives=[loss]",
                     "hydra/job_logging=disabled", *overrides], cwd,
-                   env={"PYTHONPATH": str(REPO)})
+                   env={"PYTHONPATH": CHECKOUT})
 
 
 @pytest.fixture

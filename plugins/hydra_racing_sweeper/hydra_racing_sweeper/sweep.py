@@ -228,7 +228,7 @@ class OptunaSweep:
             if spec is not None:
                 study.sampler = specs.build_sampler(spec, plan.space.grid)
             trial = study.ask(plan.space.distributions)
-            if plan.custom is not None:
+            if getattr(plan, "custom", None) is not None:  # a plan made in memory may lack it
                 _suggest_more(plan, self.config, trial)
             heartbeat.add(trial._trial_id)
             trial.set_user_attr(PRUNER_ATTR, plan.pruner_spec)
