@@ -121,7 +121,7 @@ def test_judged_at_gives_every_candidate_one_resolution_or_says_which_lengths_di
     with caplog.at_level(logging.WARNING, logger="hydra_racing_sweeper.race.rungs"):
         assert judged_at([0.05, 0.25], 0.05, [(100, 10), (100, 10)]) == ((20,), (0.05,))
     assert "dropped rung 0.05 (step 0: before the first eval)" in caplog.text
-    with pytest.raises(UserError, match="needs train.max_iters and train.eval_interval > 0"):
+    with pytest.raises(UserError, match=r"needs a run's steps and eval interval > 0 from the task's hook"):
         judged_at([0.25], 0.05, [(None, 10)])
 
 

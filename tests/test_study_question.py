@@ -182,8 +182,9 @@ def test_a_space_and_a_config_that_both_differ_are_named_in_one_line():
     asked_over(open_study(storage, asked("experiment=smoke"), P_GRID), P_GRID)
     with pytest.raises(UserError) as e:
         open_study(storage, asked("experiment=smoke", "optimizer.lr=3e-3"), {"norm.p": "range(1,3)"})
+    # range(1,3) is the ordered whole numbers 1..2 (as int(interval(1, 2))), not a choice
     assert ("(the study's -> this sweep's): norm.p choice(1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, inf) "
-            "-> choice(1, 2); its runs differ from this sweep's in 1 key (the study's value -> "
+            "-> tag(int, interval(1, 2)); its runs differ from this sweep's in 1 key (the study's value -> "
             "this sweep's): optimizer.lr 0.001 -> 0.003; rerun") in str(e.value)
     assert len(str(e.value).splitlines()) == 1
 

@@ -172,3 +172,27 @@ def test_two_sweepers_popping_one_sqlite_study_at_once_never_take_the_same_trial
     got = [p.communicate(timeout=120)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sorted(map(int, got[0] + got[1])) == list(range(80))  # each once, none left
+
+
+def _sweeper(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from qknorm.config import register_configs
+
+    register_configs()  # conf/config.yaml's schema (qknorm_schema)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True).hydra.sweeper
+
+
+def test_qknorm_optuna_keeps_qknorms_defaults():
+    """hydra/sweeper=racing took Hydra's defaults; qknorm_optuna keeps qknorm's (its schema's
+    subclass), and a preset's spec-form sampler merges into the group's default entry."""
+    s = _sweeper("hydra/sweeper=qknorm_optuna")
+    assert (s.study_name, s.storage, s.n_jobs, s.max_failure_rate) == (
+        "qknorm", "sqlite:///outputs/optuna.db", 1, 0.25)
+    assert list(s.objectives) == ["best_val_loss"] and dict(s.sampler) == {"name": "tpe",
+                                                                            "seed": None}
+    assert s.task_hook == "qknorm.sweep.hook.QknormTask"
+    grid = _sweeper("search=p_grid")
+    assert dict(grid.sampler) == {"name": "grid", "seed": 0}  # conf/search/p_grid.yaml's
+    assert grid.storage == "sqlite:///outputs/optuna.db" and grid.study_name == "p_grid"

@@ -35,6 +35,9 @@ from tests.helpers.holm import holm_by_hand
 from tests.helpers.studies import median_pruned_trial
 
 APP = REPO / "examples" / "noisy_app"
+# The app's sweeps import this checkout's qknorm and plugin (hydra_racing_sweeper), not those of
+# another checkout that an editable install points to.
+CHECKOUT = os.pathsep.join([str(REPO), str(REPO / "plugins" / "hydra_racing_sweeper")])
 
 
 # -- the API, in memory -------------------------------------------------------------------------
@@ -83,7 +86,11 @@ def test_a_return_value_is_the_objectives_number_or_a_dict_naming_them():
     assert returned_fields({"acc": 0.9}, ["loss"])[1].startswith(
         "the task returned ['acc'], without 'loss' of hydra.sweeper.objectives=['loss']")
     assert returned_fields(0.5, ["loss", "time"])[1].startswith(
-        "the task returned one number, and hydra.sweeper.objectives=['loss', 'time'] names")
+        "the task returned 1 value for 2 directions")
+    assert returned_fields((0.5, 2), ["loss", "time"]) == ({"loss": 0.5, "time": 2.0}, "")
+    assert returned_fields([1, 2, 3], ["loss", "time"])[1].startswith(
+        "the task returned 3 values for 2 directions")
+    assert returned_fields({"acc": 0.9}, ["value"], named=False) == ({"value": 0.9}, "")
     assert returned_fields(None, ["loss"])[1].startswith("the task returned NoneType, neither")
     assert returned_fields(True, ["loss"])[1].startswith("the task returned bool")
 
@@ -108,7 +115,7 @@ def sweep(cwd: Path, *overrides: str, app: str = "app.py"):
     return run_cli([app, "-m", "hydra/sweeper=qknorm_optuna", "steps=6",
                     "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.objectives=[loss]",
                     "hydra/job_logging=disabled", *overrides], cwd,
-                   env={"PYTHONPATH": str(REPO)})
+                   env={"PYTHONPATH": CHECKOUT})
 
 
 @pytest.fixture

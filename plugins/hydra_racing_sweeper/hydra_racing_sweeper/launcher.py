@@ -76,7 +76,7 @@ class Launcher:
         try:
             with slurm.each_job_answers(self.config.hydra.launcher):
                 returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx) if todo else []
-            launched = [job_result(r, self.objectives) for r in returns]
+            launched = [job_result(r, self.objectives, self.plan.named) for r in returns]
         except Exception as e:  # a broken launcher fails this batch, not the study
             log.exception("launcher failed")
             launched = [JobResult(FAILED, "?", error=f"launcher: {type(e).__name__}: {e}")
@@ -101,8 +101,10 @@ class Launcher:
         judging = (plan.race.judging(plan.space.candidate(trial))
                    if plan.race is not None and plan.race.rungs else {})
         me = Identity(self.study_name, self.url, trial.number, block_label(combo), **judging)
-        record = [f"{k}={format_value(v)}" for k, v in
-                  plan.hook.records(self.study_name, self.url, trial.number).items()]
+        # only into a config the hook typed (its own task's): another app's lacks those keys
+        record = [] if plan.job is None else [
+            f"{k}={format_value(v)}"
+            for k, v in plan.hook.records(self.study_name, self.url, trial.number).items()]
         return [
             *plan.base_overrides, *plan.space.overrides(trial.params), *combo, *record,
             # Named by trial number: unique even when several sweepers share one sweep dir.
@@ -229,7 +231,7 @@ def mean_values(jobs: list[JobResult], objectives: list[str],
     return means, ""
 
 
-def job_result(ret: JobReturn, objectives: list[str]) -> JobResult:
+def job_result(ret: JobReturn, objectives: list[str], named: bool = True) -> JobResult:
     """A job's outcome: its final.json (qknorm.train writes one), or else the task's return
     value (a number, or a mapping naming the objectives) with what the job reported through
     hydra_racing_sweeper.trial (identity.REPORTED_FILE: its last step, its seconds, the step it was
@@ -241,7 +243,7 @@ def job_result(ret: JobReturn, objectives: list[str]) -> JobResult:
         return result
     if ret.status != JobStatus.COMPLETED:
         return JobResult(FAILED, run_dir, error=_exception_line(ret))
-    fields, error = returned_fields(ret.return_value, objectives)
+    fields, error = returned_fields(ret.return_value, objectives, named)
     if error:
         return JobResult(FAILED, run_dir, error=error)
     reported = _reported(run_dir)
@@ -255,25 +257,69 @@ def job_result(ret: JobReturn, objectives: list[str]) -> JobResult:
     return JobResult(status, run_dir, final, final.get("error", ""))
 
 
-def returned_fields(value: Any, objectives: list[str]) -> tuple[dict[str, Any], str]:
-    """A task's return value as the fields the objectives are read from: a number is the one
-    objective's value; a mapping (a dict, a DictConfig) names each objective. (fields, "") or
-    ({}, why not)."""
+def returned_fields(value: Any, objectives: list[str], named: bool = True
+                    ) -> tuple[dict[str, Any], str]:
+    """A task's return value as the fields the objectives are read from: a number (anything
+    float() takes but a str or a bool: numpy and torch scalars too) is the one objective's
+    value; a sequence (tuple, list, ListConfig, array) gives one value per objective, in order;
+    a mapping (a dict, a DictConfig) names each objective, or, with the objectives unnamed
+    (`named` False), a one-key mapping is the one objective. (fields, "") or ({}, why not)."""
     if isinstance(value, (DictConfig, dict)):
-        fields = dict(OmegaConf.to_container(value) if isinstance(value, DictConfig) else value)
-        missing = [o for o in objectives if o not in fields]
-        if missing:
-            return {}, (f"the task returned {sorted(map(str, fields))}, without {missing[0]!r} "
-                        f"of hydra.sweeper.objectives={objectives}; return it, or name the "
-                        "returned keys in hydra.sweeper.objectives")
-        return fields, ""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _mapping_fields(value, objectives, named)
+    if _scalar(value):
         if len(objectives) == 1:
             return {objectives[0]: float(value)}, ""
-        return {}, (f"the task returned one number, and hydra.sweeper.objectives={objectives} "
-                    "names several; return a dict with one value per objective")
-    return {}, (f"the task returned {type(value).__name__}, neither a number nor a dict naming "
-                f"hydra.sweeper.objectives={objectives}; return the value to optimize")
+        return {}, (f"the task returned 1 value for {len(objectives)} directions; return one "
+                    f"per objective {objectives}, in order")
+    values = _sequence(value)
+    if values is None:
+        return {}, (f"the task returned {type(value).__name__}, neither a number, a sequence of "
+                    f"numbers nor a dict naming hydra.sweeper.objectives={objectives}; return "
+                    "the value to optimize")
+    if len(values) != len(objectives):
+        return {}, (f"the task returned {len(values)} values for {len(objectives)} directions "
+                    f"(objectives {objectives}); return one per direction, in order")
+    if not all(_scalar(v) for v in values):
+        return {}, f"the task returned {values!r}: not every value is a number"
+    return {o: float(v) for o, v in zip(objectives, values, strict=True)}, ""
+
+
+def _mapping_fields(value: Any, objectives: list[str], named: bool) -> tuple[dict[str, Any], str]:
+    fields = dict(OmegaConf.to_container(value) if isinstance(value, DictConfig) else value)
+    if not named and len(fields) == 1 and len(objectives) == 1:
+        return {objectives[0]: next(iter(fields.values()))}, ""
+    if not named:
+        return {}, (f"the task returned a dict of {sorted(map(str, fields))}; set "
+                    "hydra.sweeper.objectives to name the returned keys, in direction order")
+    missing = [o for o in objectives if o not in fields]
+    if missing:
+        return {}, (f"the task returned {sorted(map(str, fields))}, without {missing[0]!r} "
+                    f"of hydra.sweeper.objectives={objectives}; return it, or name the "
+                    "returned keys in hydra.sweeper.objectives")
+    return fields, ""
+
+
+def _scalar(value: Any) -> bool:
+    """A number: what float() takes, but not a str (a number spelt out is a mistake) or a bool."""
+    if isinstance(value, (str, bytes, bool)) or _sequence(value) is not None:
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _sequence(value: Any) -> list[Any] | None:
+    """A tuple, list, ListConfig or array's items (a 0-d array is a scalar: None)."""
+    if isinstance(value, (str, bytes, dict, DictConfig)):
+        return None
+    if getattr(value, "ndim", 1) == 0:
+        return None
+    try:
+        return list(value)
+    except TypeError:
+        return None
 
 
 def _reported(run_dir: str) -> dict[str, Any]:

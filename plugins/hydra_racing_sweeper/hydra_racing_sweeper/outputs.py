@@ -43,20 +43,33 @@ def _yaml_scalar(value: Any) -> Any:
         return str(value)
 
 
-def _entry(trial: FrozenTrial, objectives: Sequence[str]) -> dict[str, Any]:
+RESULTS_NAME = "racing"  # the file's `name` (Hydra's Optuna sweeper writes `optuna`)
+
+
+def _params(trial: FrozenTrial) -> dict[str, Any]:
+    """The params as the jobs got them: each searched key (a 1/KEY search's as KEY), then those
+    a custom_search_space suggested, named as suggested (`+w`); fixed values are none of them."""
     params = trial.user_attrs.get(PARAMS_ATTR, trial.params)
-    return {"trial": trial.number, "params": {k: _yaml_scalar(v) for k, v in params.items()},
-            "values": {o: _yaml_scalar(v) for o, v in zip(objectives, trial.values, strict=True)}}
+    return {k: _yaml_scalar(v) for k, v in params.items()}
+
+
+def _solution(trial: FrozenTrial) -> dict[str, Any]:
+    """A Pareto-front trial as Hydra's `solutions` entry: params, and values in direction order
+    (the objectives' names are the file's `objectives`), plus its number."""
+    return {"trial": trial.number, "params": _params(trial),
+            "values": [_yaml_scalar(v) for v in trial.values]}
 
 
 def summary(study: optuna.Study, objectives: Sequence[str], n_trials: int,
-            storage_label: str) -> dict[str, Any]:
+            storage_label: str | None) -> dict[str, Any]:
+    """Hydra's Optuna sweeper's keys (name, best_params and best_value, or solutions) and ours
+    (study_name, storage: null for one in memory, directions, objectives, counts)."""
     trials = [t for t in study.get_trials(deepcopy=False)
               if t.user_attrs.get(STATUS_ATTR) != SURPLUS]
     states = {s.name: sum(t.state == s for t in trials) for s in TrialState if
               any(t.state == s for t in trials)}
     out: dict[str, Any] = {
-        "name": "qknorm_optuna", "study_name": study.study_name, "storage": storage_label,
+        "name": RESULTS_NAME, "study_name": study.study_name, "storage": storage_label,
         "directions": [d.name.lower() for d in study.directions],
         "objectives": list(objectives), "n_trials": n_trials, "states": states,
     }
@@ -67,14 +80,13 @@ def summary(study: optuna.Study, objectives: Sequence[str], n_trials: int,
         if done:
             sign = 1 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1
             best = min(done, key=lambda t: sign * t.value)
-            entry = _entry(best, objectives)
-            out.update(best_trial=best.number, best_params=entry["params"],
+            out.update(best_trial=best.number, best_params=_params(best),
                        best_value=_yaml_scalar(best.value))
         else:
             out.update(best_trial=None, best_params=None, best_value=None)
     else:
         pareto = {t.number for t in study.best_trials}
-        out["pareto_front"] = [_entry(t, objectives) for t in done if t.number in pareto]
+        out["solutions"] = [_solution(t) for t in done if t.number in pareto]
     return out
 
 
@@ -126,7 +138,7 @@ def _blank(value: Any) -> bool:
 
 
 def write(study: optuna.Study, sweep_dir: Path, objectives: Sequence[str], n_trials: int,
-          storage_label: str) -> tuple[Path, Path]:
+          storage_label: str | None) -> tuple[Path, Path]:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     results, trials = sweep_dir / RESULTS_FILE, sweep_dir / TRIALS_FILE
     atomic_write_text(results, yaml.safe_dump(summary(study, objectives, n_trials, storage_label),

@@ -16,7 +16,7 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from hydra_racing_sweeper import rundir, slurm, specs
-from hydra_racing_sweeper.errors import UserError
+from hydra_racing_sweeper.errors import UserError, first_line
 from hydra_racing_sweeper.question import question
 from hydra_racing_sweeper.race import RaceSpec, judged_at, race_conf, replicate_test
 from hydra_racing_sweeper.raceplan import plan_race
@@ -29,6 +29,7 @@ from hydra_racing_sweeper.space import (
     format_value,
     parse_space,
     replicate_combinations,
+    search_space_params,
 )
 from hydra_racing_sweeper.study import block_label
 from hydra_racing_sweeper.task import TaskHook, load_hook
@@ -49,10 +50,10 @@ class Settings:
     """hydra.sweeper.* as plain Python values (the plugin's config.py holds the
     schema and the defaults)."""
 
-    study_name: str
-    storage: str
+    study_name: str | None  # None: the app's name (OptunaSweep.setup resolves it)
+    storage: str | None  # None: in memory or a file in the sweep dir (OptunaSweep.setup)
     direction: Any
-    objectives: list[str]
+    objectives: list[str]  # the names given, or value / value_0, value_1, ... (named False)
     n_trials: int | None
     n_jobs: int
     sampler_spec: dict[str, Any]
@@ -66,20 +67,41 @@ class Settings:
     race: dict[str, Any] | None = None  # hydra.sweeper.race as given; None: no race
     dry_run: bool = False
     task_hook: str | None = None  # a TaskHook subclass as module.Class (task.py); None: none
+    custom_search_space: str | None = None  # module.function(cfg, trial)
+    search_space: dict[str, Any] | None = None  # hydra-optuna-sweeper 1.2's, deprecated
+    named: bool = True  # objectives were given: a returned dict is read by these names
 
     @classmethod
-    def of(cls, study_name: str, storage: str, direction: Any, objectives: Any,
+    def of(cls, study_name: str | None, storage: str | None, direction: Any, objectives: Any,
            n_trials: int | None, n_jobs: int, sampler: Any, pruner: Any, replicates: Any,
            max_failure_rate: float, fail_value: Any, heartbeat_interval: int,
            grace_period: int | None, params: Any, race: Any = None,
-           dry_run: bool = False, task_hook: str | None = None) -> Settings:
-        return cls(study_name, storage, _to_container(direction), list(_to_container(objectives)),
+           dry_run: bool = False, task_hook: str | None = None,
+           custom_search_space: str | None = None, search_space: Any = None) -> Settings:
+        direction = _to_container(direction)
+        direction = ([_direction_name(d) for d in direction] if isinstance(direction, list)
+                     else _direction_name(direction))
+        named = objectives is not None
+        objectives = (list(_to_container(objectives)) if named
+                      else _unnamed(direction if isinstance(direction, list) else [direction]))
+        return cls(study_name, storage, direction, objectives,
                    n_trials, n_jobs, dict(_to_container(sampler) or {}),
                    dict(_to_container(pruner) or {"name": "none"}),
                    dict(_to_container(replicates) or {}), max_failure_rate,
                    _to_container(fail_value), heartbeat_interval, grace_period,
                    dict(_to_container(params) or {}), _to_container(race) or None, dry_run,
-                   task_hook)
+                   task_hook, custom_search_space, _to_container(search_space) or None, named)
+
+
+def _direction_name(direction: Any) -> Any:
+    """minimize/maximize as written, or Hydra's Direction enum member (its name)."""
+    name = getattr(direction, "name", direction)
+    return name.lower() if isinstance(name, str) else name
+
+
+def _unnamed(directions: list[Any]) -> list[str]:
+    """The values' names when the task returns them unnamed: value, or value_0, value_1, ..."""
+    return ["value"] if len(directions) == 1 else [f"value_{i}" for i in range(len(directions))]
 
 
 def race_needs_a_grid(baseline: Any, hook: TaskHook) -> str:
@@ -122,6 +144,8 @@ class Plan:
     question: dict[str, Any] | None = None
     varied: tuple[str, ...] = ()  # the keys its trials vary: the searched and replicate keys
     task: str | None = None  # the task its jobs run (question.task_name); None: not compared
+    custom: Any = None  # custom_search_space's function(cfg, trial), or None
+    named: bool = True  # the objectives were named: a returned dict is read by these names
 
     @property
     def kind(self) -> str:
@@ -146,9 +170,47 @@ class Planner:
 
     def plan(self, arguments: list[str]) -> Plan:
         race_settings = race_conf(self.s.race)  # its keys and types first, like a config's
+        directions = self._check_settings()
+        slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
+        self._check_outputs()
+        replicates, arguments = cli_replicates(self.s.replicates, arguments)
+        space, base = parse_space(self._params(), arguments)
+        self._check_searched(space, arguments, race_settings)
+        custom = self._custom(space)
+        combinations = replicate_combinations(replicates)
+        pruner_spec = self._resolve("pruner", self.s.pruner_spec, specs.PRUNERS)
+        pruner = specs.build_pruner(pruner_spec)
+        if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
+            raise UserError(f"hydra.sweeper.pruner.name={self.s.pruner_spec.get('name')}: "
+                            "Optuna cannot prune multi-objective studies; use pruner: "
+                            "{name: none}")
+        sampler_spec = self._resolve("sampler", self.s.sampler_spec, specs.SAMPLERS)
+        sampler = specs.build_sampler(sampler_spec, space.grid)
+        n_trials = self._n_trials(space)
+        # n_trials above a grid's size is the grid (Hydra's rule): a race takes it as its own
+        race = plan_race(race_settings, space, [block_label(c) for c in combinations],
+                         directions, self.s.objectives, sampler_spec["name"],
+                         pruner_spec["name"], None if self.s.n_trials is None else n_trials)
+        job = self._check_keys(space, base, replicates)
+        varied = (*(p.key for p in space.params), *replicates)
+        if race is not None:
+            race = self._judged(race, race_settings.test, space, base, combinations[0], job,
+                                replicates)
+        return Plan(space=space, base_overrides=base, combinations=combinations,
+                    directions=directions, n_trials=n_trials, sampler=sampler,
+                    sampler_spec=sampler_spec, pruner=pruner,
+                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
+                    job=self.job, question=self._question(job, space, varied),
+                    varied=varied, task=self.task, hook=self.hook, length=self.length,
+                    custom=custom, named=self.s.named)
+
+    def _check_settings(self) -> list[str]:
+        """The settings no config can check: directions per objective, rates, counts; the
+        sampler node in the spec form (Hydra's `_target_` node mapped). Returns the directions."""
+        self.s.sampler_spec = specs.sampler_spec(self.s.sampler_spec)
         if not self.s.objectives:
             raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
-                            "e.g. [best_val_loss]")
+                            "e.g. [best_val_loss], or null to take what the task returns")
         directions = self.s.direction if isinstance(self.s.direction, list) else [self.s.direction]
         if len(directions) != len(self.s.objectives) or any(d not in DIRECTIONS
                                                           for d in directions):
@@ -163,46 +225,52 @@ class Planner:
         if self.s.heartbeat_interval < 1:
             raise UserError(f"hydra.sweeper.heartbeat_interval={self.s.heartbeat_interval} "
                             "must be >= 1 second")
-        slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
-        self._check_outputs()
-        replicates, arguments = cli_replicates(self.s.replicates, arguments)
-        space, base = parse_space(self.s.params, arguments)
-        if not space.params and self.s.race and self.s.sampler_spec.get("name") != "grid":
+        return directions
+
+    def _params(self) -> dict[str, Any]:
+        """hydra.sweeper.params, over the deprecated search_space's (params win per key)."""
+        if not self.s.search_space:
+            return self.s.params
+        log.warning("hydra.sweeper.search_space is deprecated (as in hydra-optuna-sweeper); "
+                    "write it as hydra.sweeper.params in the sweep grammar%s",
+                    ": params win where both set a key" if self.s.params else "")
+        return {**search_space_params(self.s.search_space), **self.s.params}
+
+    def _check_searched(self, space: SearchSpace, arguments: list[str], race_settings: Any) -> None:
+        """Something left to search (a custom_search_space may search alone)."""
+        if space.params or (self.s.custom_search_space and not self.s.race):
+            return
+        if self.s.race and self.s.sampler_spec.get("name") != "grid":
             fixed = " ".join(a for a in arguments if config_key(a.split("=", 1)[0])
                              in {config_key(k) for k in self.s.params})
             raise UserError(f"{fixed or 'the command line'} fixes every key the search searches:"
                             " nothing is left to search; run that value as one run "
                             f"({self.hook.command} {fixed or 'KEY=VALUE'}), or search another "
                             "key, e.g. 'KEY=interval(1,8)'")
-        if not space.params and self.s.race:  # a race needs a grid, not TPE's interval
+        if self.s.race:  # a race needs a grid, not TPE's interval
             raise UserError(race_needs_a_grid(race_settings.baseline, self.hook))
-        if not space.params:
-            raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
-                            "x: interval(1.0, 8.0)")
-        combinations = replicate_combinations(replicates)
-        pruner_spec = self._resolve("pruner", self.s.pruner_spec, specs.PRUNERS)
-        pruner = specs.build_pruner(pruner_spec)
-        if len(directions) > 1 and not isinstance(pruner, optuna.pruners.NopPruner):
-            raise UserError(f"hydra.sweeper.pruner.name={self.s.pruner_spec.get('name')}: "
-                            "Optuna cannot prune multi-objective studies; use pruner: "
-                            "{name: none}")
-        sampler_spec = self._resolve("sampler", self.s.sampler_spec, specs.SAMPLERS)
-        sampler = specs.build_sampler(sampler_spec, space.grid)
-        race = plan_race(race_settings, space, [block_label(c) for c in combinations],
-                         directions, self.s.objectives, sampler_spec["name"],
-                         pruner_spec["name"], self.s.n_trials)
-        n_trials = self._n_trials(space)
-        job = self._check_keys(space, base, replicates)
-        varied = (*(p.key for p in space.params), *replicates)
-        if race is not None:
-            race = self._judged(race, race_settings.test, space, base, combinations[0], job,
-                                replicates)
-        return Plan(space=space, base_overrides=base, combinations=combinations,
-                    directions=directions, n_trials=n_trials, sampler=sampler,
-                    sampler_spec=sampler_spec, pruner=pruner,
-                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
-                    job=self.job, question=self._question(job, space, varied),
-                    varied=varied, task=self.task, hook=self.hook, length=self.length)
+        raise UserError("hydra.sweeper.params has nothing to search; add e.g. "
+                        "x: interval(1.0, 8.0)")
+
+    def _custom(self, space: SearchSpace) -> Any:
+        """custom_search_space's function (module.function), or None; refused with a grid or a
+        race (they walk the params' own values) before anything runs."""
+        path = self.s.custom_search_space
+        if not path:
+            return None
+        where = f"hydra.sweeper.custom_search_space={path}"
+        if self.s.sampler_spec.get("name") == "grid" or self.s.race:
+            raise UserError(f"{where}: the grid sampler and the race walk the params' own values "
+                            "and cannot hold the params it suggests; use another sampler, or "
+                            "write those params in hydra.sweeper.params")
+        from hydra.utils import get_method
+
+        try:
+            return get_method(path)
+        except Exception as e:
+            raise UserError(f"{where} cannot be loaded ({first_line(e)}); name a function "
+                            "module.function(cfg, trial) whose module is importable (the app's "
+                            "folder is on sys.path)") from None
 
     def _check_outputs(self) -> None:
         """Where the sweep writes (any app's): its study's file and its jobs' folder. Checked
@@ -231,8 +299,10 @@ class Planner:
         if self.s.n_trials < 1:
             raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} must be >= 1")
         if grid_size is not None and self.s.n_trials > grid_size:
-            raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} exceeds the grid's "
-                            f"{grid_size} points; set n_trials<={grid_size} or null")
+            # as Hydra's Optuna sweeper: a grid runs each point once, so at most its size
+            log.info("hydra.sweeper.n_trials=%d is more than the grid's %d points: running %d",
+                     self.s.n_trials, grid_size, grid_size)
+            return grid_size
         return self.s.n_trials
 
     def _fail_values(self) -> list[float] | None:
@@ -275,7 +345,7 @@ class Planner:
                   varied: tuple[str, ...]) -> dict[str, Any]:
         """The config part of the question the sweep's study answers (question.py), from the
         first job's config (`cfg`, composed by _check_keys) with the space's fixed values every
-        job gets: qknorm's effective config, or another app's whole config."""
+        job gets: what the app's hook keeps of it (TaskHook.question)."""
         if space.fixed:
             cfg = self._compose([*self.job_overrides, *space.fixed], "hydra.sweeper.params",
                                 "check the key's spelling and type")

@@ -144,13 +144,17 @@ def grammar(d: BaseDistribution) -> str:
     return repr(d)
 
 
-def space_differences(study: optuna.Study, want: dict[str, BaseDistribution]
-                      ) -> dict[str, tuple[str | None, str | None]]:
+def space_differences(study: optuna.Study, want: dict[str, BaseDistribution],
+                      more: bool = False) -> dict[str, tuple[str | None, str | None]]:
     """param -> (the study's, this sweep's) where the first trial asked over another space than
     `want` differs from it: Optuna keeps with every trial the distributions it was asked with.
-    {} when every trial was asked over `want` (or none was asked yet)."""
+    {} when every trial was asked over `want` (or none was asked yet). `more`: a trial also
+    holds a custom_search_space's params, whose ranges may move with each trial (z within 0.3
+    of its x): only `want`'s are compared."""
     for t in study.get_trials(deepcopy=False):
         have = t.distributions
+        if more:
+            have = {k: v for k, v in have.items() if k in want}
         if have and have != want:
             return {name: (_grammar_or_none(have.get(name)), _grammar_or_none(want.get(name)))
                     for name in sorted({*have, *want}) if have.get(name) != want.get(name)}
@@ -178,7 +182,8 @@ def check(study: optuna.Study, plan: Any, study_name: str, url: str) -> None:
             want = {k: v for k, v in want.items() if k in have}
         if have is not None:
             diff = differences(have, want)
-    space = space_differences(study, plan.space.distributions)
+    space = space_differences(study, plan.space.distributions,
+                              more=getattr(plan, "custom", None) is not None)
     task = _task_difference(study.user_attrs.get(TASK_ATTR), plan.task)
     if diff or space or task:
         raise UserError(refusal(study_name, url, diff, space, task))

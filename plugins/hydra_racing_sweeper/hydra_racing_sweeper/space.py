@@ -115,8 +115,11 @@ class SearchSpace:
         return None if grid is None else math.prod(len(v) for v in grid.values())
 
     def values(self, trial_params: Mapping[str, Any]) -> dict[str, Any]:
-        """Config key -> value for one trial (1/norm.p=0.25 becomes norm.p=4.0)."""
-        return {p.key: p.value(trial_params[p.name]) for p in self.params}
+        """Config key -> value for one trial (1/norm.p=0.25 becomes norm.p=4.0), then the params
+        a custom_search_space suggested, named as suggested (`+w`)."""
+        names = {p.name for p in self.params}
+        return {**{p.key: p.value(trial_params[p.name]) for p in self.params},
+                **{k: v for k, v in trial_params.items() if k not in names}}
 
     def params_of(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The trial params that give these config values (values' inverse), in the space's
@@ -128,6 +131,7 @@ class SearchSpace:
         return {p.name: p.sampled(config[p.key]) for p in self.params}
 
     def overrides(self, trial_params: Mapping[str, Any]) -> list[str]:
+        """The fixed values, then every param's (searched, then a custom_search_space's)."""
         return [*self.fixed,
                 *(f"{k}={format_value(v)}" for k, v in self.values(trial_params).items())]
 
@@ -203,6 +207,8 @@ def _check_domain(param: Param, text: str) -> None:
 def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tuple | None]:
     if isinstance(value, IntervalSweep):
         low, high, tags = value.start, value.end, value.tags
+        # int(interval(a, b)) casts both ends to int (the grammar gives an interval floats)
+        whole = isinstance(low, int) and isinstance(high, int)
         if not low < high:
             raise UserError(f"{_where('params', key, text)}: low {low:g} must be below "
                             f"high {high:g}; swap them or widen the interval")
@@ -210,14 +216,16 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
         if log and low <= 0:
             raise UserError(f"{_where('params', key, text)}: a log interval needs low > 0; "
                             "raise low or drop tag(log)")
-        if "int" in tags:
+        if "int" in tags or whole:
             return IntDistribution(int(low), int(high), log=log), None
         return FloatDistribution(float(low), float(high), log=log), None
     if isinstance(value, RangeSweep):
         items = [v for v in value.range()]
         if not items:
             raise UserError(f"{_where('params', key, text)} is empty; check start < stop")
-        return CategoricalDistribution(items), tuple(items)
+        if value.shuffle:  # shuffle(range(...)): no order left to model
+            return CategoricalDistribution(items), tuple(items)
+        return _stepped(items, abs(value.step)), tuple(items)
     if isinstance(value, ChoiceSweep):
         items = list(value.list)
         if len(set(map(repr, items))) != len(items):
@@ -225,6 +233,18 @@ def _distribution(key: str, text: str, value: Any) -> tuple[BaseDistribution, tu
         return CategoricalDistribution(items), tuple(items)
     raise UserError(f"{_where('params', key, text)}: this sweep is not supported; use "
                     "interval, tag(log, interval), range or choice")
+
+
+def _stepped(items: list[Any], step: float) -> BaseDistribution:
+    """range(a, b, step) as an ordered distribution (TPE, GP, CMA-ES and QMC model its order):
+    its items from the first to the last, b excluded as Hydra's grammar says (Hydra's Optuna
+    sweeper includes b for samplers other than the grid; its grid excludes it, as here)."""
+    low = min(items)
+    if all(isinstance(v, int) for v in items):
+        return IntDistribution(low, max(items), step=int(step))
+    # the last item as low + k * step, so Optuna finds high on the step (no float drift)
+    high = low + (len(items) - 1) * step
+    return FloatDistribution(float(low), float(high), step=float(step))
 
 
 def config_key(name: str) -> str:
@@ -312,3 +332,31 @@ def _shown(d: BaseDistribution) -> str:
     if isinstance(d, CategoricalDistribution):
         return f"choices ({', '.join(format_value(c) for c in d.choices)})"
     return f"range [{format_value(d.low)}, {format_value(d.high)}]"
+
+
+def search_space_params(search_space: Mapping[str, Any]) -> dict[str, str]:
+    """hydra-optuna-sweeper 1.2's deprecated `search_space` ({KEY: {type: int|float|categorical,
+    low, high, step, log, choices}}) as params in the sweep grammar: high is inclusive there, so
+    a stepped one is range(low, high + step, step); log is tag(log, ...)."""
+    params = {}
+    for key, spec in search_space.items():
+        where = f"hydra.sweeper.search_space.{key}"
+        if not isinstance(spec, Mapping) or spec.get("type") not in ("int", "float", "categorical"):
+            raise UserError(f"{where}={spec!r} needs type: int, float or categorical; or write it "
+                            f"as hydra.sweeper.params.{key} in Hydra's sweep grammar")
+        if spec["type"] == "categorical":
+            choices = spec.get("choices") or []
+            params[key] = f"choice({', '.join(format_value(c) for c in choices)})"
+            continue
+        try:
+            low, high, step = spec["low"], spec["high"], spec.get("step")
+        except KeyError as e:
+            raise UserError(f"{where} needs {e.args[0]}; give low and high") from None
+        if step is not None:
+            params[key] = f"range({low}, {high + step}, {step})"
+            continue
+        text = f"interval({low}, {high})"
+        if spec["type"] == "int":
+            text = f"int({text})"
+        params[key] = f"tag(log, {text})" if spec.get("log") else text
+    return params

@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,6 +35,10 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 JOURNAL_PREFIX = "journal:///"  # journal:///rel/path.log or journal:////abs/path.log, as SQLite
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock, do not fail
+# storage: null where the jobs run in the sweeper's process: an Optuna in-memory storage, which
+# the jobs' trial.report reaches through this registry (by URL), not through a database.
+MEMORY_PREFIX = "memory:"
+_IN_MEMORY: dict[str, optuna.storages.InMemoryStorage] = {}
 
 class AskTellGridSampler(optuna.samplers.GridSampler):
     """GridSampler that does not call Study.stop() when the grid is used up: that only works
@@ -73,6 +78,13 @@ SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
 # multivariate TPE propose different points; on one param (every preset) 5.0's two agree.
 # A spec's own value wins: +hydra.sweeper.sampler.multivariate=true.
 PINNED: dict[str, dict[str, Any]] = {"tpe": {"multivariate": False, "constant_liar": True}}
+# Hydra's sampler nodes name an Optuna class in `_target_`: the spec name it is built as here.
+TARGETS = {f"optuna.samplers.{optuna_class.__name__}": name
+           for name, optuna_class in {**SAMPLERS, "grid": optuna.samplers.GridSampler}.items()}
+# Hydra's plugin passes these to instantiate, not to the sampler: dropped from a `_target_` node.
+INSTANTIATE_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
+MOTPE_REMOVED = ("hydra.sweeper.sampler: the motpe sampler was removed in Optuna 4.0; use "
+                 "hydra/sweeper/sampler=tpe (TPE samples several objectives too)")
 PRUNERS: dict[str, Callable[..., optuna.pruners.BasePruner]] = {
     "none": optuna.pruners.NopPruner,
     "median": optuna.pruners.MedianPruner,
@@ -81,6 +93,36 @@ PRUNERS: dict[str, Callable[..., optuna.pruners.BasePruner]] = {
     "percentile": optuna.pruners.PercentilePruner,
     "threshold": optuna.pruners.ThresholdPruner,
 }
+
+
+def motpe_removed(*_args: Any, **_kwargs: Any) -> None:
+    """The `_target_` of the sampler group's motpe node (Hydra's plugin instantiates it)."""
+    raise ValueError(MOTPE_REMOVED)
+
+
+def sampler_spec(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A sampler node in our spec form {name, **options}: the spec form as it is, or a node of
+    the sampler group ({_target_: optuna.samplers.XSampler, ...}, Hydra's form) with its
+    instantiate keys and None-valued kwargs (None is Optuna's default, as Hydra passes it)
+    dropped. A node with both names them both when they disagree."""
+    spec = dict(node)
+    target = spec.get("_target_")
+    if target is None:
+        return spec
+    if "motpe" in str(target).lower():
+        raise UserError(MOTPE_REMOVED)
+    if target not in TARGETS:
+        raise UserError(f"hydra.sweeper.sampler._target_={target} is not one of "
+                        f"{', '.join(TARGETS)}; pick one with hydra/sweeper/sampler=NAME "
+                        f"({', '.join(SAMPLERS)})")
+    name = TARGETS[target]
+    if spec.get("name", name) != name:
+        raise UserError(f"hydra.sweeper.sampler has name={spec['name']} and _target_={target} "
+                        f"({name}); keep one: ~hydra.sweeper.sampler.name, or "
+                        "hydra/sweeper/sampler=spec for the name form")
+    options = {k: v for k, v in spec.items()
+               if k not in INSTANTIATE_KEYS and k != "name" and v is not None}
+    return {"name": name, **({"seed": None} if "seed" in spec else {}), **options}
 
 
 def _split(spec: Mapping[str, Any], kind: str, table: Mapping[str, Any]) -> tuple[str, dict]:
@@ -190,8 +232,22 @@ def reseeded(spec: Mapping[str, Any], n_before: int) -> dict[str, Any] | None:
     return {**spec, "seed": int.from_bytes(digest[:4], "little")}
 
 
+def default_storage(in_process: bool, sweep_dir: Path) -> str:
+    """The storage of `storage: null`: in memory when the jobs run in this process (the basic
+    launcher), else a SQLite file in the sweep dir (jobs elsewhere cannot reach memory)."""
+    if in_process:
+        return f"{MEMORY_PREFIX}{uuid.uuid4().hex[:12]}"
+    return f"sqlite:///{sweep_dir.resolve() / 'optuna.db'}"
+
+
+def in_memory(url: str | None) -> bool:
+    return isinstance(url, str) and url.startswith(MEMORY_PREFIX)
+
+
 def storage_file(url: str) -> Path | None:
     """The file behind a SQLite or journal URL (None for a server or an in-memory database)."""
+    if in_memory(url):
+        return None
     if url.startswith("journal:"):
         if not url.startswith(JOURNAL_PREFIX) or url == JOURNAL_PREFIX:
             raise UserError(f"hydra.sweeper.storage={url!r} is not a journal URL; write "
@@ -296,6 +352,8 @@ def open_reader(url: str) -> optuna.storages.BaseStorage:
     opened read-only (SQLite's URI mode=ro), a PostgreSQL session in read-only transactions, a
     journal file read (Optuna's backend opens it for appending, which writes nothing); no table
     is ever created, and a missing file is a UserError, never a new empty one."""
+    if in_memory(url):
+        return _IN_MEMORY.setdefault(url, optuna.storages.InMemoryStorage())
     path = storage_file(url)  # UserError for a URL that is not one
     if path is not None and not path.exists():
         # SQLAlchemy and the journal would create an empty file, then report no study.
@@ -354,7 +412,10 @@ def serialize_writers(engine: Engine) -> None:
 
 def open_storage(url: str, heartbeat_interval: int | None = None,
                  grace_period: int | None = None) -> optuna.storages.BaseStorage:
-    """Connect (creating the tables of a new database). Raises UserError when unreachable."""
+    """Connect (creating the tables of a new database). Raises UserError when unreachable. An
+    in-memory study has no heartbeats: nothing outside this process can resume it."""
+    if in_memory(url):
+        return _IN_MEMORY.setdefault(url, optuna.storages.InMemoryStorage())
     path = storage_file(url)
     if path is not None:
         _make_folder(url, path)
@@ -382,5 +443,5 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
                 continue
             raise UserError(f"hydra.sweeper.storage={url!r} cannot be opened ({first_line(e)}); "
                             "check the URL, the server and its driver (pip install "
-                            "'qknorm[postgres]' for PostgreSQL)") from None
+                            "'psycopg[binary]' for PostgreSQL)") from None
     raise AssertionError("unreachable")

@@ -200,6 +200,8 @@ class Heartbeat:
         self._thread.join()
 
     def add(self, trial_id: int) -> None:
+        if not hasattr(self._storage, "record_heartbeat"):
+            return  # an in-memory study (storage: null): no other process can see it stall
         self._storage.record_heartbeat(trial_id)  # at once: a trial never runs without one
         with self._lock:
             self._ids.add(trial_id)

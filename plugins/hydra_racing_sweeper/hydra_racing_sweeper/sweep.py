@@ -32,9 +32,12 @@ from hydra_racing_sweeper.plan import Plan, Planner, Settings
 from hydra_racing_sweeper.progress import status_lines
 from hydra_racing_sweeper.race_schedule import RaceSchedule
 from hydra_racing_sweeper.readback import PLAIN, RACE, SEARCH
+from hydra_racing_sweeper.rundir import FAILED
 from hydra_racing_sweeper.schedule import EveryReplicate, Schedule
 from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
+from hydra_racing_sweeper.space import config_key
 from hydra_racing_sweeper.study import (
+    ERROR_ATTR,
     PARAMS_ATTR,
     PRUNER_ATTR,
     SAMPLER_SEED_ATTR,
@@ -51,6 +54,7 @@ from hydra_racing_sweeper.study import (
 
 log = logging.getLogger(__name__)
 
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 # The schedule of each kind of study (plan.kind, readback.kind).
 SCHEDULES: dict[str, type[Schedule]] = {
     PLAIN: EveryReplicate, RACE: RaceSchedule, SEARCH: RaceSearchSchedule}
@@ -70,6 +74,25 @@ class OptunaSweep:
             hydra_context=hydra_context, task_function=task_function, config=config)
         self.task = question.task_name(task_function)  # part of the question its study answers
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        self._resolve_nulls(config)
+
+    def _resolve_nulls(self, config: DictConfig) -> None:
+        """study_name: null is the app's name (stable: a rerun on a stored study resumes it;
+        Hydra's Optuna sweeper makes a new name each time). storage: null is in memory where the
+        jobs run in this process, else a SQLite file in the sweep dir; the log says which."""
+        s = self.settings
+        if s.study_name is None:
+            s.study_name = str(config.hydra.job.name)
+        if s.storage is None:
+            in_process = config.hydra.launcher.get("_target_") == BASIC_LAUNCHER
+            s.storage = specs.default_storage(in_process, self.sweep_dir)
+            if in_process:
+                log.info("storage: null -> in memory (basic launcher: the jobs run in this "
+                         "process); nothing is written, so the study cannot be resumed")
+            else:
+                self.sweep_dir.mkdir(parents=True, exist_ok=True)  # the database's folder
+                log.info("storage: null -> %s (the launcher runs jobs in other processes)",
+                         s.storage)
 
     def sweep(self, arguments: list[str]) -> None:
         s = self.settings
@@ -98,6 +121,9 @@ class OptunaSweep:
         every trial told; the ones this sweeper ran stop getting heartbeats, and the rerun
         retries them once they are grace_period old (as after a kill)."""
         s = self.settings
+        if specs.in_memory(s.storage):  # storage: null under the basic launcher
+            return (f"stopped by Ctrl-C; study {s.study_name!r} was in memory (storage: null) and "
+                    "is gone; give hydra.sweeper.storage a database to resume a sweep")
         return (f"stopped by Ctrl-C; study {s.study_name!r} in {s.storage} keeps its finished "
                 "trials, and the ones that were running run again; rerun the same command to "
                 "resume it")
@@ -183,10 +209,15 @@ class OptunaSweep:
         tally = Tally.of(study)
         if tally.failed <= allowed_failures:
             return None
+        first = next((t for t in study.get_trials(deepcopy=False)
+                      if t.user_attrs.get(STATUS_ATTR) == FAILED), None)
+        # the task's own exception line, as Hydra's Optuna sweeper re-raises it
+        said = "" if first is None else (f"; first failure: trial {first.number}: "
+                                          f"{first.user_attrs.get(ERROR_ATTR, '?')}")
         return (f"{tally.failed} trials of study {s.study_name} failed, more than "
                 f"max_failure_rate={s.max_failure_rate} x n_trials={plan.n_trials} allows "
                 f"({allowed_failures}); see the errors in trials.csv, fix their cause or raise "
-                "hydra.sweeper.max_failure_rate")
+                f"hydra.sweeper.max_failure_rate{said}")
 
     def _ask(self, study: optuna.Study, plan: Plan, n: int,
              heartbeat: Heartbeat) -> list[optuna.Trial]:
@@ -198,6 +229,8 @@ class OptunaSweep:
             if spec is not None:
                 study.sampler = specs.build_sampler(spec, plan.space.grid)
             trial = study.ask(plan.space.distributions)
+            if getattr(plan, "custom", None) is not None:  # a plan made in memory may lack it
+                _suggest_more(plan, self.config, trial)
             heartbeat.add(trial._trial_id)
             trial.set_user_attr(PRUNER_ATTR, plan.pruner_spec)
             trial.set_user_attr(SAMPLER_SEED_ATTR, plan.sampler_spec.get("seed"))
@@ -215,12 +248,28 @@ class OptunaSweep:
 
     def _report(self, study: optuna.Study, plan: Plan, schedule_class: type[Schedule]) -> None:
         s = self.settings
-        paths = outputs.write(study, self.sweep_dir, s.objectives, plan.n_trials, s.storage)
+        # an in-memory study has no storage to name: null, which the status and report skip
+        label = None if specs.in_memory(s.storage) else s.storage
+        paths = outputs.write(study, self.sweep_dir, s.objectives, plan.n_trials, label)
         print(finished_line(study, s.study_name, plan.n_trials))
         print(f"optimization results: {paths[0]}")
         print(f"trials: {paths[1]}")
         for line in schedule_class.final_lines(study):
             print(line)
+
+
+def _suggest_more(plan: Plan, config: DictConfig, trial: optuna.Trial) -> None:
+    """custom_search_space(cfg, trial), after the trial drew the params: what it suggests
+    becomes an override named as suggested. A name that a fixed value sets too is refused (the
+    job would get both)."""
+    plan.custom(config, trial)
+    fixed = {config_key(f.split("=", 1)[0]).lstrip("+")
+             for f in (*plan.space.fixed, *plan.base_overrides)  # params', the command line's
+             if "=" in f and not f.startswith("~")}
+    for name in trial.params:
+        if name not in plan.space.distributions and name.lstrip("+") in fixed:
+            raise UserError(f"hydra.sweeper.custom_search_space suggests {name}, which "
+                            f"hydra.sweeper.params or the command line fixes too; drop one")
 
 
 def finished_line(study: optuna.Study, study_name: str, n_trials: int) -> str:

@@ -179,6 +179,84 @@ def test_sweeper_defaults() -> None:
             or s["sampler"].get("name") == "tpe"), s["sampler"]
 
 
+# --- the grammar and the sampler node, in memory ------------------------------------------
+
+@pytest.mark.parametrize("text, low, high, step, kind, grid", [
+    # range excludes its stop (Hydra's grammar): 0..4 whole numbers, ordered
+    ("range(0, 5)", 0, 4, 1, "IntDistribution", (0, 1, 2, 3, 4)),
+    # the test_grid case: -1.0, 0.0
+    ("range(-1.0, 1.0, step=1)", -1.0, 0.0, 1.0, "FloatDistribution", (-1.0, 0.0)),
+    # a descending range is the same points in an ordered distribution
+    ("range(3, 0, -1)", 1, 3, 1, "IntDistribution", (3, 2, 1)),
+])
+def test_range_is_an_ordered_distribution(text, low, high, step, kind, grid) -> None:
+    from hydra_racing_sweeper.space import parse_param
+
+    p = parse_param("x", text)
+    d = p.distribution
+    assert type(d).__name__ == kind and (d.low, d.high, d.step) == (low, high, step)
+    assert p.grid == grid
+
+
+def test_shuffle_range_and_int_interval() -> None:
+    """shuffle(range(0, 3)) has no order left: categorical {0, 1, 2}; int(interval(1, 4)) is
+    the whole numbers 1..4 (both ends in)."""
+    from hydra_racing_sweeper.space import parse_param
+
+    shuffled = parse_param("x", "shuffle(range(0, 3))").distribution
+    assert type(shuffled).__name__ == "CategoricalDistribution"
+    assert sorted(shuffled.choices) == [0, 1, 2]
+    whole = parse_param("x", "int(interval(1, 4))").distribution
+    assert type(whole).__name__ == "IntDistribution" and (whole.low, whole.high) == (1, 4)
+
+
+def test_deprecated_search_space_as_params() -> None:
+    """hydra-optuna-sweeper 1.2's search_space, written in the sweep grammar: an int with step 2
+    up to 10 inclusive is range(0, 12, 2) (0, 2, ..., 10); a log float tag(log, ...)."""
+    from hydra_racing_sweeper.space import search_space_params
+
+    assert search_space_params({
+        "a": {"type": "int", "low": 0, "high": 10, "step": 2},
+        "b": {"type": "float", "low": 0.001, "high": 1.0, "log": True},
+        "c": {"type": "categorical", "choices": ["x", 2]},
+        "d": {"type": "int", "low": 1, "high": 3},
+    }) == {"a": "range(0, 12, 2)", "b": "tag(log, interval(0.001, 1.0))", "c": "choice(x, 2)",
+           "d": "int(interval(1, 3))"}
+
+
+def test_sampler_node_forms() -> None:
+    """Hydra's node {_target_, kwargs} is our spec {name, kwargs} less the None-valued ones
+    (Optuna's defaults) and the instantiate keys; the spec form passes as it is; motpe, an
+    unknown target, and a name that disagrees with the target are refused."""
+    from hydra_racing_sweeper.errors import UserError
+    from hydra_racing_sweeper.specs import sampler_spec
+
+    assert sampler_spec({"_target_": "optuna.samplers.CmaEsSampler", "seed": 3, "x0": None,
+                         "inc_popsize": 2}) == {"name": "cmaes", "seed": 3, "inc_popsize": 2}
+    assert sampler_spec({"_target_": "optuna.samplers.GridSampler", "_partial_": True,
+                         "seed": None}) == {"name": "grid", "seed": None}
+    assert sampler_spec({"name": "gp", "seed": 0}) == {"name": "gp", "seed": 0}
+    for bad, words in [({"_target_": "hydra_racing_sweeper.specs.motpe_removed"}, "removed"),
+                       ({"_target_": "optuna.samplers.MOTPESampler"}, "removed"),
+                       ({"_target_": "my.Sampler"}, "my.Sampler"),
+                       ({"name": "gp", "_target_": "optuna.samplers.TPESampler"}, "name=gp")]:
+        with pytest.raises(UserError, match=words):
+            sampler_spec(bad)
+
+
+def test_returned_values() -> None:
+    """A scalar, a sequence (one per direction) or a dict, as the jobs' fields."""
+    import numpy as np
+    from hydra_racing_sweeper.launcher import returned_fields
+
+    assert returned_fields(np.float32(0.5), ["value"], named=False) == ({"value": 0.5}, "")
+    assert returned_fields(np.array([1.0, 2.0]), ["value_0", "value_1"], named=False) == (
+        {"value_0": 1.0, "value_1": 2.0}, "")
+    assert returned_fields({"a": 1.0, "b": 2.0}, ["value"], named=False)[1].startswith(
+        "the task returned a dict of ['a', 'b']; set hydra.sweeper.objectives")
+    assert returned_fields("0.5", ["value"], named=False)[1].startswith("the task returned str")
+
+
 # --- Hydra's end-to-end cases ----------------------------------------------------------------
 
 
@@ -336,6 +414,35 @@ def test_motpe_removed(tmp_path: Path) -> None:
     assert jobs(tmp_path) == []
 
 
+@pytest.mark.slow
+def test_custom_search_space_overlapping_a_fixed_value(tmp_path: Path) -> None:
+    """z=3 fixed on the command line while extend_space suggests z: refused in one line (Hydra:
+    "Overlapping fixed parameters and search space parameters") at the first trial's ask, after
+    Optuna's own line about the study, and no job run."""
+    r = sweep(tmp_path, CUSTOM, "z=3", "hydra.sweeper.n_trials=2", ok=False)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1:] == [
+        "error: hydra.sweeper.custom_search_space suggests z, which hydra.sweeper.params or the "
+        "command line fixes too; drop one"]
+    assert jobs(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_custom_search_space_study_resumes(tmp_path: Path) -> None:
+    """A stored study of the custom search space tops up on a rerun: z's range moves with each
+    trial's x, so only the params' own distributions are compared with the study's (3, then 5
+    trials in all: 2 more jobs)."""
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'cs.db'}"
+    for n in (3, 5):
+        sweep(tmp_path, CUSTOM, f"hydra.sweeper.n_trials={n}", f"hydra.sweeper.storage={storage}",
+              "hydra.sweeper.n_jobs=1")
+    study = optuna.load_study(study_name="custom-search-space", storage=storage)
+    assert len(study.trials) == 5
+    assert all(set(t.params) == {"x", "y", "z", "+w"} for t in study.trials)
+
+
 # --- beyond Hydra's suite --------------------------------------------------------------------
 
 
@@ -352,6 +459,22 @@ def test_storage_null_basic_launcher(tmp_path: Path) -> None:
     stores = [p for pattern in ("*.db", "*.sqlite*", "*.journal", "optuna*.log")
               for p in tmp_path.rglob(pattern)]
     assert stores == [], stores
+
+
+@pytest.mark.slow
+def test_storage_null_joblib_launcher(tmp_path: Path) -> None:
+    """storage: null under the joblib launcher (jobs in other processes, which memory cannot
+    reach): a SQLite file in the sweep dir, said in the log, named in the results file, holding
+    the study's 4 trials."""
+    import optuna
+
+    r = sweep(tmp_path, SPHERE, "hydra/launcher=joblib", "hydra.sweeper.n_trials=4",
+              "hydra.sweeper.n_jobs=2", "hydra/sweeper/sampler=random",
+              "hydra.sweeper.sampler.seed=0")
+    url = f"sqlite:///{(tmp_path / 'sweep' / 'optuna.db').resolve()}"
+    assert f"storage: null -> {url}" in r.stdout
+    assert results(tmp_path)["storage"] == url
+    assert len(optuna.load_study(study_name="sphere", storage=url).trials) == 4
 
 
 @pytest.mark.slow
@@ -431,3 +554,52 @@ def test_noisy_example_race(tmp_path: Path) -> None:
     expected = statistics.fmean(floor + 1 / math.sqrt(20) + random.Random(s).gauss(0, 0.3)
                                 for s in seeds)
     assert abs(out["best_value"] - expected) < 0.02
+
+
+# --- beside Hydra's own plugin ----------------------------------------------------------------
+
+BESIDE = TESTS / "beside"  # a stand-in for hydra-optuna-sweeper (needs optuna < 3): its configs
+
+
+def beside(tmp_path: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """`python example/sphere.py ARGS` with the stand-in's hydra_plugins on the path too."""
+    import os
+
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(BESIDE), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, str(SPHERE), *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, f"{r.stdout[-3000:]}\n---\n{r.stderr[-3000:]}"
+    return r
+
+
+@pytest.mark.slow
+def test_beside_hydras_plugin_configs(tmp_path: Path) -> None:
+    """Both plugins installed: Hydra's node wins the sampler names both register (ours is
+    registered only where a name is free), the example's own keys still merge into it, and each
+    sweeper keeps its own schema: optuna's n_jobs 2 and sampler from its group, racing's
+    custom_search_space (a key Hydra's stand-in lacks)."""
+    ours = OmegaConf.create(beside(tmp_path, "--cfg", "hydra", "-p", "hydra.sweeper").stdout)
+    assert ours.sampler.n_startup_trials == 7 and ours.sampler.seed == 123  # the stand-in's
+    assert ours._target_.startswith("hydra_plugins.hydra_racing_sweeper.")
+    assert "custom_search_space" in ours
+    # tests/conf/plain.yaml sets no sweeper key, which the stand-in's schema may lack
+    theirs = OmegaConf.create(beside(tmp_path, f"--config-dir={TESTS / 'conf'}",
+                                     "--config-name=plain", "hydra/sweeper=optuna", "--cfg",
+                                     "hydra", "-p", "hydra.sweeper").stdout)
+    assert theirs._target_ == "hydra_plugins.fake_optuna_sweeper.NotRun"
+    assert theirs.sampler._target_ == "optuna.samplers.TPESampler"
+    assert "custom_search_space" not in theirs
+
+
+@pytest.mark.slow
+def test_beside_hydras_plugin_sweeps(tmp_path: Path) -> None:
+    """The sphere swept by racing with Hydra's tpe node (the example's, seeded 123): 4 trials,
+    the best the lowest x^2 + y^2 of the jobs."""
+    beside(tmp_path, "--multirun",
+           "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    out = results(tmp_path)
+    ran = jobs(tmp_path)
+    assert len(ran) == 4
+    assert out["best_value"] == min(sphere(j["x"], j["y"]) for j in ran)

@@ -119,9 +119,9 @@ def judged_at(rungs: Any, margin: Any, lengths: Iterable[tuple[Any, Any]]
     resolved = {}
     for length in lengths:
         if not all(isinstance(n, int) and n > 0 for n in length):
-            raise UserError("hydra.sweeper.race.rungs needs train.max_iters and "
-                            "train.eval_interval > 0 in the task's config (qknorm.train's); "
-                            "set rungs: null")
+            raise UserError("hydra.sweeper.race.rungs as fractions needs a run's steps and "
+                            "eval interval > 0 from the task's hook (TaskHook.length: "
+                            f"{length}); set rungs: null")
         resolved[tuple(length)] = resolve_rungs(rungs, margin, *length)
     if len({(steps, margins) for steps, margins, _ in resolved.values()}) > 1:
         raise UserError(f"hydra.sweeper.race.rungs={list(rungs)} gives the candidates "
