@@ -60,12 +60,14 @@ class QknormTask(TaskHook):
             job.pop("hydra", None)
         return to_config(job)
 
-    def check(self, job: Config, params: list[str], cfg: DictConfig, on_this_host: bool) -> None:
+    def check(self, job: Config, params: dict[str, str], cfg: DictConfig,
+              on_this_host: bool) -> None:
         """A search of p under a norm that reads none; a model that does not fit this
         machine's memory (qknorm/memory.py) where its jobs run here (a SLURM node is another
         machine): each job would refuse itself at its start, after the study was made."""
-        if "norm.p" in params and job.norm.kind not in P_KINDS:
-            raise UserError(f"hydra.sweeper.params searches norm.p, but norm.kind="
+        searched = [name for name, key in params.items() if key == "norm.p"]
+        if searched and job.norm.kind not in P_KINDS:
+            raise UserError(f"hydra.sweeper.params.{searched[0]} searches norm.p, but norm.kind="
                             f"{job.norm.kind} reads no p (every trial would train the same "
                             "model); drop the search of p, or pick norm=lp")
         if not on_this_host:

@@ -93,6 +93,58 @@ class Settings:
                    task_hook, custom_search_space, _to_container(search_space) or None, named)
 
 
+    def check(self) -> list[str]:
+        """The settings no config can check: directions per objective, rates, counts; the
+        sampler node in the spec form (Hydra's `_target_` node mapped). Returns the directions."""
+        self.sampler_spec = specs.sampler_spec(self.sampler_spec)
+        if not self.objectives:
+            raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
+                            "e.g. [best_val_loss], or null to take what the task returns")
+        directions = self.direction if isinstance(self.direction, list) else [self.direction]
+        if len(directions) != len(self.objectives) or any(d not in DIRECTIONS
+                                                          for d in directions):
+            raise UserError(f"hydra.sweeper.direction={self.direction!r} must give one of "
+                            f"{'/'.join(DIRECTIONS)} per objective {self.objectives}; e.g. "
+                            f"direction: {['minimize'] * len(self.objectives)}")
+        if not 0.0 <= self.max_failure_rate <= 1.0:
+            raise UserError(f"hydra.sweeper.max_failure_rate={self.max_failure_rate} must be "
+                            "in [0, 1]")
+        if self.n_jobs < 1:
+            raise UserError(f"hydra.sweeper.n_jobs={self.n_jobs} must be >= 1")
+        if self.heartbeat_interval < 1:
+            raise UserError(f"hydra.sweeper.heartbeat_interval={self.heartbeat_interval} "
+                            "must be >= 1 second")
+        return directions
+
+    def trials(self, space: SearchSpace) -> int:
+        """n_trials, checked; null or above a grid's size: the grid's size (Hydra's rule)."""
+        grid_size = space.grid_size if self.sampler_spec.get("name") == "grid" else None
+        if self.n_trials is None:
+            if grid_size is None:
+                raise UserError("hydra.sweeper.n_trials=null is only for the grid sampler; "
+                                "set a number of trials")
+            return grid_size
+        if self.n_trials < 1:
+            raise UserError(f"hydra.sweeper.n_trials={self.n_trials} must be >= 1")
+        if grid_size is not None and self.n_trials > grid_size:
+            # as Hydra's Optuna sweeper: a grid runs each point once, so at most its size
+            log.info("hydra.sweeper.n_trials=%d is more than the grid's %d points: running %d",
+                     self.n_trials, grid_size, grid_size)
+            return grid_size
+        return self.n_trials
+
+    def fail_values(self) -> list[float] | None:
+        """fail_value as one float per objective; None: a failed job is told FAIL."""
+        if self.fail_value is None:
+            return None
+        values = self.fail_value if isinstance(self.fail_value, list) else [self.fail_value]
+        if len(values) != len(self.objectives) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            raise UserError(f"hydra.sweeper.fail_value={self.fail_value!r} must be one finite "
+                            f"number per objective {self.objectives}, or null to tell FAIL")
+        return [float(v) for v in values]
+
+
 def _direction_name(direction: Any) -> Any:
     """minimize/maximize as written, or Hydra's Direction enum member (its name)."""
     name = getattr(direction, "name", direction)
@@ -170,7 +222,7 @@ class Planner:
 
     def plan(self, arguments: list[str]) -> Plan:
         race_settings = race_conf(self.s.race)  # its keys and types first, like a config's
-        directions = self._check_settings()
+        directions = self.s.check()
         slurm.check(self.config.hydra.launcher)  # sbatch missing, unknown partition, ...
         self._check_outputs()
         replicates, arguments = cli_replicates(self.s.replicates, arguments)
@@ -186,7 +238,7 @@ class Planner:
                             "{name: none}")
         sampler_spec = self._resolve("sampler", self.s.sampler_spec, specs.SAMPLERS)
         sampler = specs.build_sampler(sampler_spec, space.grid)
-        n_trials = self._n_trials(space)
+        n_trials = self.s.trials(space)
         # n_trials above a grid's size is the grid (Hydra's rule): a race takes it as its own
         race = plan_race(race_settings, space, [block_label(c) for c in combinations],
                          directions, self.s.objectives, sampler_spec["name"],
@@ -199,33 +251,10 @@ class Planner:
         return Plan(space=space, base_overrides=base, combinations=combinations,
                     directions=directions, n_trials=n_trials, sampler=sampler,
                     sampler_spec=sampler_spec, pruner=pruner,
-                    pruner_spec=pruner_spec, fail_values=self._fail_values(), race=race,
+                    pruner_spec=pruner_spec, fail_values=self.s.fail_values(), race=race,
                     job=self.job, question=self._question(job, space, varied),
                     varied=varied, task=self.task, hook=self.hook, length=self.length,
                     custom=custom, named=self.s.named)
-
-    def _check_settings(self) -> list[str]:
-        """The settings no config can check: directions per objective, rates, counts; the
-        sampler node in the spec form (Hydra's `_target_` node mapped). Returns the directions."""
-        self.s.sampler_spec = specs.sampler_spec(self.s.sampler_spec)
-        if not self.s.objectives:
-            raise UserError("hydra.sweeper.objectives is empty; name final.json fields, "
-                            "e.g. [best_val_loss], or null to take what the task returns")
-        directions = self.s.direction if isinstance(self.s.direction, list) else [self.s.direction]
-        if len(directions) != len(self.s.objectives) or any(d not in DIRECTIONS
-                                                          for d in directions):
-            raise UserError(f"hydra.sweeper.direction={self.s.direction!r} must give one of "
-                            f"{'/'.join(DIRECTIONS)} per objective {self.s.objectives}; e.g. "
-                            f"direction: {['minimize'] * len(self.s.objectives)}")
-        if not 0.0 <= self.s.max_failure_rate <= 1.0:
-            raise UserError(f"hydra.sweeper.max_failure_rate={self.s.max_failure_rate} must be "
-                            "in [0, 1]")
-        if self.s.n_jobs < 1:
-            raise UserError(f"hydra.sweeper.n_jobs={self.s.n_jobs} must be >= 1")
-        if self.s.heartbeat_interval < 1:
-            raise UserError(f"hydra.sweeper.heartbeat_interval={self.s.heartbeat_interval} "
-                            "must be >= 1 second")
-        return directions
 
     def _params(self) -> dict[str, Any]:
         """hydra.sweeper.params, over the deprecated search_space's (params win per key)."""
@@ -289,32 +318,6 @@ class Planner:
                      specs.optuna_name(table[spec["name"]]))
         return spec
 
-    def _n_trials(self, space: SearchSpace) -> int:
-        grid_size = space.grid_size if self.s.sampler_spec.get("name") == "grid" else None
-        if self.s.n_trials is None:
-            if grid_size is None:
-                raise UserError("hydra.sweeper.n_trials=null is only for the grid sampler; "
-                                "set a number of trials")
-            return grid_size
-        if self.s.n_trials < 1:
-            raise UserError(f"hydra.sweeper.n_trials={self.s.n_trials} must be >= 1")
-        if grid_size is not None and self.s.n_trials > grid_size:
-            # as Hydra's Optuna sweeper: a grid runs each point once, so at most its size
-            log.info("hydra.sweeper.n_trials=%d is more than the grid's %d points: running %d",
-                     self.s.n_trials, grid_size, grid_size)
-            return grid_size
-        return self.s.n_trials
-
-    def _fail_values(self) -> list[float] | None:
-        if self.s.fail_value is None:
-            return None
-        values = self.s.fail_value if isinstance(self.s.fail_value, list) else [self.s.fail_value]
-        if len(values) != len(self.s.objectives) or not all(
-                isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-            raise UserError(f"hydra.sweeper.fail_value={self.s.fail_value!r} must be one finite "
-                            f"number per objective {self.s.objectives}, or null to tell FAIL")
-        return [float(v) for v in values]
-
     def _check_keys(self, space: SearchSpace, base: list[str],
                     replicates: dict[str, list[Any]]) -> DictConfig:
         """Compose the job config with every param value and replicate value, so a key that is
@@ -332,7 +335,7 @@ class Planner:
         self.job = self.hook.typed(cfg)  # a bad value of the app's own is refused here
         self.length = self.hook.length(cfg)
         if self.job is not None:
-            self.hook.check(self.job, [p.key for p in space.params], cfg,
+            self.hook.check(self.job, {p.name: p.key for p in space.params}, cfg,
                             on_this_host=not slurm.is_slurm(self.config.hydra.launcher))
         for p in space.params:
             self._compose_values(job, f"hydra.sweeper.params.{p.name}", p.key, p.examples())

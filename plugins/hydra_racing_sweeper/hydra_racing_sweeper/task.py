@@ -48,8 +48,9 @@ class TaskHook:
     def typed(self, cfg: DictConfig) -> Any | None:
         return None
 
-    def check(self, job: Any, params: list[str], cfg: DictConfig, on_this_host: bool) -> None:
-        """`job`: typed(cfg) (not None); `params`: the searched keys; `on_this_host`: its
+    def check(self, job: Any, params: dict[str, str], cfg: DictConfig, on_this_host: bool) -> None:
+        """`job`: typed(cfg) (not None); `params`: each searched param's name as written
+        under hydra.sweeper.params (`1/norm.p`) to the key it sets (`norm.p`); `on_this_host`: its
         jobs run on this machine (not a SLURM node)."""
 
     def effective(self, flat: dict[str, Any]) -> dict[str, Any] | None:
