@@ -80,10 +80,16 @@ def exploring(props: Sequence[Proposal], budget: int | None, explore: float, roo
 
 def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, explore: float,
                 slots: int, room: int, exhausted: bool = False) -> SearchTurn:
-    """The racing search's next turn. `slots`: proposals racing at once (n_jobs); `room`:
+    """The racing search's next turn. `slots`: runs a launch may hold (n_jobs); `room`:
     proposals it may still make (n_trials less those made); `exhausted`: its sampler proposed
-    only repeats. A new proposal is made while fewer than `slots` challengers race and the
-    launch has a free slot for its first block; blocks run the incumbent's first."""
+    only repeats. A new proposal is made when no challenger races and the launch has a free
+    slot for its first block; blocks run the incumbent's first.
+
+    One proposal at a time, whatever `slots`: a sampler asked for two at once is asked twice
+    from the same data, and a GP proposes the same point twice (issue 70: 12 distinct points
+    in a 24-proposal smoke search at n_jobs 2, the twins spending 39% of the steps). Its slots
+    go to runs instead: the incumbent's block beside the challenger's. Measured on the
+    continuous replays before it was adopted (docs/search_results.md, "No twins")."""
     n_fit = fits(props, budget)
     going = exploring(props, budget, explore, room, exhausted, n_fit)
     search = intensify.replay_search(props, rules, confirm=not going)
@@ -91,7 +97,7 @@ def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
     if n_fit == 0:
         return SearchTurn(search, [], False, True, False)
-    if going and racing < slots and len(runs) < slots:
+    if going and racing == 0 and len(runs) < slots:
         return SearchTurn(search, [], True, False, going)
     runs = _within(runs, n_fit, budget)
     return SearchTurn(search, runs, False, not search.needs and not going, going)
