@@ -97,4 +97,24 @@ cd "$PLUGIN"
 "$VENV/bin/pytest" -c pyproject.toml -p no:cacheprovider -q -n 2 \
     ${PLUGIN_PYTEST_ARGS:--k "$HYDRA_CASES"} tests
 echo "plugin: tests in $((SECONDS - t)) s"
+
+# Beside Hydra's own plugin, as PyPI has it: hydra-optuna-sweeper 1.2.0 pins optuna<3, so
+# --no-deps (its sweep runs on this venv's Optuna). Each sweeper sweeps with the other
+# installed: ours on the sphere example (its sampler group entries are then Hydra's nodes),
+# Hydra's on a config of its own (1.2.0's schema has no max_failure_rate, which ours sets).
+t=$SECONDS
+"${pip[@]}" install --no-deps hydra-optuna-sweeper==1.2.0
+mkdir "$WORK/beside" && cd "$WORK/beside"
+printf 'x: 1\ny: 1\n' > plain.yaml
+"$VENV/bin/python" "$PLUGIN/example/sphere.py" --multirun "hydra.sweep.dir=$WORK/beside/racing" \
+    > racing.log 2>&1 || { tail -n 30 racing.log; echo "plugin: error: hydra/sweeper=racing failed beside hydra-optuna-sweeper" >&2; exit 1; }
+"$VENV/bin/python" "$PLUGIN/example/sphere.py" --config-dir "$WORK/beside" --config-name plain \
+    --multirun hydra/sweeper=optuna 'x=interval(-5,5)' hydra.sweeper.n_trials=3 \
+    "hydra.sweep.dir=$WORK/beside/optuna" > optuna.log 2>&1 \
+    || { tail -n 30 optuna.log; echo "plugin: error: Hydra's hydra/sweeper=optuna failed beside ours" >&2; exit 1; }
+for name in racing optuna; do
+    grep -qx "name: $name" "$name/optimization_results.yaml" \
+        || { echo "plugin: error: $name/optimization_results.yaml is not $name's" >&2; exit 1; }
+done
+echo "plugin: beside hydra-optuna-sweeper 1.2.0, each sweeper's sweep in $((SECONDS - t)) s"
 echo "plugin: done in $((SECONDS - start)) s"
