@@ -1,4 +1,4 @@
-"""`hydra/sweeper=racing` as a drop-in for Hydra's Optuna sweeper (PARITY_SPEC.md).
+"""`hydra/sweeper=racing` as a drop-in for Hydra's Optuna sweeper (hydra_plugins/hydra_racing_sweeper/config.py has its keys).
 
 The end-to-end cases of Hydra's own suite (plugins/hydra_optuna_sweeper/tests/
 test_optuna_sweeper_plugin.py) run here on this plugin's example apps, written like Hydra's,
@@ -159,7 +159,7 @@ def test_sampler_seed_override() -> None:
 def test_sweeper_defaults() -> None:
     """OptunaSweeperConf's keys and defaults, which a config written for Hydra's sweeper may
     leave out: the racing sweeper's are the same. Its default sampler is TPE (Hydra's tpe node,
-    or our spec form {name: tpe, seed: null}: PARITY_SPEC.md, "sampler")."""
+    or our spec form {name: tpe, seed: null}: config.py, the sampler group)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(TESTS / "conf"), version_base="1.3"):
