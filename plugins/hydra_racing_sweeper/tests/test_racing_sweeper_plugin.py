@@ -1,4 +1,5 @@
-"""`hydra/sweeper=racing` as a drop-in for Hydra's Optuna sweeper (hydra_plugins/hydra_racing_sweeper/config.py has its keys).
+"""`hydra/sweeper=racing` as a drop-in for Hydra's Optuna sweeper (its keys:
+hydra_plugins/hydra_racing_sweeper/config.py).
 
 The end-to-end cases of Hydra's own suite (plugins/hydra_optuna_sweeper/tests/
 test_optuna_sweeper_plugin.py) run here on this plugin's example apps, written like Hydra's,
