@@ -92,7 +92,6 @@ class Settings:
                    dict(_to_container(params) or {}), _to_container(race) or None, dry_run,
                    task_hook, custom_search_space, _to_container(search_space) or None, named)
 
-
     def check(self) -> list[str]:
         """The settings no config can check: directions per objective, rates, counts; the
         sampler node in the spec form (Hydra's `_target_` node mapped). Returns the directions."""

@@ -86,10 +86,11 @@ def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     slot for its first block; blocks run the incumbent's first.
 
     One proposal at a time, whatever `slots`: a sampler asked for two at once is asked twice
-    from the same data, and a GP proposes the same point twice (issue 70: 12 distinct points
-    in a 24-proposal smoke search at n_jobs 2, the twins spending 39% of the steps). Its slots
-    go to runs instead: the incumbent's block beside the challenger's. Measured on the
-    continuous replays before it was adopted (docs/search_results.md, "No twins")."""
+    from the same data, and a GP proposes the same point twice (issue 70; a smoke search at
+    n_jobs 2 made 14 distinct points in 21 proposals). The slots hold runs only: the
+    incumbent's block beside the challenger's when both need one, else one run (a parallel
+    launcher's second worker idles). Measured on the continuous replays before it was adopted
+    (docs/search_results.md, "No twins")."""
     n_fit = fits(props, budget)
     going = exploring(props, budget, explore, room, exhausted, n_fit)
     search = intensify.replay_search(props, rules, confirm=not going)
