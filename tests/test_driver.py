@@ -143,23 +143,23 @@ def test_a_step_proposes_while_a_slot_is_free_and_then_runs_the_incumbent_first(
     # but one challenger races, so no second proposal (one at a time: no twins).
     assert not driver.search_turn([inc, lead], RULES, None, 0.8, 2, 5).propose
     assert not driver.search_turn([inc, lead], RULES, None, 0.8, 3, 5).propose
+    # No room left: it confirms, and ends once nothing is needed.
+    step = driver.search_turn([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
+                              None, 0.8, 1, 0)
+    assert step.over and not step.exploring
 
 
 def test_a_search_with_two_slots_proposes_again_only_once_its_last_proposal_has_run():
     """Issue 70's twins: at n_jobs 2 a proposal made beside another from the same data. A new
-    proposal with no block yet is racing: the turn launches its first block beside the
-    incumbent's and asks for no other; once it has lost (worse at its first block), the next
-    one is asked."""
+    proposal with no block yet is racing: the turn launches its first block (the incumbent has
+    run that fold) and asks for no other proposal, a slot free or not; once it has lost (behind
+    at its first block), the next one is asked."""
     inc = Proposal("a", {0: 1.0, 1: 1.0}, live=True, steps=2000, run=1000)
     new = Proposal("b", {}, steps=0, run=1000)
     step = driver.search_turn([inc, new], RULES, None, 0.8, 2, 5)
     assert not step.propose and step.runs == [(1, 0)]
     lost = Proposal("b", {0: 1.5}, live=False, steps=1000, run=1000)  # 0.5 behind: out
     assert driver.search_turn([inc, lost], RULES, None, 0.8, 2, 5).propose
-    # No room left: it confirms, and ends once nothing is needed.
-    step = driver.search_turn([done("a", [1.0, 1.1, 1.0, 1.2]), done("b", [1.3])], RULES,
-                              None, 0.8, 1, 0)
-    assert step.over and not step.exploring
 
 
 def test_the_exploration_share_of_the_budget_ends_the_proposals():
