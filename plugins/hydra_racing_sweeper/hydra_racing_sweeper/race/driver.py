@@ -86,19 +86,18 @@ def search_turn(props: Sequence[Proposal], rules: Rules, budget: int | None, exp
     slot for its first block; blocks run the incumbent's first.
 
     One proposal at a time, whatever `slots`: a sampler asked for two at once is asked twice
-    from the same data, and a GP proposes the same point twice (issue 70; a smoke search at
-    n_jobs 2 made 14 distinct points in 21 proposals). The slots hold runs only: the
-    incumbent's block beside the challenger's when both need one, else one run (a parallel
-    launcher's second worker idles). Measured on the continuous replays before it was adopted
-    (docs/search_results.md, "No twins")."""
+    from the same data, and a GP proposes the same point twice (issue 70). The slots hold runs
+    only: the incumbent's block beside the challenger's when both need one, else one run (a
+    parallel launcher's second worker idles). Measured on the continuous replays before it was
+    adopted (docs/search_results.md, "No twins")."""
     n_fit = fits(props, budget)
     going = exploring(props, budget, explore, room, exhausted, n_fit)
     search = intensify.replay_search(props, rules, confirm=not going)
-    racing = sum(j.outcome == verdicts.RACING for j in search.judged.values())
+    racing = any(j.outcome == verdicts.RACING for j in search.judged.values())
     runs = [(i, search.needs[i]) for i in sorted(search.needs, key=lambda i: _first(search, i))]
     if n_fit == 0:
         return SearchTurn(search, [], False, True, False)
-    if going and racing == 0 and len(runs) < slots:
+    if going and not racing and len(runs) < slots:
         return SearchTurn(search, [], True, False, going)
     runs = _within(runs, n_fit, budget)
     return SearchTurn(search, runs, False, not search.needs and not going, going)
