@@ -320,3 +320,33 @@ def test_a_best_exactly_delta_from_the_floor_counts_as_within_it():
     got = continuous.counts(shape, 0.02, entries)
     assert (got["best_within_delta"], got["best_within_half"], got["level_within_delta"]) == (
         3, 2, 3)
+
+
+def test_the_held_out_landscapes_are_the_files_committed_and_their_floors_where_named(tmp_path):
+    """continuous_landscapes --held-out rewrites the committed files byte for byte, and each
+    landscape's floor and its width within δ are where its formula puts them, by hand:
+    bowl_0.15_a4 (4 (x − 0.15)²) within δ = 0.02 for |x − 0.15| ≤ sqrt(0.02/4) = 0.0707;
+    two_basins_deep's floor is its second basin, δ/2 below the first; two_basins_shallow's
+    second basin, 1.5δ up, is outside δ."""
+    from qknorm.research import continuous_landscapes
+
+    assert continuous_landscapes.main(["--held-out", "--out", str(tmp_path)]) == 0
+    committed = REPO / "docs/results/landscapes"
+    for noise in ("qknorm", "calibrated"):
+        name = f"continuous_heldout_{noise}.json"
+        made = json.loads((tmp_path / name).read_text())
+        assert made["landscapes"] == json.loads((committed / name).read_text())["landscapes"]
+    delta, shapes = continuous.read(committed / "continuous_heldout_qknorm.json")
+    by = {s.name.split("/")[1]: s for s in shapes}
+    assert len(by) == 10 and not set(by) & {"bowl_0", "bowl_0.29", "bowl_0.42", "two_basins"}
+
+    def argmin(s):
+        return s.x[s.f.index(s.floor)]
+
+    assert {n: argmin(by[n]) for n in ("bowl_0.1", "bowl_0.7", "bowl_0.55_a0.25")} == {
+        "bowl_0.1": 0.1, "bowl_0.7": 0.7, "bowl_0.55_a0.25": 0.55}
+    within = [x for x in by["bowl_0.15_a4"].x if by["bowl_0.15_a4"].at(x) <= delta]
+    assert (min(within), max(within)) == (0.08, 0.22)  # the grid's points inside 0.15 ± 0.0707
+    deep, shallow = by["two_basins_deep"], by["two_basins_shallow"]
+    assert (argmin(deep), deep.floor, deep.at(0.3)) == (0.9, -0.01, 0.0)
+    assert (argmin(shallow), shallow.at(0.6) - shallow.floor) == (0.1, pytest.approx(0.03))

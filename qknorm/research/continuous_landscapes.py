@@ -28,6 +28,7 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 DELTA = 0.02  # the presets' equivalence margin (conf/search/p_tpe.yaml)
@@ -49,10 +50,10 @@ def shapes() -> dict[str, list[float]]:
 NOISES = ("qknorm", "calibrated")
 
 
-def build(noise: str) -> dict:
+def build(noise: str, made: Callable[[], dict[str, list[float]]] = shapes) -> dict:
     return {"delta": DELTA,
             "landscapes": [{"name": f"{noise}/{name}", "noise": noise, "x": X,
-                            "f": [round(v, 8) for v in f]} for name, f in shapes().items()]}
+                            "f": [round(v, 8) for v in f]} for name, f in made().items()]}
 
 
 NEEDLES = (1.0, 4.0, 16.0, 64.0, 256.0)
@@ -64,17 +65,39 @@ def needles() -> dict:
                             "f": [round(a * (x - 0.42) ** 2, 8) for x in X]} for a in NEEDLES]}
 
 
+def held_out() -> dict[str, list[float]]:
+    def bowl(x0: float, a: float = A) -> list[float]:
+        return [a * (x - x0) ** 2 for x in X]
+
+    def basins(x1: float, x2: float, second: float) -> list[float]:
+        return [min(A * (x - x1) ** 2, A * (x - x2) ** 2 + second) for x in X]
+
+    out = {f"bowl_{x0:g}": bowl(x0) for x0 in (0.1, 0.6, 0.7)}
+    out |= {f"bowl_{x0:g}_a{a:g}": bowl(x0, a) for x0, a in ((0.55, 0.25), (0.35, 0.5),
+                                                               (0.9, 2.0), (0.15, 4.0))}
+    out["two_basins_even"] = basins(0.15, 0.65, 0.0)
+    out["two_basins_deep"] = basins(0.3, 0.9, -DELTA / 2)
+    out["two_basins_shallow"] = basins(0.1, 0.6, 1.5 * DELTA)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True,
                     help="a folder: continuous_NOISE.json for each noise is written there")
-    ap.add_argument("--needles", action="store_true",
-                    help="write continuous_needles.json (narrowing bowls) instead")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--needles", action="store_true",
+                      help="write continuous_needles.json (narrowing bowls) instead")
+    what.add_argument("--held-out", action="store_true",
+                      help="write continuous_heldout_NOISE.json (landscapes no setting was "
+                           "chosen on) instead")
     args = ap.parse_args(argv)
     command = ("python -m qknorm.research.continuous_landscapes "
                + shlex.join(argv if argv is not None else sys.argv[1:]))
     args.out.mkdir(parents=True, exist_ok=True)
-    files = ({"needles": needles()} if args.needles else {n: build(n) for n in NOISES})
+    files = ({"needles": needles()} if args.needles
+             else {f"heldout_{n}": build(n, held_out) for n in NOISES} if args.held_out
+             else {n: build(n) for n in NOISES})
     for name, data in files.items():
         # one landscape a line: diffs name the landscape
         lines = [json.dumps(e, separators=(",", ":")) for e in data["landscapes"]]
