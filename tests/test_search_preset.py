@@ -47,11 +47,13 @@ def test_the_preset_is_the_one_docs_search_md_states_key_for_key():
 
 
 def test_the_table_holds_what_the_page_says_in_words():
-    """The facts the page leans on, from outside the YAML: GP with 4 start-up trials, 1 fold for
-    a takeover, explore 0.7, p = inf then p = 1 first, 5 folds, δ 0.02."""
+    """The facts the page leans on, from outside the YAML: GP with 2 start-up trials (the
+    initial design's two), 1 fold for a takeover, explore 0.6, a stop 0.06 behind at the half
+    rung, p = inf then p = 1 first, 5 folds, δ 0.02."""
     written = documented()
-    assert written["sampler.name"] == "gp" and written["sampler.n_startup_trials"] == 4
-    assert written["race.min_replicates"] == 1 and written["race.explore"] == 0.7
+    assert written["sampler.name"] == "gp" and written["sampler.n_startup_trials"] == 2
+    assert written["race.min_replicates"] == 1 and written["race.explore"] == 0.6
+    assert written["race.margin"] == [0.1, 0.06] and written["race.rungs"] == [0.25, 0.5]
     assert written["race.initial"] == [math.inf, 1.0]
     assert written["replicates.data.fold"] == [0, 1, 2, 3, 4]
     assert written["race.equivalence"] == 0.02
