@@ -117,7 +117,7 @@ def test_counts_score_the_answer_against_f():
     # within δ: #1, #2; within δ/2: #1. Worse true: #1 (f(4) > f(2)), #3 (none called); #2's
     # f(2) = 0 < f(2.2). Level within δ: #1 (0.0114), #3 (none); #2's |0.0625 - 0.0114| > δ.
     assert got == {"seeds": 3, "best_within_delta": 2, "best_within_half": 1, "worse_true": 2,
-                   "level_within_delta": 2, "steps_median": 20}
+                   "level_within_delta": 2, "steps_median": 20, "steps_max": 30}
 
 
 def test_the_cli_writes_out_json_as_the_issue_fixed_it(tmp_path, capsys):

@@ -165,6 +165,9 @@ def test_a_candidate_record_sums_its_files_and_names_the_landscapes_short(tmp_pa
     assert replays.candidate(rec, Runs(book)) == {"all": {
         "seeds": 1, "landscapes": 2, "best_within_delta": 2, "best_within_half": 1,
         "short": "c/v", "short_noises": "calibrated"}}
+    # SMAC3 not run on c's landscapes (null): c is held to within δ and the calls alone
+    rec.spec["smac3"] = ["rq.json", None]
+    assert replays.candidate(rec, Runs(book))["all"]["short"] is None
 
 
 def test_a_replays_score_counts_its_seeds_against_the_grids_answer_by_hand():

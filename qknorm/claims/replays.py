@@ -9,10 +9,10 @@ template):
               level_all_within_delta, steps_median, distinct_p_median
   continuous  search_replay --continuous's OUT.json (`file`) over its landscapes (`landscapes`):
               per landscape and method (row LANDSCAPE/METHOD) seeds, best_within_delta,
-              best_within_half, worse_true, level_within_delta, steps_median
+              best_within_half, worse_true, level_within_delta, steps_median, steps_max
   candidate   a racing-search candidate's continuous replays (`files`, over `landscapes`), summed
               over every landscape (row all): best within δ and δ/2, and the landscapes short of
-              issue 53's bar against SMAC3's entries (`smac3`)
+              issue 53's bar against SMAC3's entries (`smac3`; null for a noise SMAC3 did not run)
   error_rates race_level_error_rates' JSON (`file`): per cell (row K/ρ/k/WORLD/δσ, ρ to two
               decimals, δσ `off` or its value) each rate of each test, TEST_RATE (paired_any_worse,
               corrected_mean_blocks_run: the rate's name with underscores)
@@ -49,7 +49,9 @@ def candidate(record: Record, runs: Runs) -> Rows:
     """A racing-search candidate's continuous replays (`files`, one per landscapes file of
     `landscapes`, in order) summed over every landscape (row all): seeds, landscapes, best
     within δ and δ/2, and the landscapes short of issue 53's bar (continuous.short_of_bar)
-    against SMAC3's entries in `smac3` (replay JSONs over the same seeds), q/ and c/ for the
+    against SMAC3's entries in `smac3` (replay JSONs over the same seeds; null where SMAC3 was not
+    run for that landscapes file: its landscapes are held to the within-δ and call counts), q/
+    and c/ for the
     qknorm and calibrated noise, none (printed "-": a string "-" would never agree with a
     record's "-", which reads as missing), and the noises of those landscapes."""
     from qknorm.research import continuous as c
@@ -64,6 +66,8 @@ def candidate(record: Record, runs: Runs) -> Rows:
     def counts(names: list, method: str) -> dict[str, dict]:  # landscape -> method's counts
         out: dict[str, dict] = {}
         for name, land in zip(names, lands if names else [], strict=True):
+            if name is None:  # SMAC3 not run on this file's landscapes
+                continue
             rows = replay_table.continuous_rows(runs.file(record, "a replay's JSON", name),
                                                 runs.book.results / land)
             out |= {k.removesuffix(f"/{method}"): v for k, v in rows.items()

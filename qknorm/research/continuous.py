@@ -300,7 +300,7 @@ def x_of(p: float) -> float:
 
 def counts(shape: Shape, delta: float, entries: list[dict]) -> dict:
     """Over seeds (module doc): best within δ and δ/2 of min f, worse calls true, level calls
-    within δ of the best p's f."""
+    within δ of the best p's f, and the median and most steps a search spent."""
     def gap(p):  # f(p) - min f
         return shape.at(x_of(p)) - shape.floor
 
@@ -312,7 +312,8 @@ def counts(shape: Shape, delta: float, entries: list[dict]) -> dict:
                                   for p in e["worse"]) for e in within),
             "level_within_delta": sum(all(abs(shape.at(x_of(p)) - shape.at(x_of(e["best_p"])))
                                           <= delta for p in e["level"]) for e in within),
-            "steps_median": statistics.median(e["steps"] for e in entries)}
+            "steps_median": statistics.median(e["steps"] for e in entries),
+            "steps_max": max(e["steps"] for e in entries)}  # the budget rule: never above it
 
 
 def short_of_bar(racing: dict[str, dict], smac3: dict[str, dict]) -> list[str]:
