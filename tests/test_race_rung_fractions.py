@@ -40,12 +40,12 @@ def test_every_rung_dropped_leaves_no_rung_and_the_presets_fit_the_committed_gri
     assert resolve_rungs([0.25, 0.5], 0.05, 3, 10) == ((), (), [
         Dropped(0.25, 0, "before the first eval"), Dropped(0.5, 0, "before the first eval")])
     assert str(Dropped(0.25, 0, "before the first eval")) == "0.25 (step 0: before the first eval)"
-    # The replays' rungs (qknorm/research/search_replay.py) at paper_cpu's 2000 steps, as the
-    # replays judged before rungs were fractions
+    # The replays' rungs (qknorm/research/search_replay.py) at paper_cpu's 2000 steps: p_race's as
+    # the replays judged before rungs were fractions; p_tpe's half rung 0.06 since issue 70
     from qknorm.research import search_replay
 
     assert search_replay.RACE["race"]["rungs"] == {500: 0.1, 1000: 0.04}
-    assert search_replay.SEARCH["race"]["rungs"] == {500: 0.1, 1000: 0.04}
+    assert search_replay.SEARCH["race"]["rungs"] == {500: 0.1, 1000: 0.06}
     assert step_margins({"rungs": [0.5]}, 2000, 250) == {1000: 0.05}  # the default margin
 
 
