@@ -83,6 +83,36 @@ def test_the_initial_design_is_proposed_first_in_order_then_the_sampler():
         space.params_of({"norm.p": 0.5})
 
 
+class _Fixed(optuna.samplers.BaseSampler):
+    """Proposes `x` for 1/p, whatever it is told."""
+
+    def __init__(self, x: float):
+        self.x = x
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, name, dist):
+        return self.x
+
+
+def test_a_proposal_a_rounding_from_an_earlier_one_is_a_repeat_not_a_new_point():
+    """Issue 70: the GP proposed x = 0.9999999999999998 after the initial design's 1.0, and the
+    search ran it as a new point (p = 1.0000000000000002 beside p = 1). It is a repeat: the
+    sampler is asked again (a new seed, `make(n)` for the next n), and only repeats leave
+    nothing to propose; a point 1e-6 away is a new one."""
+    dist = {"1/norm.p": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    told = [({"1/norm.p": 0.0}, 1.5), ({"1/norm.p": 1.0}, 1.2)]
+    first = len(told) * 16  # propose's n for its first ask (attempts=16)
+    xs = {first: 0.9999999999999998}  # then 0.5
+    assert propose(lambda n: _Fixed(xs.get(n, 0.5)), told, dist) == {"1/norm.p": 0.5}
+    assert propose(lambda n: _Fixed(0.9999999999999998), told, dist) is None
+    assert propose(lambda n: _Fixed(1.0 - 1e-6), told, dist) == {"1/norm.p": 1.0 - 1e-6}
+
+
 def test_an_initial_point_the_space_cannot_propose_is_dropped_with_one_line(caplog):
     """search=p_tpe's initial [inf, 1.0] under norm.p=interval(1, 8): p = inf is outside, so
     the search starts from p = 1, and one log line says so (as a rung that does not fit)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -189,8 +190,9 @@ def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple
     """The next proposal: the first of `initial` (the initial design, race.initial) not yet
     proposed; else a fresh in-memory study is told every proposal so far with its value (None:
     not known yet, left out), and its sampler, made by `make(n)` for the n-th ask, proposes; a
-    repeat of an earlier proposal is told its value and the sampler asked again, up to
-    `attempts` times (then None: nothing new to propose)."""
+    repeat of an earlier proposal (equal, or a float a rounding apart: _repeats) is told its
+    value and the sampler asked again, up to `attempts` times (then None: nothing new to
+    propose)."""
     known = [params for params, _ in told]
     design = next((params for params in initial if params not in known), None)
     if design is not None:
@@ -204,12 +206,24 @@ def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple
             shadow.add_trial(optuna.trial.create_trial(params=params, distributions=distributions,
                                                        value=value))
         params = shadow.ask(distributions).params
-        if params not in known:
+        twin = next((k for k in known if _repeats(params, k)), None)
+        if twin is None:
             return params
-        value = dict((repr(p), v) for p, v in told).get(repr(params))
+        value = dict((repr(p), v) for p, v in told).get(repr(twin))
         if value is not None:
             told.append((params, value))
     return None
+
+
+def _repeats(params: dict[str, Any], earlier: dict[str, Any]) -> bool:
+    """`params` is `earlier` again: each value equal, or both floats a rounding apart. A GP
+    proposes an end of its interval again as 0.9999999999999998 where the initial design put
+    1.0 (issue 70: a twin that took two runs in a replay)."""
+    def alike(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return a == b
+    return params.keys() == earlier.keys() and all(alike(v, earlier[k]) for k, v in params.items())
 
 
 @contextlib.contextmanager
