@@ -18,6 +18,7 @@ from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
 from hydra_racing_sweeper.space import parse_space, replicate_combinations
 from hydra_racing_sweeper.sweep import OptunaSweep
 
+from qknorm import jsonfile
 from qknorm.errors import UserError
 from qknorm.research import continuous, search_replay
 from qknorm.rundir import COMPLETED
@@ -350,3 +351,24 @@ def test_the_held_out_landscapes_are_the_files_committed_and_their_floors_where_
     deep, shallow = by["two_basins_deep"], by["two_basins_shallow"]
     assert (argmin(deep), deep.floor, deep.at(0.3)) == (0.9, -0.01, 0.0)
     assert (argmin(shallow), shallow.at(0.6) - shallow.floor) == (0.1, pytest.approx(0.03))
+
+
+def test_the_committed_replays_of_the_preset_now_run_no_point_twice():
+    """Issue 70: no search of the committed replays under the preset now lists two p a float
+    rounding apart (the GP's x = 0.9999999999999998 beside the initial design's 1.0 ran as a new
+    point before search_schedule.propose took it for a repeat): every p an answer lists is its own
+    proposal, so two alike would be a twin."""
+    import itertools
+
+    files = sorted((REPO / "docs/results/landscapes/candidates").glob("sixth_*.json.gz"))
+    assert len(files) == 12
+    searches = 0
+    for path in files:
+        for by_method in jsonfile.read(path)["landscapes"].values():
+            for e in by_method["racing"]:
+                xs = [continuous.x_of(p) for p in
+                      [e["best_p"], *e["worse"], *e["level"], *e["undecided"]]]
+                assert not any(a != b and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+                               for a, b in itertools.combinations(xs, 2)), (path.name, e["seed"])
+                searches += 1
+    assert searches == 12 * 10 * 20
