@@ -193,8 +193,9 @@ def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple
     repeat of an earlier proposal (equal, or a float a rounding apart: _repeats) is told its
     value and the sampler asked again, up to `attempts` times (then None: nothing new to
     propose)."""
-    known = [params for params, _ in told]
-    design = next((params for params in initial if params not in known), None)
+    known, values = [params for params, _ in told], [value for _, value in told]
+    design = next((params for params in initial
+                   if not any(_repeats(params, k) for k in known)), None)
     if design is not None:
         return dict(design)
     told = [(params, value) for params, value in told if value is not None]
@@ -206,12 +207,11 @@ def propose(make: Callable[[int], optuna.samplers.BaseSampler], told: list[tuple
             shadow.add_trial(optuna.trial.create_trial(params=params, distributions=distributions,
                                                        value=value))
         params = shadow.ask(distributions).params
-        twin = next((k for k in known if _repeats(params, k)), None)
+        twin = next((i for i, k in enumerate(known) if _repeats(params, k)), None)
         if twin is None:
             return params
-        value = dict((repr(p), v) for p, v in told).get(repr(twin))
-        if value is not None:
-            told.append((params, value))
+        if values[twin] is not None:
+            told.append((params, values[twin]))
     return None
 
 
