@@ -37,9 +37,19 @@ X = [round(i / 200, 4) for i in range(201)]
 BOWLS = (0.0, 0.29, 0.42, 0.847, 1.0)
 
 
+def bowl(x0: float, a: float = A) -> list[float]:
+    """f = a (x − x0)²: the floor at x0, within δ for |x − x0| <= sqrt(δ/a)."""
+    return [a * (x - x0) ** 2 for x in X]
+
+
+def basins(x1: float, x2: float, second: float) -> list[float]:
+    """The lower of two bowls of curvature A at x1 and x2, the second `second` nats up."""
+    return [min(A * (x - x1) ** 2, A * (x - x2) ** 2 + second) for x in X]
+
+
 def shapes() -> dict[str, list[float]]:
-    out = {f"bowl_{x0:g}": [A * (x - x0) ** 2 for x in X] for x0 in BOWLS}
-    out["two_basins"] = [min(A * (x - 0.2) ** 2, A * (x - 0.78) ** 2 + DELTA / 4) for x in X]
+    out = {f"bowl_{x0:g}": bowl(x0) for x0 in BOWLS}
+    out["two_basins"] = basins(0.2, 0.78, DELTA / 4)
     out["slope"] = [2.7 * DELTA * x for x in X]
     out["slope_1"] = [2.7 * DELTA * (1 - x) for x in X]
     out["plateau"] = [A * max(0.0, abs(x - 0.55) - 0.15) ** 2 for x in X]
@@ -62,16 +72,10 @@ NEEDLES = (1.0, 4.0, 16.0, 64.0, 256.0)
 def needles() -> dict:
     return {"delta": DELTA,
             "landscapes": [{"name": f"calibrated/needle_A{a:g}", "noise": "calibrated", "x": X,
-                            "f": [round(a * (x - 0.42) ** 2, 8) for x in X]} for a in NEEDLES]}
+                            "f": [round(v, 8) for v in bowl(0.42, a)]} for a in NEEDLES]}
 
 
 def held_out() -> dict[str, list[float]]:
-    def bowl(x0: float, a: float = A) -> list[float]:
-        return [a * (x - x0) ** 2 for x in X]
-
-    def basins(x1: float, x2: float, second: float) -> list[float]:
-        return [min(A * (x - x1) ** 2, A * (x - x2) ** 2 + second) for x in X]
-
     out = {f"bowl_{x0:g}": bowl(x0) for x0 in (0.1, 0.6, 0.7)}
     out |= {f"bowl_{x0:g}_a{a:g}": bowl(x0, a) for x0, a in ((0.55, 0.25), (0.35, 0.5),
                                                                (0.9, 2.0), (0.15, 4.0))}
