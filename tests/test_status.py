@@ -443,6 +443,35 @@ def test_one_live_heartbeat_or_a_study_without_the_record_is_not_stopped(tmp_pat
     assert stopped_sweep(optuna.load_study(study_name="q", storage=storage), storage) is None
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "journal"])
+def test_a_running_trial_that_never_beat_reads_as_stopped_once_grace_old(tmp_path, backend):
+    """A sweeper killed between its ask and its first beat: the trial has no heartbeat, and its
+    start stands for one (study.is_stale), on this machine's clock; grace 20 s."""
+    from datetime import datetime, timedelta
+
+    from hydra_racing_sweeper.progress import stopped_sweep
+    from hydra_racing_sweeper.specs import open_storage
+    from hydra_racing_sweeper.study import record_sweeper
+
+    url = (f"sqlite:///{tmp_path}/o.db" if backend == "sqlite"
+           else f"{JOURNAL_PREFIX}{tmp_path}/o.log")
+    writer = open_storage(url, heartbeat_interval=10)
+
+    def read_one_running(name: str, started_s_ago: float):
+        study = new_study(writer, name)
+        record_sweeper(study, 10, None, ARGV, "/w")
+        t = optuna.trial.create_trial(state=TrialState.RUNNING, params={"p": 2.0},
+                                      distributions={"p": CategoricalDistribution([2.0, 4.0])})
+        t.datetime_start = datetime.now() - timedelta(seconds=started_s_ago)
+        study.add_trial(t)
+        reader = open_reader(url)
+        return stopped_sweep(optuna.load_study(study_name=name, storage=reader), reader)
+
+    assert read_one_running("asked", 15) is None  # its sweeper may beat it yet
+    gone = read_one_running("killed", 25)
+    assert (gone.stale, gone.grace) == (1, 20)
+
+
 def test_a_sweep_with_no_trial_running_and_none_told_lately_is_stopped(tmp_path):
     """A sweep stopped between trials (its failures over max_failure_rate, or killed after a
     tell): no running trial, the last told 50 s before, grace 20 s."""

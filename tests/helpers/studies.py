@@ -169,11 +169,15 @@ def age_heartbeats(cwd: Path) -> int:
     """Make the killed sweep's RUNNING trials stale now, as they are grace_period after the
     kill, without waiting on the clock: their heartbeats (Optuna's trial_heartbeats table, in
     the SQLite storage's own CURRENT_TIMESTAMP format) set back one hour, so the resumed
-    sweepers fail and retry them the moment they start, however soon that is. Returns the rows
-    changed."""
+    sweepers fail and retry them the moment they start, however soon that is. A kill between
+    a trial's ask and its first beat leaves it no heartbeat: its start is set back instead
+    (study.is_stale). Returns the heartbeat rows changed."""
     with sqlite3.connect(cwd / "outputs" / "optuna.db") as db:
         changed = db.execute("UPDATE trial_heartbeats SET heartbeat = "
                              "datetime(heartbeat, '-1 hour')").rowcount
+        db.execute("UPDATE trials SET datetime_start = datetime(datetime_start, '-1 hour') "
+                   "WHERE state = 'RUNNING' AND trial_id NOT IN "
+                   "(SELECT trial_id FROM trial_heartbeats)")
     db.close()
     return changed
 

@@ -58,9 +58,9 @@ from optuna.trial import FrozenTrial, TrialState
 from hydra_racing_sweeper import readback
 from hydra_racing_sweeper.race import verdicts
 from hydra_racing_sweeper.rundir import COMPLETED, FAILED, FINAL_FILE, PRUNED, read_final
+from hydra_racing_sweeper.specs import journal_stale_ids
 from hydra_racing_sweeper.study import (
     DUPLICATE_ATTR,
-    HEARTBEAT_ATTR,
     JOB_DIRS_ATTR,
     JOBS_ATTR,
     N_ATTR,
@@ -275,18 +275,17 @@ def stopped_sweep(study: optuna.Study, storage: optuna.storages.BaseStorage,
 
 def _stale_ids(storage: optuna.storages.BaseStorage, study: optuna.Study, grace: int,
                now: float) -> set[int] | None:
-    """Ids of the study's RUNNING trials whose last heartbeat is older than `grace` seconds;
-    None for a storage that keeps no heartbeats. An RDB storage: Optuna's query
-    (_get_stale_trial_ids, what fail_stale_trials calls; it only reads, on the database's
-    clock) with the sweeper's grace period. A journal: the beats our JournalHeartbeatStorage
-    writes as a trial system attr (HEARTBEAT_ATTR)."""
+    """Ids of the study's RUNNING trials that are stale (study.is_stale: last heartbeat, or
+    start where none, older than `grace` seconds); None for a storage that keeps no heartbeats.
+    An RDB storage (specs.open_reader's): its _get_stale_trial_ids, what fail_stale_trials
+    calls (it only reads), with the sweeper's grace period. A journal: the beats our
+    JournalHeartbeatStorage writes as a trial system attr (specs.journal_stale_ids)."""
     if isinstance(storage, optuna.storages.RDBStorage):
         storage.heartbeat_interval, storage.grace_period = grace, grace
         return set(storage._get_stale_trial_ids(study._study_id))
     if isinstance(storage, optuna.storages.JournalStorage):
-        return {t._trial_id for t in study.get_trials(deepcopy=False,
-                                                      states=(TrialState.RUNNING,))
-                if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > grace}
+        return set(journal_stale_ids(
+            study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), grace, now))
     return None
 
 

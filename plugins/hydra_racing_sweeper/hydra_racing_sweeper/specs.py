@@ -21,12 +21,12 @@ from typing import Any
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine, make_url
 
 from hydra_racing_sweeper import rundir
 from hydra_racing_sweeper.errors import UserError, first_line
-from hydra_racing_sweeper.study import HEARTBEAT_ATTR, holds_slot, retried_numbers, retry
+from hydra_racing_sweeper.study import HEARTBEAT_ATTR, holds_slot, is_stale, retried_numbers, retry
 
 # Heartbeats and stale-trial retries are what make kill-and-rerun work; Optuna labels them
 # experimental and expects them inside Study.optimize. We use them on purpose: keep logs clean.
@@ -322,17 +322,42 @@ class JournalHeartbeatStorage(optuna.storages.JournalStorage, BaseHeartbeat):
             pass  # told between the heartbeat thread's copy of ids and this beat
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        # As RDBStorage: a running trial that never beat is not stale.
-        now = time.time()
-        running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        return [t._trial_id for t in running
-                if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > self._grace]
+        return journal_stale_ids(
+            self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)),
+            self._grace, time.time())
 
     def get_heartbeat_interval(self) -> int | None:
         return self._interval
 
     def get_heartbeat_stale_trial_callback(self) -> Callable | None:
         return self._callback
+
+
+def journal_stale_ids(running: Sequence[optuna.trial.FrozenTrial], grace: float,
+                      now: float) -> list[int]:
+    """Ids of a journal's RUNNING trials that are stale (is_stale), by the beats that
+    JournalHeartbeatStorage writes: the sweeper's test, and the status's from a plain reader."""
+    return [t._trial_id for t in running
+            if is_stale(t, t.system_attrs.get(HEARTBEAT_ATTR), grace, now)]
+
+
+class RDBHeartbeatStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage, whose stale trials include those that never beat (is_stale): Optuna
+    judges the trials that beat, on the database's clock; a trial with no heartbeat row is judged
+    by its start, on this machine's clock (the clock Optuna wrote it with)."""
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = self.grace_period or 2 * self.heartbeat_interval
+        now = time.time()
+        running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        with self.engine.connect() as db:  # read after `running`: a trial asked since beats too
+            beat = set(db.execute(text(
+                "SELECT h.trial_id FROM trial_heartbeats h JOIN trials t "
+                "ON t.trial_id = h.trial_id WHERE t.study_id = :study_id"),
+                {"study_id": study_id}).scalars())
+        return stale + [t._trial_id for t in running
+                        if t._trial_id not in beat and is_stale(t, None, grace, now)]
 
 
 def _open_journal(url: str, path: Path, heartbeat_interval: int | None,
@@ -371,8 +396,8 @@ def open_reader(url: str) -> optuna.storages.BaseStorage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
-                                              skip_table_creation=True)
+            return RDBHeartbeatStorage(url, engine_kwargs=engine_kwargs,
+                                       skip_table_creation=True)
     except Exception as e:  # SQLAlchemy/driver errors vary by backend
         raise UserError(f"STORAGE={url!r} cannot be opened ({first_line(e)}); check the URL, "
                         "the server and its driver") from None
@@ -427,7 +452,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None,
         engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
     for attempt in range(5):
         try:
-            storage = optuna.storages.RDBStorage(
+            storage = RDBHeartbeatStorage(
                 url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period, heartbeat_stale_trial_callback=callback)
             if url.startswith("sqlite"):

@@ -4,10 +4,10 @@ concurrent sweepers agree, the one way a trial is retried, and heartbeats.
 
 Every trial this sweeper finishes carries a user attr `status`: completed | pruned | failed
 (counted toward n_trials), or surplus (asked by a sweeper that lost a race for the last slots;
-never launched, not counted). A RUNNING trial whose sweeper died stops getting heartbeats; the
-next sweeper marks it FAIL (Optuna's fail_stale_trials) and `retry` re-enqueues its params, so
-it does not count and its params run again. A SLURM job that was cancelled is retried the same
-way (slurm.retry_interrupted).
+never launched, not counted). A RUNNING trial whose sweeper died stops getting heartbeats (or
+never got one: is_stale); the next sweeper marks it FAIL (Optuna's fail_stale_trials) and
+`retry` re-enqueues its params, so it does not count and its params run again. A SLURM job
+that was cancelled is retried the same way (slurm.retry_interrupted).
 """
 
 from __future__ import annotations
@@ -180,9 +180,22 @@ def surplus(study: optuna.Study, mine: list[int], n_trials: int) -> set[int]:
     return {n for n in mine if n in beyond}
 
 
+def is_stale(trial: FrozenTrial, last_beat: float | None, grace: float, now: float) -> bool:
+    """Whether RUNNING `trial` was left by a killed sweeper: its last heartbeat (Unix time) is
+    over `grace` seconds old, or it never beat (None) and started over `grace` seconds ago.
+
+    A sweeper beats right after it asks (Heartbeat.add), so a trial that never beat was asked by
+    a sweeper killed in between. Optuna's test (RDBStorage._get_stale_trial_ids) skips such a
+    trial: it would stay RUNNING for ever, holding a slot of n_trials, and the status would
+    call its sweep running. Its start is the asking machine's local time, read in this one's
+    (as a journal's beats): keep clocks in sync."""
+    since = trial.datetime_start.timestamp() if last_beat is None else last_beat
+    return now - since > grace
+
+
 class Heartbeat:
     """Records a heartbeat for this sweeper's running trials every `interval` seconds, so
-    another sweeper (or a rerun) can tell them from trials of a killed one."""
+    another sweeper (or a rerun) can tell them from trials of a killed one (is_stale)."""
 
     def __init__(self, storage: optuna.storages.RDBStorage, interval: int):
         self._storage, self._interval = storage, interval
