@@ -19,6 +19,8 @@ TESTS=(
     tests/test_results_cli.py::test_report_cli_on_a_study_draws_its_optuna_plots  # matplotlib, optuna plots
     # A real sweep: the sweeper (optuna, sqlalchemy, heartbeats) runs one training job (tqdm).
     tests/test_sweeper.py::test_pruner_and_sampler_switched_by_name
+    # Optuna's private stale-trial query, which specs.RDBHeartbeatStorage extends.
+    tests/test_sweeper.py::test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried_once_grace_old
     # Optuna 4.9's TPE proposes a committed (5.0) search's points again: the pinned defaults.
     tests/test_sweeper_seeds.py::test_the_committed_tpe_search_is_proposed_again_point_for_point
 )
