@@ -111,13 +111,12 @@ def test_a_search_ends_within_its_budget_even_with_proposals_still_racing(cli):
     assert all(t.state.is_finished() for t in study.trials)
 
 
-def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
-    """A TPE proposal's p (4.872838681541604) reads in the trial's log lines as the answer
-    line names it, to 4 significant digits: norm.p=4.873, not the float's 16 digits."""
+def tpe_search_in_memory():
+    """A TPE search over norm.p in [1, 16] on two folds, its study in memory: the space, the
+    blocks, the study and its schedule (one sweeper), for driving admit and settle by hand."""
     from hydra_racing_sweeper.race import RaceSpec
     from hydra_racing_sweeper.search_schedule import RaceSearchSchedule
     from hydra_racing_sweeper.space import parse_space
-    from hydra_racing_sweeper.study import RACE_RUNS_ATTR
 
     space, _ = parse_space({"norm.p": "interval(1.0, 16.0)"}, [])
     blocks = ("data.fold=0", "data.fold=1")
@@ -128,6 +127,15 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
     study = optuna.create_study()
     RaceSearchSchedule.prepare_study(plan, study, study.study_name)
     schedule = RaceSearchSchedule(plan, None, ["best_val_loss"], 1, Beats())
+    return space, blocks, study, schedule
+
+
+def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
+    """A TPE proposal's p (4.872838681541604) reads in the trial's log lines as the answer
+    line names it, to 4 significant digits: norm.p=4.873, not the float's 16 digits."""
+    from hydra_racing_sweeper.study import RACE_RUNS_ATTR
+
+    space, blocks, study, schedule = tpe_search_in_memory()
     # The incumbent p=2 (1.0, 1.1) and p=4.87, behind by 0.30 and 0.31: worse (paired t on
     # one degree of freedom, t = 0.305 / 0.005 = 61, one-sided p 0.005).
     for p, values in ((2.0, (1.0, 1.1)), (4.872838681541604, (1.30, 1.41))):
@@ -150,6 +158,25 @@ def test_the_search_logs_each_proposal_as_its_answer_names_it(caplog):
         "search: best norm.p=2 (mean 1.0500 over 2 replicates; no proposal level with it); "
         "worse: norm.p=4.873; "
         "2 proposals, 400 training steps"]
+
+
+def test_a_proposal_another_sweeper_made_a_rounding_apart_is_given_up_before_it_runs(caplog):
+    """Two sweepers propose at once: the later of p = 2 and p = 2.0000000000000004 (a float
+    rounding apart, as search_schedule.propose takes a repeat) is surplus and runs nothing; a
+    point 1e-6 away is a new one and is taken."""
+    from hydra_racing_sweeper.study import STATUS_ATTR
+    from optuna.trial import TrialState
+
+    space, blocks, study, schedule = tpe_search_in_memory()
+    for p in (2.0, 2.0000000000000004, 2.000001):
+        study.enqueue_trial({"norm.p": p})
+        with caplog.at_level("INFO"):
+            schedule.admit(study, [study.ask(space.distributions)])
+    states = [(t.state, t.user_attrs.get(STATUS_ATTR)) for t in study.trials]
+    assert states == [(TrialState.RUNNING, None), (TrialState.FAIL, "surplus"),
+                      (TrialState.RUNNING, None)]
+    assert sorted(schedule.mine) == [0, 2]
+    assert "trial 1 not run: another sweeper proposed norm.p=2 first" in caplog.text
 
 
 def test_the_answer_names_every_proposal_it_counts():

@@ -168,12 +168,13 @@ class RaceSearchSchedule(RacingSchedule):
 
     def admit(self, study: optuna.Study, trials: list[optuna.Trial]) -> None:
         """Take the asked trials; one that repeats an earlier proposal (two sweepers proposed
-        the same point at once) is given up before it runs, as a surplus trial is."""
+        the same point at once; a repeat as `propose` means it, _repeats) is given up before it
+        runs, as a surplus trial is."""
         everything = study.get_trials(deepcopy=False)
         earlier, frozen = readback.proposals(everything), {t.number: t for t in everything}
         for trial in trials:
             if RETRIED_ATTR not in frozen[trial.number].system_attrs and any(
-                    t.number < trial.number and t.params == trial.params for t in earlier):
+                    t.number < trial.number and _repeats(trial.params, t.params) for t in earlier):
                 trial.set_user_attr(STATUS_ATTR, SURPLUS)
                 study.tell(trial, state=TrialState.FAIL)
                 self.heartbeat.discard(trial._trial_id)
