@@ -51,9 +51,8 @@ def candidate(record: Record, runs: Runs) -> Rows:
     within δ and δ/2, and the landscapes short of issue 53's bar (continuous.short_of_bar)
     against SMAC3's entries in `smac3` (replay JSONs over the same seeds; null where SMAC3 was not
     run for that landscapes file: its landscapes are held to the within-δ and call counts), q/
-    and c/ for the
-    qknorm and calibrated noise, none (printed "-": a string "-" would never agree with a
-    record's "-", which reads as missing), and the noises of those landscapes."""
+    and c/ for the qknorm and calibrated noise, none (printed "-": a string "-" would never agree
+    with a record's "-", which reads as missing), and the noises of those landscapes."""
     from qknorm.research import continuous as c
 
     files, lands = setting(record, "files"), setting(record, "landscapes")
